@@ -49,6 +49,14 @@ def test_qwen_instruct_matches_the_models_own_template(tokenizer):
     assert default_system.startswith("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud.")
 
 
+def test_chatml_think_opens_the_reasoning(tokenizer):
+    # The ChatML turns of the instruct format (given a system message), then a generation prompt
+    # that starts the response inside <think>.
+    text = render_prompt(MESSAGES, "chatml-think", tokenizer)
+    assert text == render_prompt(MESSAGES, "qwen-instruct", tokenizer) + "<think>"
+    assert render_prompt(MESSAGES, "chatml-think") == text
+
+
 def test_llama_instruct_layout(tokenizer):
     text = render_prompt(MESSAGES, "llama-instruct", tokenizer)
     assert text.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date:")
@@ -87,7 +95,7 @@ def test_resolver_fills_the_verl_key():
 
 
 def test_unknown_format():
-    with pytest.raises(ValueError, match="qwen-base, qwen-instruct, llama-instruct"):
+    with pytest.raises(ValueError, match="qwen-base, qwen-instruct, llama-instruct, chatml-think"):
         chat_template("chatml")
 
 

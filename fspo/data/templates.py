@@ -12,11 +12,14 @@ context). The *format* decides how those messages become text:
 - ``qwen-instruct`` / ``llama-instruct``: the chat layouts of Qwen2.5-Instruct and Llama-3.1-Instruct
   (without tool calling), written here so prompts can be rendered and counted with any tokenizer. The
   models' own templates render the same text for these messages, so setting the key is optional.
+- ``chatml-think``: ChatML (SmolLM2, Qwen) whose generation prompt opens the ``<think>`` block, as
+  ``qwen-base`` does: a small instruct model that would not start its reasoning on its own writes
+  steps from the first token (``fspo quickstart`` trains SmolLM2-135M-Instruct with it).
 """
 
 from __future__ import annotations
 
-PROMPT_FORMATS = ("qwen-base", "qwen-instruct", "llama-instruct")
+PROMPT_FORMATS = ("qwen-base", "qwen-instruct", "llama-instruct", "chatml-think")
 
 INSTRUCTION = (
     "A conversation between User and Assistant. The User asks a question, and the Assistant answers it. "
@@ -61,10 +64,18 @@ LLAMA_INSTRUCT_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif -%}"
 )
 
+CHATML_THINK_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n<think>' }}{%- endif -%}"
+)
+
 _TEMPLATES = {
     "qwen-base": QWEN_BASE_TEMPLATE,
     "qwen-instruct": QWEN_INSTRUCT_TEMPLATE,
     "llama-instruct": LLAMA_INSTRUCT_TEMPLATE,
+    "chatml-think": CHATML_THINK_TEMPLATE,
 }
 
 

@@ -14,6 +14,7 @@ import math
 import re
 from pathlib import Path
 
+from fspo.data.templates import PROMPT_FORMATS
 from fspo.evaluation.generation import GenerationSettings, build_generator
 from fspo.evaluation.pipeline import SUPPORT_THRESHOLD, check_rows, evaluate_benchmark, score_records, supported_step_rate
 from fspo.evaluation.report import write_results
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", action="append", required=True, type=named_path,
                         help="benchmark parquet built by `fspo data` (repeatable)")
     parser.add_argument("--output-dir", required=True, type=Path)
-    parser.add_argument("--prompt-format", choices=["qwen-base", "qwen-instruct", "llama-instruct"], default=None,
+    parser.add_argument("--prompt-format", choices=list(PROMPT_FORMATS), default=None,
                         help="chat template to render prompts with (default: the model's own)")
     parser.add_argument("--backend", choices=["auto", "vllm", "hf"], default="auto",
                         help="auto: vLLM when installed, else transformers")
