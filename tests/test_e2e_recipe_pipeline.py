@@ -1,0 +1,159 @@
+"""Train -> merge -> evaluate on CPU, the way the README tells a user to, with the real scripts.
+
+One step of `recipes/run_cpu.sh` on the session's tiny model, `scripts/merge_checkpoint.sh` on its
+checkpoint, then `fspo evaluate` comparing the merged model with the starting one on a few rows of
+two synthetic benchmarks.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+LIMIT = 3
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    # The recipes call `python` and `fspo`: the venv's must come first on PATH.
+    return {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONUNBUFFERED": "1", **extra}
+
+
+def _run(command: list[str], env: dict[str, str], log: Path, timeout: int) -> subprocess.CompletedProcess:
+    """Run `command`, keep its output in `log`, and fail the test with the output's end if it fails."""
+    process = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    log.write_text(f"$ {' '.join(command)}\n--- stdout\n{process.stdout}\n--- stderr\n{process.stderr}")
+    assert process.returncode == 0, f"{command[0]} exited {process.returncode}; end of output:\n" + (
+        process.stdout[-3000:] + "\n" + process.stderr[-6000:]
+    )
+    return process
+
+
+def _markdown_rows(markdown: str) -> list[list[str]]:
+    """Cells of the first Markdown table (header first, separator dropped)."""
+    table = []
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            table.append([cell.strip() for cell in line.strip("|").split("|")])
+        elif table:
+            break
+    return [row for row in table if not all(set(cell) <= {"-"} for cell in row)]
+
+
+@pytest.fixture(scope="module")
+def pipeline(tiny_reasoner, tmp_path_factory):
+    out = tmp_path_factory.mktemp("recipe_pipeline")
+    run_dir = out / "run"
+    env = _env(
+        MODEL_PATH=str(tiny_reasoner["model"]),
+        TRAIN_FILES=str(tiny_reasoner["train"]),
+        VAL_FILES=str(tiny_reasoner["val"]),
+        STEPS="1",
+        PYTHON=sys.executable,
+        EXPERIMENT="recipe_pipeline",
+    )
+    train = _run(
+        [
+            "bash", str(REPO / "recipes" / "run_cpu.sh"),
+            f"trainer.default_local_dir={run_dir}",
+            f"fspo.dump_dir={out / 'dump'}",
+            # The sizes of fspo.cpu.smoke.tiny_run_overrides: the recipe's own fit a real small model.
+            "data.max_prompt_length=192",
+            "data.max_response_length=40",
+            # The evaluation below generates on held-out rows; the trainer's own validation would repeat it.
+            "trainer.test_freq=-1",
+            # The recipe's KL loss builds a reference model, which verl 0.9.1 always wraps in FSDP2's
+            # CPUOffloadPolicy(pin_memory=True): pinning needs an accelerator, so on a CPU-only torch the
+            # run stops in ref init ("Cannot access accelerator device when none is available").
+            "actor_rollout_ref.actor.use_kl_loss=false",
+        ],
+        env, out / "train.log", timeout=1500,
+    )
+    merge = _run(["bash", str(REPO / "scripts" / "merge_checkpoint.sh"), str(run_dir)], env, out / "merge.log", 600)
+    merged = Path(merge.stdout.strip().splitlines()[-1])
+
+    benchmarks = {"synth_val": tiny_reasoner["val"], "synth_train": tiny_reasoner["train"]}
+    models = {"trained": merged, "start": Path(tiny_reasoner["model"])}
+    eval_dir = out / "eval"
+    evaluate = _run(
+        [
+            str(VENV_BIN / "fspo"), "evaluate",
+            *[arg for name, path in models.items() for arg in ("--model", f"{name}={path}")],
+            *[arg for name, path in benchmarks.items() for arg in ("--data", f"{name}={path}")],
+            "--output-dir", str(eval_dir), "--backend", "hf", "--limit", str(LIMIT), "--max-new-tokens", "16",
+        ],
+        env, out / "evaluate.log", 900,
+    )
+    return {"run_dir": run_dir, "merged": merged, "eval_dir": eval_dir, "models": list(models),
+            "benchmarks": list(benchmarks), "train": train, "evaluate": evaluate}
+
+
+def test_recipe_trains_one_step_and_saves_it(pipeline):
+    run_dir = pipeline["run_dir"]
+    assert (run_dir / "global_step_1" / "actor").is_dir()
+    assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    assert not (run_dir / "global_step_2").exists()
+
+
+def test_merge_writes_a_hugging_face_model(pipeline):
+    merged = pipeline["merged"]
+    assert merged == pipeline["run_dir"] / "global_step_1" / "merged"
+    assert (merged / "config.json").is_file()
+    weights = list(merged.glob("*.safetensors")) + list(merged.glob("*.bin"))
+    assert weights and all(path.stat().st_size > 0 for path in weights)
+
+
+def test_results_table_has_one_row_per_model_and_a_column_per_benchmark(pipeline):
+    eval_dir, models, benchmarks = pipeline["eval_dir"], pipeline["models"], pipeline["benchmarks"]
+
+    results = json.loads((eval_dir / "results.json").read_text())
+    assert sorted(results) == sorted(models)
+    for model in models:
+        assert sorted(results[model]) == sorted(benchmarks)
+        for metrics in results[model].values():
+            assert metrics["n"] == LIMIT and metrics["generated"] == LIMIT
+            assert 0.0 <= metrics["score"] <= 1.0
+
+    with open(eval_dir / "results.csv", newline="") as handle:
+        header, *rows = list(csv.reader(handle))
+    assert header[0] == "model" and sorted(header[1:]) == sorted(benchmarks)
+    assert sorted(row[0] for row in rows) == sorted(models)
+    assert all(len(row) == len(header) for row in rows)
+    for row in rows:
+        for benchmark, cell in zip(header[1:], row[1:]):
+            assert float(cell) == pytest.approx(results[row[0]][benchmark]["score"], abs=1e-6)
+
+    md_header, *md_rows = _markdown_rows((eval_dir / "results.md").read_text())
+    assert md_header == header
+    assert sorted(row[0] for row in md_rows) == sorted(models)
+    assert all(len(row) == len(md_header) for row in md_rows)
+
+
+def test_chart_is_a_png(pipeline):
+    chart = pipeline["eval_dir"] / "results.png"
+    data = chart.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert len(data) > 5000, "the chart is too small to hold bars, axes and a legend"
+
+
+def test_predictions_hold_limit_rows_per_model_and_benchmark(pipeline):
+    predictions = pipeline["eval_dir"] / "predictions"
+    expected = {f"{m}__{b}.jsonl" for m in pipeline["models"] for b in pipeline["benchmarks"]}
+    assert {path.name for path in predictions.glob("*.jsonl")} == expected
+    for name in expected:
+        records = [json.loads(line) for line in (predictions / name).read_text().splitlines() if line.strip()]
+        assert [record["index"] for record in records] == list(range(LIMIT))
+        for record in records:
+            assert len(record["responses"]) == 1 and isinstance(record["responses"][0], str)
+            assert record["ground_truth"] and record["prompt"]
