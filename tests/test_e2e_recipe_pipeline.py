@@ -68,6 +68,8 @@ def pipeline(tiny_reasoner, tmp_path_factory):
             "bash", str(REPO / "recipes" / "run_cpu.sh"),
             f"trainer.default_local_dir={run_dir}",
             f"fspo.dump_dir={out / 'dump'}",
+            # The recipe runs from the repository root: keep Hydra's run folder out of it.
+            f"hydra.run.dir={out / 'hydra'}",
             # The sizes of fspo.cpu.smoke.tiny_run_overrides: the recipe's own fit a real small model.
             "data.max_prompt_length=192",
             "data.max_response_length=40",
