@@ -47,9 +47,41 @@ def _patch_init_process_group() -> None:
     torch.distributed.init_process_group = init_process_group
 
 
+def _patch_cpu_offload_policy() -> None:
+    """Make FSDP2's ``CPUOffloadPolicy`` never pin memory.
+
+    verl wraps every forward-only model (the reference policy of a KL loss) in
+    ``CPUOffloadPolicy(pin_memory=True)``; pinning needs an accelerator, so with a CPU-only torch
+    the reference model fails to build ("Cannot access accelerator device when none is
+    available"). On the CPU there is nothing to pin for: parameters already live where they are
+    computed on. The policy is replaced where verl looks it up (torch's FSDP package, which
+    ``verl.utils.fsdp_utils`` imports it from, and the modules that re-export it once loaded).
+    """
+    import sys
+
+    import torch.distributed.fsdp as fsdp
+
+    original = fsdp.CPUOffloadPolicy
+    if getattr(original, "_fspo_cpu_patched", False):
+        return
+
+    class UnpinnedCPUOffloadPolicy(original):
+        _fspo_cpu_patched = True
+
+        def __init__(self, pin_memory: bool = False):
+            super().__init__(pin_memory=False)
+
+    fsdp.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
+    for name in ("verl.utils.fsdp_utils", "verl.workers.engine.fsdp.transformer_impl"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "CPUOffloadPolicy", None) is original:
+            module.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
+
+
 def apply() -> None:
     """Apply every CPU patch in this process."""
     _patch_init_process_group()
+    _patch_cpu_offload_policy()
     # verl registers its FSDP engine for cuda/npu only, but the engine itself is
     # device-agnostic (it asks the platform for its device): look it up under "cuda".
     os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
