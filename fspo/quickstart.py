@@ -43,7 +43,7 @@ TRAIN_ROWS, VAL_ROWS = 512, 32
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fspo quickstart", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=12,
-                        help="training steps (default 12: about 12 minutes on 2 CPU cores)")
+                        help="training steps (default 12: about 11 minutes on 2 CPU cores)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data loader and the rollouts")
     parser.add_argument("--output-dir", type=Path, default=Path("outputs/quickstart"))
     parser.add_argument("--model", type=Path,
