@@ -192,8 +192,24 @@ def plot(runs: dict[str, dict], path: Path) -> None:
     plt.close(figure)
 
 
+def input_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``--steps``/``--model``/``--data``, before minutes are spent starting Ray."""
+    if args.steps < 1:
+        return f"--steps must be at least 1, got {args.steps}"
+    if args.model and not (args.model / "config.json").is_file():
+        return f"--model {args.model}: not a Hugging Face model directory (no config.json)"
+    for path in args.data or ():
+        if not path.is_file():
+            return f"--data {path}: no such file (build one with `fspo data <name>`)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    problem = input_problem(args)
+    if problem:
+        parser.error(problem)  # exits 2 with the usage line
     out = args.output_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -203,7 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         from fspo.smollm2 import convert_smollm2
 
         print("SmolLM2-135M-Instruct: converting its GGUF file on first use (then cached) ...", flush=True)
-        model = convert_smollm2()
+        try:
+            model = convert_smollm2()
+        except (FileNotFoundError, ImportError) as error:
+            parser.exit(2, f"fspo quickstart: {error}\n")
     if args.data:
         train_file, val_file = (path.resolve() for path in args.data)
     else:

@@ -42,3 +42,19 @@ def test_quickstart_data_carries_the_evidence_and_the_worked_example(tmp_path):
         assert system == {"role": "system", "content": INSTRUCTION}
         # The evidence the verifier checks steps against is the context the model reads.
         assert user["content"].startswith("Context:\n" + row["extra_info"]["evidence"])
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--steps", "0"], "--steps must be at least 1"),
+        (["--model", "no/such/model"], "not a Hugging Face model directory"),
+        (["--data", "no/train.parquet", "no/val.parquet"], "no such file"),
+    ],
+)
+def test_bad_options_stop_before_training_with_a_clear_message(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as stopped:
+        quickstart([*argv, "--output-dir", str(tmp_path / "out")])
+    assert stopped.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
