@@ -1,7 +1,8 @@
 """A small, real FSPO run on CPU: a tiny model, synthetic data, and verl's trainer in a subprocess.
 
-Used by the end-to-end tests, the step-time benchmark and ``fspo quickstart``: everything is built
-locally (no download), and the trainer is the same ``python -m fspo.main`` a GPU user launches.
+The tiny model and its overrides serve the end-to-end tests and the step-time benchmark; ``launch``
+also runs ``fspo quickstart``'s trainings. Everything is built locally (no download), and the trainer
+is the same ``python -m fspo.main`` a GPU user launches.
 """
 
 from __future__ import annotations
