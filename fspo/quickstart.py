@@ -68,7 +68,7 @@ def validation_figures(record: dict) -> dict[str, float]:
     supported, unsupported = find("fspo_supported"), find("fspo_unsupported")
     judged = (supported or 0.0) + (unsupported or 0.0)
     return {
-        "answer_f1": find("f1") if find("f1") is not None else 0.0,
+        "answer_f1": find("f1") or 0.0,
         "supported_step_rate": (supported or 0.0) / judged if judged else 0.0,
     }
 
@@ -110,7 +110,8 @@ def prepare_data(root: Path, seed: int) -> tuple[Path, Path]:
 def run_overrides(setup: dict, out: Path, steps: int) -> list[str]:
     """Hydra overrides of one quickstart run: the CPU preset plus a budget a 2-core machine can train.
 
-    Everything else is the GPU recipes' config: GRPO advantages, FSPO's flip, KL loss, the verl trainer.
+    Everything else is the config the GPU recipes start from (``fspo_trainer.yaml``: GRPO advantages,
+    FSPO's flip); unlike the recipes, the KL loss stays off, which saves the reference model's forward.
     """
     return [
         f"actor_rollout_ref.model.path={setup['model']}",
@@ -162,12 +163,16 @@ def train(name: str, setup: dict, out: Path, steps: int, seed: int, extra: list[
 
 
 def merge(out: Path, steps: int) -> Path:
-    target = out / "merged"
-    subprocess.run(
-        [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-         "--local_dir", str(out / "ckpt" / f"global_step_{steps}" / "actor"), "--target_dir", str(target)],
-        check=True, capture_output=True,
-    )
+    """The last checkpoint as a Hugging Face directory (what ``scripts/merge_checkpoint.sh`` runs)."""
+    target, log = out / "merged", out / "merge.log"
+    with open(log, "w") as handle:
+        done = subprocess.run(
+            [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
+             "--local_dir", str(out / "ckpt" / f"global_step_{steps}" / "actor"), "--target_dir", str(target)],
+            stdout=handle, stderr=subprocess.STDOUT,
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"merging the checkpoint failed (exit {done.returncode}); log {log} ends:\n{log.read_text()[-3000:]}")
     return target
 
 

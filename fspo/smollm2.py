@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -79,8 +80,6 @@ def convert_smollm2(output_dir: str | Path | None = None, force: bool = False) -
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
     if output_dir.exists():
-        import shutil
-
         shutil.rmtree(output_dir)
     staging.rename(output_dir)
     return output_dir

@@ -110,8 +110,9 @@ def launch(
 def _read_new_records(path: Path, records: list[dict], on_step: Callable[[dict], None] | None) -> list[dict]:
     if not path.exists():
         return records
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    complete = lines if path.read_text().endswith("\n") else lines[:-1]
+    content = path.read_text()
+    lines = [line for line in content.splitlines() if line.strip()]
+    complete = lines if content.endswith("\n") else lines[:-1]  # the last line may be half-written
     for line in complete[len(records) :]:
         record = json.loads(line)
         records.append(record)
