@@ -7,7 +7,7 @@
 #   DATA_DIR [data]          folder holding <benchmark>/test.parquet built by `fspo data <benchmark>`
 #   BENCHMARKS [gsm8k math500 aime2024 aime2025 truthfulqa halueval halluqa]  names under DATA_DIR
 #   OUTPUT_DIR [eval_out]    predictions/, results.{md,json,csv,png}
-#   PROMPT_FORMAT []         qwen-base | qwen-instruct | llama-instruct (empty: the model's own template)
+#   PROMPT_FORMAT []         qwen-base | qwen-instruct | llama-instruct | chatml-think (empty: the model's own template)
 #   AIME_SAMPLES [16]        pass@1 on AIME is averaged over this many samples at TEMPERATURE
 #   TEMPERATURE [0.6] TOP_P [0.95] MAX_NEW_TOKENS [2048] BATCH_SIZE [256 with vLLM, else 8]
 #   VERIFIER []              e.g. hhem: also report the supported step rate of the reasoning

@@ -146,3 +146,20 @@ def test_named_path_names_a_split_file_after_its_folder():
     assert named_path("data/gsm8k/test.parquet")[0] == "gsm8k"
     with pytest.raises(Exception, match="may only hold"):
         named_path("a b=data/x.parquet")
+
+
+def test_cli_verifier_without_its_required_option_stops_with_the_fix(tiny_dir, bench, tmp_path):
+    base = ["--model", str(tiny_dir), "--data", str(bench), "--output-dir", str(tmp_path / "out")]
+    with pytest.raises(SystemExit, match="needs fspo.verifier.model_path"):
+        main([*base, "--verifier", "nli"])
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        main([*base, "--verifier", "lexical", "--verifier-option", "cache_size"])
+
+
+def test_evaluation_checks_steps_against_the_evidence_training_uses():
+    # Paragraph lists are joined as the reward manager joins them, so a verifier sees the same premise.
+    from fspo.evaluation.pipeline import _evidence_text
+    from fspo.reward import evidence_text
+
+    row = {"extra_info": {"evidence": ["Ann was born in Oslo.", "  ", "Oslo is in Norway."]}}
+    assert _evidence_text(row) == evidence_text(row["extra_info"]) == "Ann was born in Oslo.\n\nOslo is in Norway."

@@ -1,7 +1,7 @@
 """`fspo evaluate`: evaluate model directories on prepared benchmark parquet files.
 
-    fspo evaluate --model runs/fspo/merged --model base=Qwen/Qwen2.5-7B \
-        --data data/gsm8k.parquet --data data/aime2025.parquet --output-dir eval_out \
+    fspo evaluate --model fspo=runs/fspo/merged --model base=/models/Qwen2.5-7B \
+        --data data/gsm8k/test.parquet --data data/aime2025/test.parquet --output-dir eval_out \
         --temperature 0.6 --top-p 0.95 --max-new-tokens 2048 --samples 1
 
 Each ``--model``/``--data`` is ``PATH`` or ``NAME=PATH`` (the name defaults to the directory or file stem).
@@ -15,8 +15,9 @@ import re
 from pathlib import Path
 
 from fspo.data.templates import PROMPT_FORMATS
+from fspo.verifiers import VERIFIER_NAMES
 from fspo.evaluation.generation import GenerationSettings, build_generator
-from fspo.evaluation.pipeline import SUPPORT_THRESHOLD, check_rows, evaluate_benchmark, score_records, supported_step_rate
+from fspo.evaluation.pipeline import SUPPORT_THRESHOLD, check_rows, evaluate_model
 from fspo.evaluation.report import write_results
 
 
@@ -56,7 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM only")
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N rows of each benchmark")
-    parser.add_argument("--verifier", default=None, help="verifier name (fspo.verifiers) for the supported step rate")
+    parser.add_argument("--verifier", default=None, choices=VERIFIER_NAMES,
+                        help="verifier (fspo.verifiers) for the supported step rate")
+    parser.add_argument("--verifier-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a verifier option, as in fspo.verifier.* (repeatable), e.g. model_path=/models/hhem")
     parser.add_argument("--threshold", type=float, default=SUPPORT_THRESHOLD, help="support score threshold")
     return parser
 
@@ -88,7 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.verifier:
         from fspo.verifiers import build_verifier
 
-        verifier = build_verifier({"name": args.verifier})
+        from fspo.verifiers.cli import parse_option
+
+        try:
+            verifier = build_verifier({"name": args.verifier, **dict(parse_option(o) for o in args.verifier_option)})
+        except ValueError as error:
+            raise SystemExit(f"fspo evaluate: {error}") from None
     try:
         settings = GenerationSettings(args.temperature, args.top_p, args.max_new_tokens, args.samples,
                                       args.batch_size, args.seed)
@@ -100,13 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     for model_name, model_dir in args.model:
         generator = build_generator(model_dir, settings, args.backend, tensor_parallel_size=args.tensor_parallel_size)
         for bench_name, rows in benchmarks.items():
-            records, generated = evaluate_benchmark(
-                generator, generator.tokenizer, rows, predictions_dir / f"{model_name}__{bench_name}.jsonl",
-                args.prompt_format, args.batch_size, description=f"{model_name} · {bench_name}",
+            metrics = evaluate_model(
+                model_dir, rows, predictions_path=predictions_dir / f"{model_name}__{bench_name}.jsonl",
+                prompt_format=args.prompt_format, batch_size=args.batch_size, verifier=verifier,
+                threshold=args.threshold, generator=generator, description=f"{model_name} · {bench_name}",
             )
-            metrics = {**score_records(records), "generated": generated}
-            if verifier is not None:
-                metrics.update(supported_step_rate(records, verifier, args.threshold))
+            generated = metrics["generated"]
             results.setdefault(model_name, {})[bench_name] = metrics
             rate = metrics.get("supported_step_rate")
             print(f"{model_name} {bench_name}: score={metrics['score']:.4f} n={metrics['n']} generated={generated}"

@@ -14,16 +14,16 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from fspo.evaluation.generation import GenerationSettings, Generator, build_generator, render_prompts
+from fspo.scores import METRIC_KEYS as METRICS
 
-METRICS = ("score", "acc", "em", "f1", "format_ok")
 SUPPORT_THRESHOLD = 0.5
 
 
 def _evidence_text(row: dict) -> str:
-    evidence = (row.get("extra_info") or {}).get("evidence")
-    if isinstance(evidence, (list, tuple)):
-        return "\n".join(str(part) for part in evidence if str(part).strip())
-    return str(evidence).strip() if evidence else ""
+    """The row's evidence exactly as training hands it to the verifier."""
+    from fspo.reward import evidence_text
+
+    return evidence_text(row.get("extra_info"))
 
 
 def _ground_truth(row: dict):
@@ -98,14 +98,15 @@ def supported_step_rate(records: Sequence[dict], verifier, threshold: float = SU
             continue
         for response in record["responses"]:
             pairs += [(evidence, step.text) for step in reasoning_steps(response)]
-    scores = [float(s) for s in verifier.score(pairs)] if pairs else []
-    verified = [s for s in scores if not math.isnan(s)]
-    supported = sum(s >= threshold for s in verified)
+    from fspo.reward import verdicts_from_scores  # the rule training labels steps by
+
+    verdicts = verdicts_from_scores([float(s) for s in verifier.score(pairs)], threshold) if pairs else []
+    supported, verified = verdicts.count(1), len(verdicts) - verdicts.count(0)
     return {
-        "supported_step_rate": supported / len(verified) if verified else math.nan,
+        "supported_step_rate": supported / verified if verified else math.nan,
         "supported_steps": supported,
-        "verified_steps": len(verified),
-        "unverifiable_steps": len(scores) - len(verified),
+        "verified_steps": verified,
+        "unverifiable_steps": verdicts.count(0),
     }
 
 
@@ -178,6 +179,7 @@ def evaluate_model(
     verifier=None,
     threshold: float = SUPPORT_THRESHOLD,
     generator: Generator | None = None,
+    description: str | None = None,
 ) -> dict:
     """Evaluate one model directory on one benchmark's rows.
 
@@ -192,7 +194,7 @@ def evaluate_model(
         generator = build_generator(model_dir, settings, backend)
     records, generated = evaluate_benchmark(
         generator, generator.tokenizer, rows, predictions_path, prompt_format, batch_size,
-        description=f"{Path(model_dir).name}",
+        description=description or Path(model_dir).name,
     )
     metrics = {**score_records(records), "generated": generated}
     if verifier is not None:

@@ -85,10 +85,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _parse_option(text: str) -> tuple[str, object]:
+def parse_option(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` -> ``(KEY, VALUE)``; VALUE is read as JSON when it parses (numbers, true, null), else kept as text."""
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise ValueError(f"--option expects KEY=VALUE, got {text!r}")
+        raise ValueError(f"an option must be KEY=VALUE, got {text!r}")
     try:
         return key, json.loads(value)
     except json.JSONDecodeError:
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         {k: getattr(args, k) for k in _FLAG_OPTIONS if getattr(args, k) is not None}
     )
     try:
-        config.update(_parse_option(text) for text in args.option)
+        config.update(parse_option(text) for text in args.option)
         if args.input == "-":
             rows = read_rows(
                 sys.stdin, args.evidence_key, args.response_key, args.limit
