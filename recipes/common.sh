@@ -15,7 +15,7 @@
 #   EXPERIMENT        trainer.experiment_name                    [set by each recipe]
 #   CKPT_DIR          root of the run's checkpoints              [checkpoints/$PROJECT/$EXPERIMENT]
 #   LOGGER            trainer.logger list                        [[console]]  e.g. [console,wandb]
-#   TOTAL_EPOCHS      trainer.total_epochs                       [set by each recipe]
+#   TOTAL_EPOCHS      trainer.total_epochs                       [3]
 #   SAVE_FREQ / TEST_FREQ   trainer.save_freq / test_freq        [50 / 25]
 #   PYTHON            interpreter running fspo.main              [python]
 #   RAY_ADDRESS       an existing Ray cluster to join (ray.init reads it); unset = start a local one

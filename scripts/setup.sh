@@ -24,15 +24,12 @@ python -m pip install --quiet --upgrade pip
 # Read [tool.fspo] from pyproject.toml (the one place dependencies are declared).
 read_tool_fspo() {
   python - "$1" <<'PY'
-import re, sys
-text = open("pyproject.toml").read()
+import sys
 try:
     import tomllib
-    value = tomllib.loads(text)["tool"]["fspo"][sys.argv[1]]
-except ImportError:  # Python 3.10: a minimal reader for the two keys we need
-    block = text.split("[tool.fspo]", 1)[1]
-    match = re.search(rf'^{re.escape(sys.argv[1])}\s*=\s*(.+?)$(?=\n\S|\Z)', block, re.S | re.M)
-    value = eval(match.group(1).split("#")[0]) if match else ""
+except ImportError:  # Python 3.10: the TOML reader pip itself vendors (pip was just upgraded)
+    from pip._vendor import tomli as tomllib
+value = tomllib.loads(open("pyproject.toml").read())["tool"]["fspo"][sys.argv[1]]
 print(" ".join(value) if isinstance(value, list) else value)
 PY
 }

@@ -72,4 +72,4 @@ def test_dry_run_validates_without_files():
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "dry run OK" in ok.stderr and "adv_estimator: grpo" in ok.stdout
     bad = run_main("actor_rollout_ref.model.path=x/y", "data.train_files=later.parquet", "fspo.thresold=0.3", env=env)
-    assert bad.returncode != 0
+    assert bad.returncode != 0 and "thresold" in bad.stderr  # Hydra names the mistyped key

@@ -34,11 +34,16 @@ def test_plugin_stays_off_when_another_platform_is_asked_for():
     assert out.strip().endswith("False")
 
 
-def test_gloo_process_group_initialises_with_verls_backend_string(tmp_path):
+def test_gloo_process_group_initialises_with_verls_backend_string():
+    import socket
+
+    with socket.socket() as probe:  # a free port: a fixed one can clash on a shared machine
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     code = (
         "import verl, torch.distributed as dist\n"
         "from verl.utils.distributed import initialize_global_process_group_ray\n"
-        f"import os; os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT='29533', RANK='0', WORLD_SIZE='1')\n"
+        f"import os; os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT='{port}', RANK='0', WORLD_SIZE='1')\n"
         "initialize_global_process_group_ray()\n"
         "print(dist.get_backend())\n"
     )

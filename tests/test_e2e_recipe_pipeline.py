@@ -26,7 +26,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _env(**extra: str) -> dict[str, str]:
-    # The recipes call `python` and `fspo`: the venv's must come first on PATH.
+    # The scripts run $PYTHON (passed below); the venv first on PATH keeps anything else they start in it.
     return {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONUNBUFFERED": "1", **extra}
 
