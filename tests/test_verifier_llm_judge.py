@@ -200,3 +200,48 @@ def test_chat_url_forms():
         == "http://h:8000/v1/chat/completions"
     )
     assert chat_url("http://h/v1/chat/completions") == "http://h/v1/chat/completions"
+
+
+def test_a_slow_request_does_not_hold_up_other_rollouts(judge_server):
+    """Concurrent rollouts are not batched behind each other: the fast one returns before the slow one."""
+    import asyncio
+
+    verifier = build_verifier(
+        {"name": "llm_judge", "url": judge_server, "timeout_s": 5, "max_retries": 0, "max_concurrency": 4}
+    )
+    evidence = "Paris is the capital of France"
+    finished: dict[str, float] = {}
+
+    async def rollout(label: str, claims: list[str]) -> list[float]:
+        started = time.monotonic()
+        scores = await verifier.ascore([(evidence, c) for c in claims])
+        finished[label] = time.monotonic() - started
+        return scores
+
+    async def both():
+        return await asyncio.gather(rollout("slow", ["SLOW Paris capital"]), rollout("fast", ["Paris capital"]))
+
+    slow, fast = asyncio.run(both())
+    assert slow == [1.0] and fast == [1.0]
+    assert finished["slow"] >= 1.0  # the server slept a second on it
+    assert finished["fast"] < 0.5, finished  # ...but the other rollout did not wait for it
+    verifier.close()
+
+
+def test_requests_in_flight_are_bounded_by_max_concurrency(judge_server):
+    import asyncio
+
+    verifier = build_verifier(
+        {"name": "llm_judge", "url": judge_server, "timeout_s": 5, "max_retries": 0, "max_concurrency": 2}
+    )
+
+    async def many():
+        calls = [verifier.ascore([("Paris", f"SLOW Paris {i}")]) for i in range(4)]
+        return await asyncio.gather(*calls)
+
+    started = time.monotonic()
+    asyncio.run(many())
+    elapsed = time.monotonic() - started
+    # Four one-second requests, two at a time: two rounds.
+    assert 1.9 <= elapsed < 3.5, elapsed
+    verifier.close()

@@ -67,6 +67,9 @@ class Verifier(ABC):
         """
 
     coalesce_ms: float = 10.0
+    # True when the process that runs the model holds a GPU that Ray assigned it (the colocated and
+    # ray placements); reported per rollout so a run can see where its steps were verified.
+    ray_gpu_assigned: bool = False
 
     async def ascore(self, pairs: Sequence[Pair]) -> list[float]:
         """[`~Verifier.score`] for async callers such as verl's reward loop, which scores one rollout per call.
@@ -130,23 +133,28 @@ class PairPipeline(Verifier):
 
     def score(self, pairs: Sequence[Pair]) -> list[float]:
         prepared = self.prepare(pairs)
+        known, todo = self._lookup(prepared)
+        if todo:
+            self._remember(todo, self._score_unique(todo), known)
+        return [known[pair] for pair in prepared]
+
+    def _lookup(self, prepared: list[Pair]) -> tuple[dict[Pair, float], list[Pair]]:
+        """Cache hits of ``prepared``, and the distinct pairs still to score."""
         known: dict[Pair, float] = {}
         for pair in prepared:
             if pair in self._cache:
                 self._cache.move_to_end(pair)
                 known[pair] = self._cache[pair]
-        todo = list(dict.fromkeys(p for p in prepared if p not in known))
-        if todo:
-            scores = self._score_unique(todo)
-            if len(scores) != len(todo):
-                raise RuntimeError(
-                    f"{type(self).__name__} returned {len(scores)} scores for {len(todo)} pairs"
-                )
-            for pair, value in zip(todo, scores):
-                value = float(value)
-                known[pair] = value
-                if self.cache_size and not math.isnan(value):
-                    self._cache[pair] = value
-                    if len(self._cache) > self.cache_size:
-                        self._cache.popitem(last=False)
-        return [known[pair] for pair in prepared]
+        return known, list(dict.fromkeys(p for p in prepared if p not in known))
+
+    def _remember(self, todo: list[Pair], scores: Sequence[float], known: dict[Pair, float]) -> None:
+        """Record the scores of ``todo`` in ``known`` and (NaN excepted) in the cache."""
+        if len(scores) != len(todo):
+            raise RuntimeError(f"{type(self).__name__} returned {len(scores)} scores for {len(todo)} pairs")
+        for pair, value in zip(todo, scores):
+            value = float(value)
+            known[pair] = value
+            if self.cache_size and not math.isnan(value):
+                self._cache[pair] = value
+                if len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)

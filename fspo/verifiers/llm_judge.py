@@ -10,6 +10,7 @@ verdict, a malformed response, an HTTP error that survives the retries or a time
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ import re
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from fspo.verifiers.base import UNVERIFIABLE, Pair, PairPipeline
@@ -190,6 +192,21 @@ class LLMJudgeVerifier(PairPipeline):
 
     def _score_unique(self, pairs: list[Pair]) -> list[float]:
         return list(self._pool.map(self.judge, pairs))
+
+    async def ascore(self, pairs: Sequence[Pair]) -> list[float]:
+        """Each pair is its own request in the shared pool, so a rollout waits only for its own pairs.
+
+        Unlike the model backends there is nothing to batch: coalescing rollouts would make every one of
+        them wait for the slowest request of the batch (up to ``timeout_s`` times the retries). Requests
+        in flight are bounded by ``max_concurrency`` (the pool's size) across all concurrent callers.
+        """
+        prepared = self.prepare(pairs)
+        known, todo = self._lookup(prepared)
+        if todo:
+            loop = asyncio.get_running_loop()
+            scores = await asyncio.gather(*(loop.run_in_executor(self._pool, self.judge, pair) for pair in todo))
+            self._remember(todo, scores, known)
+        return [known[pair] for pair in prepared]
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
