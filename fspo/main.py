@@ -16,6 +16,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from fspo.cpu import cpu_mode_requested
 
+# verl's platform name for CUDA GPUs (verl.plugin.platform: "nvidia").
+CUDA_PLATFORM = "nvidia"
+
 
 @ray.remote
 class FSPOTaskRunner:
@@ -76,21 +79,30 @@ def validate(config: DictConfig, check_files: bool = True) -> None:
 
     Resolves every interpolation (the chat-template resolver included, so Ray actors receive plain
     strings), builds each verl config dataclass (a mistyped value fails here, not in a worker),
-    runs verl's own ``validate_config`` and checks the ``fspo.verifier`` block. With ``check_files``
+    runs verl's own ``validate_config``, checks the ``fspo.verifier`` block, resolves where the
+    verifier runs (:mod:`fspo.verifiers.placement`) and prints it as one ``fspo: verifier ...`` line. With ``check_files``
     the model and data paths must exist (see :mod:`fspo.checks`).
     """
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
-    from fspo.checks import check_config, check_dataclasses, check_verifier
+    from fspo.checks import ConfigError, check_config, check_dataclasses, check_verifier
+    from fspo.verifiers.placement import resolve_verifier_placement
 
     auto_set_device(config)
     OmegaConf.resolve(config)
     if check_files:
         check_config(config)
     check_dataclasses(config)
+    try:
+        line, warnings = resolve_verifier_placement(config)
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
     check_verifier(config)
+    for message in [line, *warnings]:
+        if message:
+            print(message, file=sys.stderr, flush=True)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
 
 
@@ -124,14 +136,50 @@ def _hydra_main(config: DictConfig) -> None:
         sys.exit(2)
 
 
+def ray_address(argv: list[str]) -> str | None:
+    """The Ray cluster the run will join: ``ray_kwargs.ray_init.address=`` or ``RAY_ADDRESS`` (None = start one)."""
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+~") == "ray_kwargs.ray_init.address" and value not in ("", "null", "None"):
+            return value
+    return os.environ.get("RAY_ADDRESS") or None
+
+
+def cluster_has_accelerator(address: str) -> bool:
+    """Whether the Ray cluster at ``address`` offers GPUs (or NPUs); connects briefly as a driver."""
+    import ray
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    try:
+        resources = ray.cluster_resources()
+    finally:
+        ray.shutdown()
+    return any(resources.get(name, 0) > 0 for name in ("GPU", "NPU"))
+
+
 def with_platform_default(argv: list[str]) -> list[str]:
-    """Add ``platform=cpu`` to the overrides when there is no accelerator and none was chosen."""
+    """Pick the hardware preset from where the run trains, not from the machine that launches it.
+
+    With no accelerator here and no ``platform=`` given: a run that starts its own Ray gets
+    ``platform=cpu``; a run that joins a Ray cluster (``RAY_ADDRESS`` or ``ray_kwargs.ray_init.address``)
+    gets the CPU preset only when that cluster has no GPU. A GPU cluster keeps the GPU preset, and
+    ``VERL_PLATFORM`` is pinned to CUDA here and in every Ray process (the CPU backend otherwise takes
+    over in processes that land on a GPU-less head node).
+    """
     if any(arg.split("=", 1)[0].lstrip("+~") == "platform" for arg in argv):
         return argv
-    if cpu_mode_requested():
-        print("fspo: no accelerator found; using the CPU preset (platform=cpu)", file=sys.stderr)
-        return [*argv, "platform=cpu"]
-    return argv
+    if not cpu_mode_requested():
+        return argv
+    address = ray_address(argv)
+    if address and cluster_has_accelerator(address):
+        print(
+            f"fspo: no accelerator on this machine, but the Ray cluster at {address} has GPUs; using the GPU preset",
+            file=sys.stderr,
+        )
+        os.environ["VERL_PLATFORM"] = CUDA_PLATFORM
+        return [*argv, f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM={CUDA_PLATFORM}"]
+    print("fspo: no accelerator found; using the CPU preset (platform=cpu)", file=sys.stderr)
+    return [*argv, "platform=cpu"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,6 +52,8 @@ STAT_KEYS = (
     "fspo_labelled",  # 1 when the rollout got step labels (evidence, closed reasoning, verifier ok)
     "fspo_verifier_failed",  # 1 when the verifier raised for this rollout -> labels 0
     "fspo_verifier_seconds",  # how long this rollout's reward waited on the verifier
+    "fspo_verified",  # 1 when the verifier scored this rollout's steps
+    "fspo_verifier_ray_gpu",  # 1 when the process that verified this rollout holds a GPU Ray assigned it
     "fspo_step_reward",  # weight * mean step label added to the outcome score
     "fspo_outcome_score",  # the scorer's score before the step reward
 )
@@ -134,10 +136,28 @@ def step_labels_for_response(
     return labels_from_offsets(offsets, text, spans, labels)
 
 
-def _load_verifier(verifier_config: Mapping):
-    from fspo.verifiers import build_verifier
+def _load_verifier(verifier_config: Mapping, reward_router_address: Optional[str], reward_model_path: Optional[str]):
+    """Build the reward worker's verifier; ``url: reward_router`` becomes verl's reward-model router."""
+    import os
 
-    return build_verifier(verifier_config)
+    from omegaconf import OmegaConf
+
+    from fspo.verifiers import build_verifier
+    from fspo.verifiers.placement import REWARD_ROUTER
+
+    config = OmegaConf.to_container(verifier_config, resolve=True) if OmegaConf.is_config(verifier_config) else dict(verifier_config)
+    if config.get("url") == REWARD_ROUTER:
+        if not reward_router_address:
+            raise ValueError(
+                "fspo.verifier.url=reward_router but verl started no reward-model router: set "
+                "reward.reward_model.enable=true (and its model_path), or give fspo.verifier.url"
+            )
+        config["url"] = f"http://{reward_router_address}"
+        config["model"] = config.get("model") or reward_model_path
+    verifier = build_verifier(config)
+    if hasattr(verifier, "device"):  # a model loaded in this reward worker
+        print(f"fspo: verifier {verifier.name} loaded in reward worker pid {os.getpid()} on {verifier.device}", flush=True)
+    return verifier
 
 
 class FSPORewardManager(RewardManagerBase):
@@ -154,7 +174,10 @@ class FSPORewardManager(RewardManagerBase):
         self.settings = FSPOSettings.from_config(config.get("fspo"))
         self.verifier = None
         if self.settings.enable:
-            self.verifier = _load_verifier(config.fspo.get("verifier", {"name": "lexical"}))
+            reward_model = config.get("reward", {}).get("reward_model", {}) or {}
+            self.verifier = _load_verifier(
+                config.fspo.get("verifier", {"name": "lexical"}), reward_router_address, reward_model.get("model_path")
+            )
 
     async def _outcome(self, data_source, response_str, ground_truth, extra_info) -> tuple[float, dict]:
         kwargs = dict(
@@ -216,6 +239,8 @@ class FSPORewardManager(RewardManagerBase):
             stats["fspo_verifier_failed"] = 1.0
             return [0] * len(ids)
         stats["fspo_verifier_seconds"] = time.perf_counter() - started
+        stats["fspo_verified"] = 1.0
+        stats["fspo_verifier_ray_gpu"] = 1.0 if self.verifier.ray_gpu_assigned else 0.0
         verdicts = verdicts_from_scores(scores, settings.threshold)
         stats["fspo_supported"] = float(sum(v > 0 for v in verdicts))
         stats["fspo_unsupported"] = float(sum(v < 0 for v in verdicts))

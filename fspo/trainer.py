@@ -60,6 +60,7 @@ def step_metrics(infos: Sequence[Mapping]) -> dict[str, float]:
     with_evidence = total("fspo_has_evidence")
     judged = total("fspo_supported") + total("fspo_unsupported")
     steps = total("fspo_steps")
+    verified = total("fspo_verified")
     return {
         "fspo/evidence_rollout_frac": with_evidence / rollouts if rollouts else 0.0,
         "fspo/steps_per_response": steps / with_evidence if with_evidence else 0.0,
@@ -72,8 +73,45 @@ def step_metrics(infos: Sequence[Mapping]) -> dict[str, float]:
         "fspo/verifier_failures": total("fspo_verifier_failed"),
         # Mean time a rollout's reward waited on the (batched) verifier.
         "fspo/verifier_seconds": total("fspo_verifier_seconds") / with_evidence if with_evidence else 0.0,
+        # Share of verified rollouts whose verifier ran in a process Ray gave a GPU (colocated / ray placement).
+        "fspo/verifier_ray_gpu_frac": total("fspo_verifier_ray_gpu") / verified if verified else 0.0,
         "fspo/step_reward_mean": total("fspo_step_reward") / rollouts if rollouts else 0.0,
     }
+
+
+def start_verifier_servers(config, resource_pool_manager) -> list:
+    """Start the colocated verifier servers in verl's actor pool (``fspo.verifier.placement: colocated``).
+
+    Each GPU bundle of the pool gets one server asking for ``1 / max_colocate_count`` of its GPU, the
+    share verl leaves for a colocated reward model; returns the handles (kept by the trainer, which
+    owns the actors) and prints where each one landed.
+    """
+    from omegaconf import OmegaConf
+
+    from fspo.verifiers import validate_verifier_config
+    from fspo.verifiers.ray_actor import start_colocated_servers
+
+    block = config.get("fspo") or {}
+    verifier = block.get("verifier") or {}
+    if not block.get("enable", True) or verifier.get("placement") != "colocated":
+        return []
+    settings = validate_verifier_config(verifier)
+    # verl's actor/rollout (and ref, critic) pool; its placement groups exist once the workers are placed.
+    pool = resource_pool_manager.resource_pool_dict["global_pool"]
+    handles, infos = start_colocated_servers(
+        pool.get_placement_groups(device_name=config.trainer.device),
+        OmegaConf.to_container(verifier, resolve=True),
+        gpu_fraction=1.0 / pool.max_colocate_count,
+        num_cpus=settings["num_cpus"],
+        start_timeout_s=settings["start_timeout_s"],
+    )
+    gpus = sorted({(info["node_ip"], gpu) for info in infos for gpu in info["ray_gpu_ids"]})
+    print(
+        f"fspo: {len(handles)} colocated verifier server(s) of {settings['name']} on {len(gpus)} Ray GPU(s) "
+        f"of {len({info['node_ip'] for info in infos})} node(s), devices {sorted({info['device'] for info in infos})}",
+        flush=True,
+    )
+    return handles
 
 
 class FSPOTrainer(PPOTrainerSync):
@@ -83,6 +121,9 @@ class FSPOTrainer(PPOTrainerSync):
     unchanged; then each token that the verifier labelled takes its label's sign
     (:func:`fspo.advantage.apply_step_labels`). Labels travel from the reward manager
     (:mod:`fspo.reward`) to here as a run-length string in each sample's ``reward_extra_info``.
+
+    With ``fspo.verifier.placement: colocated`` it also starts the verifier servers, one in each GPU
+    bundle of verl's actor pool, once verl has placed its own workers (:meth:`_setup`).
 
     ``fspo.dump_dir`` (default off) saves, for every step, the tensors the actor is updated with:
     advantages before and after the flip, the labels and the response mask (``step_<N>.pt``).
@@ -96,6 +137,10 @@ class FSPOTrainer(PPOTrainerSync):
         dump_dir = block.get("dump_dir")
         self.fspo_dump_dir: Optional[Path] = Path(dump_dir) if dump_dir else None
         self._fspo_step_record: Optional[dict[str, torch.Tensor]] = None
+
+    def _setup(self):
+        super()._setup()
+        self.fspo_verifier_servers = start_verifier_servers(self.config, self.resource_pool_manager)
 
     def _compute_advantage(self, batch, metrics: dict):
         batch = super()._compute_advantage(batch, metrics=metrics)

@@ -93,6 +93,7 @@ FSPO_GPU_OVERRIDES=(
     fspo.enable=true
     fspo.flip=true
     fspo.verifier.name=hhem
+    fspo.verifier.placement=colocated                           # one HHEM per GPU, in verl's GPU bundles (what `auto` picks on GPUs)
     trainer.total_epochs="${TOTAL_EPOCHS:-3}"                    # GUESS
     trainer.val_before_train=true
 )

@@ -55,11 +55,16 @@ def printed_config(process: subprocess.CompletedProcess) -> dict:
 
 
 @pytest.fixture(scope="module")
-def dry_runs() -> dict[str, dict]:
-    """Every recipe's printed config, run two at a time."""
+def dry_run_processes() -> dict[str, subprocess.CompletedProcess]:
+    """Every recipe's dry run, two at a time."""
     with ThreadPoolExecutor(max_workers=2) as pool:
-        processes = dict(zip(ALL_RECIPES, pool.map(run_recipe, ALL_RECIPES)))
-    return {name: printed_config(process) for name, process in processes.items()}
+        return dict(zip(ALL_RECIPES, pool.map(run_recipe, ALL_RECIPES)))
+
+
+@pytest.fixture(scope="module")
+def dry_runs(dry_run_processes) -> dict[str, dict]:
+    """Every recipe's printed config."""
+    return {name: printed_config(process) for name, process in dry_run_processes.items()}
 
 
 def test_recipe_files_exist_and_are_executable():
@@ -86,6 +91,25 @@ def test_gpu_recipe_carries_the_paper_settings(dry_runs, name):
     assert config["data"]["train_files"] == ["data/hotpotqa/train.parquet", "data/simplerl_math/train.parquet"]
     assert config["fspo"]["verifier"]["name"] == "hhem"
     assert actor_rollout_ref["model"]["path"] == "/nonexistent/model"
+
+
+@pytest.mark.parametrize("name", [n for n in GPU_RECIPES if n != "run_ablation_grpo.sh"])
+def test_gpu_recipe_verifies_on_the_gpus_verl_accounts_for(dry_run_processes, dry_runs, name):
+    """Startup says where the verifier runs: HHEM colocated with the actor, one copy per GPU."""
+    assert dry_runs[name]["fspo"]["verifier"]["placement"] == "colocated"
+    lines = [line for line in dry_run_processes[name].stderr.splitlines() if line.startswith("fspo: verifier")]
+    assert lines == [
+        "fspo: verifier hhem on GPU (colocated with the actor: one copy per GPU, 8 per node, 8 in all, each taking "
+        "1/3 of its GPU in Ray's accounting, the share verl keeps for a colocated model)"
+    ]
+    assert "WARNING" not in dry_run_processes[name].stderr
+
+
+def test_a_gpu_recipe_told_to_verify_in_the_reward_workers_warns_loudly():
+    process = run_recipe("run_qwen2.5_7b_instruct.sh", "fspo.verifier.placement=local")
+    assert process.returncode == 0, process.stderr[-2000:]
+    assert "fspo: verifier hhem on CPU (local: a copy in each of the 8 reward workers" in process.stderr
+    assert "fspo: WARNING: fspo.verifier.placement=local runs hhem on the CPU" in process.stderr
 
 
 def test_recipes_differ_where_the_paper_runs_differ(dry_runs):

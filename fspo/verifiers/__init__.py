@@ -16,6 +16,7 @@ import logging
 from collections.abc import Mapping
 
 from fspo.verifiers.base import UNVERIFIABLE, PairPipeline, Verifier
+from fspo.verifiers.placement import PLACEMENTS
 
 __all__ = [
     "DEFAULTS",
@@ -70,7 +71,7 @@ DEFAULTS = {
     "evidence_top_k": None,
     "cache_size": 0,
     "coalesce_ms": 10.0,
-    "placement": "local",
+    "placement": "auto",
     "num_gpus": 1,
     "num_cpus": 1,
     "actor_name": "fspo_verifier",
@@ -143,13 +144,18 @@ def validate_verifier_config(config: Mapping) -> dict:
         raise ValueError(f"fspo.verifier.threshold must be a number in [0, 1], got {threshold!r}")
     if not (isinstance(coalesce_ms, (int, float)) and coalesce_ms >= 0):
         raise ValueError(f"fspo.verifier.coalesce_ms must be a non-negative number, got {coalesce_ms!r}")
-    if settings["placement"] not in ("local", "ray"):
-        raise ValueError(f"fspo.verifier.placement must be 'local' or 'ray', got {settings['placement']!r}")
+    if settings["placement"] not in PLACEMENTS:
+        raise ValueError(
+            f"fspo.verifier.placement must be one of {', '.join(PLACEMENTS)}, got {settings['placement']!r}"
+        )
     if name == "llm_judge":
         if "endpoint" in options:
             options.setdefault("url", options.pop("endpoint"))
         if "url" not in options:
-            raise ValueError("fspo.verifier.name=llm_judge needs fspo.verifier.url (the OpenAI-compatible server)")
+            raise ValueError(
+                "fspo.verifier.name=llm_judge needs fspo.verifier.url (the OpenAI-compatible server), or "
+                "reward.reward_model.enable=true to judge with verl's reward-model servers"
+            )
     if name == "nli" and "model_path" not in options:
         raise ValueError("fspo.verifier.name=nli needs fspo.verifier.model_path (a sequence-classification NLI model)")
     if "max_tokens_per_batch" in options:
@@ -163,15 +169,22 @@ def build_verifier(config: Mapping) -> Verifier:
 
     Args:
         config: ``name`` (one of ``lexical``, ``embedding``, ``hhem``, ``nli``, ``llm_judge``) and that
-            backend's options; ``placement: ray`` runs the verifier in a named Ray actor that requests
-            ``num_gpus`` GPUs. Options set to null take the backend default. ``coalesce_ms``: how long an
-            async ``ascore`` call waits for concurrent calls to merge into one batch.
+            backend's options. ``placement``: ``local``/``auto`` build the model in this process;
+            ``colocated`` returns a client of the servers FSPO's trainer starts on verl's GPUs;
+            ``ray`` runs it in a named Ray actor that requests ``num_gpus`` GPUs (see
+            :mod:`fspo.verifiers.placement`). Options set to null take the backend default.
+            ``coalesce_ms``: how long an async ``ascore`` call waits for concurrent calls to merge
+            into one batch.
 
     Raises:
         ValueError: as :func:`validate_verifier_config`.
     """
     settings = validate_verifier_config(config)
     name, options = settings["name"], settings["options"]
+    if settings["placement"] == "colocated":
+        from fspo.verifiers.ray_actor import ColocatedVerifier
+
+        return ColocatedVerifier(name, threshold=float(settings["threshold"]))
     if settings["placement"] == "ray":
         from fspo.verifiers.ray_actor import RayVerifier
 
