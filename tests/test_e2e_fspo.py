@@ -7,6 +7,8 @@ computed.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -41,16 +43,42 @@ def test_grpo_actor_batch_carries_step_labels(grpo_run):
         assert metrics["fspo/verifier_failures"] == 0
 
 
-def test_reinforce_plus_plus_with_embedding_verifier_carries_step_labels(tiny_reasoner, varied_reward_overrides, tmp_path):
+def test_reinforce_plus_plus_with_colocated_verifier_on_two_logical_gpus(tiny_reasoner, varied_reward_overrides, tmp_path):
+    """The GPU recipes' verifier layout, scaled down: two (logical) GPUs, a model verifier colocated with the actor.
+
+    Checks where the steps were verified (one server per GPU bundle, each holding a GPU Ray assigned it;
+    the reward workers load no model of their own), that the labels reached the actor after
+    REINFORCE++, and that the step's metrics report the verifier's time.
+    """
     overrides = tiny_run_overrides(tiny_reasoner, tmp_path, steps=2) + [
         *varied_reward_overrides,
         "algorithm.adv_estimator=reinforce_plus_plus",
         "trainer.save_freq=-1",
-        # The offline MiniLM embedding verifier (a real model in the reward workers).
+        "trainer.n_gpus_per_node=2",
+        "ray_kwargs.ray_init.num_gpus=2",
+        # 8 rollouts over 2 FSDP workers: 4 sequences each.
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        "reward.num_workers=2",
+        # The offline MiniLM embedding verifier: a real model, placed as the GPU recipes place HHEM.
         "fspo.verifier.name=embedding",
+        "fspo.verifier.placement=colocated",
     ]
     records = launch(overrides, tmp_path / "run.log", tmp_path / "run.jsonl")
     assert [record["step"] for record in records] == [1, 2]
     assert_flip_applied(tmp_path / "dump", [1, 2])
     # The reward varies independently of the labels, so some labelled tokens needed flipping.
     assert any(record["data"]["fspo/flipped_frac"] > 0 for record in records)
+
+    log = (tmp_path / "run.log").read_text()
+    assert "fspo: verifier embedding on CPU (colocated with the actor: one copy per logical GPU, 2 per node" in log
+    servers = re.findall(r"fspo: verifier server embedding ready in pid (\d+) on node \S+: Ray GPU ids \[([^\]]*)\]", log)
+    assert len(servers) == 2, log[-4000:]  # one model copy per GPU bundle...
+    assert len({pid for pid, _ in servers}) == 2 and sorted(gpu for _, gpu in servers) == ["'0'", "'1'"]
+    assert "loaded in reward worker" not in log  # ...and none in the reward workers
+    assert "fspo: 2 colocated verifier server(s) of embedding on 2 Ray GPU(s)" in log
+    for record in records:
+        metrics = record["data"]
+        assert metrics["fspo/verifier_ray_gpu_frac"] == 1.0  # every verified rollout went to a GPU-placed server
+        assert metrics["fspo/verifier_seconds"] > 0
+        assert metrics["fspo/verifier_failures"] == 0
