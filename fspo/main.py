@@ -77,18 +77,25 @@ def validate(config: DictConfig, check_files: bool = True) -> None:
     Resolves every interpolation (the chat-template resolver included, so Ray actors receive plain
     strings), builds each verl config dataclass (a mistyped value fails here, not in a worker),
     runs verl's own ``validate_config`` and checks the ``fspo.verifier`` block. With ``check_files``
-    the model and data paths must exist (see :mod:`fspo.checks`).
+    the model and data paths must exist (see :mod:`fspo.checks`); the data files' contents are checked
+    as ``fspo data check`` does (a source without a scorer, evidence under another key, evidence-less
+    rows under ``fspo.require_evidence``), in the dry run for the files that exist.
     """
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
-    from fspo.checks import check_config, check_dataclasses, check_verifier
+    from fspo.checks import check_config, check_data_files, check_dataclasses, check_verifier
 
     auto_set_device(config)
     OmegaConf.resolve(config)
     if check_files:
         check_config(config)
+    else:
+        # The dry run: data is often built later, but a file that is already there is checked.
+        for key in ("data.train_files", "data.val_files"):
+            if OmegaConf.select(config, key):
+                check_data_files(key, OmegaConf.select(config, key), config, only_existing=True)
     check_dataclasses(config)
     check_verifier(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
