@@ -93,6 +93,11 @@ def test_token_counts_with_a_tokenizer(files, qwen_tokenizer):
     assert report.prompt_tokens == [expected] * 3
     assert report.evidence_tokens == [len(qwen_tokenizer(KNOWLEDGE, add_special_tokens=False)["input_ids"])] * 3
     assert report.prompts_over_limit == 3 and "every prompt is longer than 10 tokens" in report.problems[0]
+    # Without a format, the tokenizer's own template renders the messages (wrapping the text in ChatML).
+    own = scan_file(files["released"], "knowledge", tokenizer=qwen_tokenizer).prompt_tokens
+    wrapped = qwen_tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True,
+                                                 tokenize=False)
+    assert own == [len(qwen_tokenizer(wrapped, add_special_tokens=False)["input_ids"])] * 3 and own[0] > expected
     assert main([str(files["released"]), "--evidence-key", "knowledge", "--tokenizer", str(qwen_tokenizer_dir()),
                  "--prompt-format", "passthrough"]) == 0
 

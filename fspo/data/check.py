@@ -208,14 +208,13 @@ def scan_file(
 
 def _prompt_length(messages, tokenizer, prompt_format: str | None) -> int:
     """Tokens of the rendered prompt, counted as verl's overlong-prompt filter counts them."""
-    from fspo.data.templates import chat_template
+    from fspo.data.templates import count_prompt_tokens
 
-    template = chat_template(prompt_format) if prompt_format else None
-    ids = tokenizer.apply_chat_template([dict(m) for m in messages], chat_template=template,
-                                        add_generation_prompt=True, tokenize=True)
-    if isinstance(ids, dict) or hasattr(ids, "keys"):  # transformers 5 may return a BatchEncoding
-        ids = ids["input_ids"]
-    return len(ids)
+    messages = [dict(m) for m in messages]
+    if prompt_format:
+        return count_prompt_tokens(messages, prompt_format, tokenizer)
+    return len(tokenizer(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False),
+                         add_special_tokens=False)["input_ids"])
 
 
 def _summary(values: list[int]) -> str:
