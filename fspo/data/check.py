@@ -223,14 +223,19 @@ def _summary(values: list[int]) -> str:
     return f"min {min(values)} / median {int(statistics.median(values))} / max {max(values)}"
 
 
+def _scorer_label(scorer: str | None) -> str:
+    """``fspo:hotpotqa`` -> ``fspo's hotpotqa``; ``verl`` -> ``verl's``; None -> ``NONE``."""
+    if scorer is None:
+        return "NONE"
+    return f"fspo's {scorer.split(':', 1)[1]}" if scorer.startswith("fspo:") else "verl's"
+
+
 def format_report(report: FileReport) -> str:
     """The report as the lines ``fspo data check`` prints."""
     verdict = "can train" if report.can_train else "CANNOT TRAIN"
     lines = [f"{report.path}: {report.rows} rows, {verdict}"]
     for source, count in sorted(report.sources.items(), key=lambda item: -item[1]):
-        scorer = report.scorers.get(source)
-        lines.append(f"  data_source {source!r}: {count} rows, scorer "
-                     + ({None: "NONE"}.get(scorer) or scorer.replace("fspo:", "fspo's ").replace("verl", "verl's")))
+        lines.append(f"  data_source {source!r}: {count} rows, scorer {_scorer_label(report.scorers.get(source))}")
     where = []
     if report.evidence_in_extra_info:
         where.append(f"{report.evidence_in_extra_info} in extra_info")
