@@ -10,10 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from omegaconf import DictConfig, ListConfig
-
-REQUIRED_DATA_COLUMNS = ("prompt", "data_source", "reward_model")
-
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 class ConfigError(ValueError):
     """A config value that cannot work, with what to change."""
@@ -48,25 +45,39 @@ def check_model_path(path: str) -> None:
         )
 
 
-def check_data_files(key: str, files) -> None:
-    import pyarrow.parquet as pq
+def uses_fspo_scorer(config: DictConfig) -> bool:
+    """Whether rewards come from :func:`fspo.scores.compute_score` (the default), whose sources can be checked."""
+    function = OmegaConf.select(config, "reward.custom_reward_function") or {}
+    path, name = function.get("path"), function.get("name") or "compute_score"
+    return path is None or (str(path) in ("pkg://fspo.scores", "fspo.scores") and name == "compute_score")
+
+
+def check_data_files(key: str, files, config: DictConfig | None = None, only_existing: bool = False) -> None:
+    """Raise for the first file of ``key`` that cannot train, as ``fspo data check`` reports it.
+
+    With ``config`` the file is read as that run would: its ``fspo.evidence_key`` and
+    ``fspo.require_evidence``, and a scorer for each data_source unless a custom reward function scores.
+    ``only_existing`` skips files that are not there yet (the dry run).
+    """
+    from fspo.data.check import scan_file
 
     paths = _as_list(files)
     if not paths:
         raise ConfigError(f"{key} is empty: give one or more parquet files (see `fspo data --help`)")
+    block = (config.get("fspo") if config is not None else None) or {}
+    fspo_on = bool(block.get("enable", True))
     for path in paths:
-        if not Path(os.path.expanduser(path)).exists():
-            raise ConfigError(f"{key}: {path} does not exist (build it with `fspo data ...`)")
-        try:
-            columns = set(pq.read_schema(os.path.expanduser(path)).names)
-        except Exception as error:  # noqa: BLE001 - any unreadable file gets the same message
-            raise ConfigError(f"{key}: {path} is not a readable parquet file ({error})") from error
-        missing = [c for c in REQUIRED_DATA_COLUMNS if c not in columns]
-        if missing:
-            raise ConfigError(
-                f"{key}: {path} lacks the column(s) {missing} that verl reads (it has {sorted(columns)}); "
-                "write it with `fspo data ...` or add them in verl's RL format"
-            )
+        if only_existing and not Path(os.path.expanduser(path)).exists():
+            continue
+        report = scan_file(
+            path,
+            str(block.get("evidence_key", "evidence")),
+            check_scorers=config is None or uses_fspo_scorer(config),
+            check_evidence=fspo_on,
+            require_evidence=fspo_on and bool(block.get("require_evidence", False)),
+        )
+        if report.problems:
+            raise ConfigError(f"{key}: {path} " + "; ".join(report.problems) + " (`fspo data check` reports the file)")
 
 
 def check_cpu_settings(config: DictConfig) -> None:
@@ -98,9 +109,9 @@ def check_cpu_settings(config: DictConfig) -> None:
 def check_config(config: DictConfig) -> None:
     """Raise :class:`ConfigError` for the first class of problem found."""
     check_model_path(config.actor_rollout_ref.model.path)
-    check_data_files("data.train_files", config.data.train_files)
+    check_data_files("data.train_files", config.data.train_files, config)
     if config.data.get("val_files"):
-        check_data_files("data.val_files", config.data.val_files)
+        check_data_files("data.val_files", config.data.val_files, config)
     if config.trainer.device == "cpu":
         check_cpu_settings(config)
 

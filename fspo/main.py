@@ -80,20 +80,27 @@ def validate(config: DictConfig, check_files: bool = True) -> None:
     Resolves every interpolation (the chat-template resolver included, so Ray actors receive plain
     strings), builds each verl config dataclass (a mistyped value fails here, not in a worker),
     runs verl's own ``validate_config``, checks the ``fspo.verifier`` block, resolves where the
-    verifier runs (:mod:`fspo.verifiers.placement`) and prints it as one ``fspo: verifier ...`` line. With ``check_files``
-    the model and data paths must exist (see :mod:`fspo.checks`).
+    verifier runs (:mod:`fspo.verifiers.placement`) and prints it as one ``fspo: verifier ...`` line.
+    With ``check_files`` the model and data paths must exist (see :mod:`fspo.checks`); the data files'
+    contents are checked as ``fspo data check`` does (a source without a scorer, evidence under another
+    key, evidence-less rows under ``fspo.require_evidence``), in the dry run for the files that exist.
     """
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
-    from fspo.checks import ConfigError, check_config, check_dataclasses, check_verifier
+    from fspo.checks import ConfigError, check_config, check_data_files, check_dataclasses, check_verifier
     from fspo.verifiers.placement import resolve_verifier_placement
 
     auto_set_device(config)
     OmegaConf.resolve(config)
     if check_files:
         check_config(config)
+    else:
+        # The dry run: data is often built later, but a file that is already there is checked.
+        for key in ("data.train_files", "data.val_files"):
+            if OmegaConf.select(config, key):
+                check_data_files(key, OmegaConf.select(config, key), config, only_existing=True)
     check_dataclasses(config)
     try:
         line, warnings = resolve_verifier_placement(config)

@@ -105,6 +105,15 @@ def evidence_text(extra_info: Any, key: str = "evidence") -> str:
     return ""
 
 
+def row_evidence(row: Mapping, key: str = "evidence") -> str:
+    """A row's evidence: ``extra_info[key]``, else its top-level column ``key`` ("" when neither has any).
+
+    The column is where the paper's released parquet files keep it (``knowledge``); verl's dataset
+    hands every column of a row to the reward manager.
+    """
+    return evidence_text(row.get("extra_info"), key) or evidence_text(row, key)
+
+
 def verdicts_from_scores(scores: Sequence[float], threshold: float) -> list[int]:
     """Support probabilities -> step labels: >= threshold -> +1, below -> -1, NaN -> 0."""
     return [0 if (s is None or math.isnan(s)) else (1 if s >= threshold else -1) for s in scores]
@@ -208,21 +217,22 @@ class FSPORewardManager(RewardManagerBase):
         stats["fspo_outcome_score"] = score
         labels = [0] * valid_length
         if self.settings.enable:
-            labels = await self._label(valid_ids, text, extra_info, data_source, stats)
+            evidence = row_evidence(item.non_tensor_batch, self.settings.evidence_key)
+            labels = await self._label(valid_ids, text, extra_info, data_source, stats, evidence)
         reward = score + stats["fspo_step_reward"]
         info = {**outcome_info, **stats, LABELS_KEY: encode_labels(labels)}
         return {"reward_score": reward, "reward_extra_info": info}
 
-    async def _label(self, ids: list[int], text: str, extra_info, data_source, stats: dict) -> list[int]:
+    async def _label(self, ids: list[int], text: str, extra_info, data_source, stats: dict, evidence: str) -> list[int]:
         settings = self.settings
-        evidence = evidence_text(extra_info, settings.evidence_key)
         if not evidence:
             if settings.require_evidence:
                 row = extra_info.get("index") if isinstance(extra_info, Mapping) else None
                 split = extra_info.get("split") if isinstance(extra_info, Mapping) else None
                 raise MissingEvidenceError(
                     f"fspo.require_evidence=true but the row index={row} split={split} data_source={data_source} "
-                    f"has no extra_info.{settings.evidence_key}; add evidence to that row or set "
+                    f"has no evidence (extra_info.{settings.evidence_key} or a column {settings.evidence_key}); add evidence "
+                    "to that row or set "
                     "fspo.require_evidence=false (evidence-less rows then train as plain GRPO)"
                 )
             return [0] * len(ids)

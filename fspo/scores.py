@@ -28,15 +28,22 @@ Rules per source:
   Chinese text is compared character by character.
 - ``truthfulqa_mc1``, ``truthfulqa_mc2``, ``halluqa_mc``: the chosen option letter is (one of) the gold
   letter(s).
+
+Names: the ones above in any case, and the released FSPO files' ``HotpotQA``, ``2WikiMultiHopQA``,
+``HaluEval``, ``GSM8K``, ``MATH`` (:data:`RELEASED_SOURCES`). Any other name goes to verl's
+``default_compute_score`` (``openai/gsm8k``, ``lighteval/MATH``, ``HuggingFaceH4/MATH-500``...), whose
+result is reported under the same keys; a name neither knows raises :class:`UnknownDataSourceError`.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 import string
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 METRIC_KEYS = ("score", "acc", "em", "f1", "format_ok")
 
@@ -261,8 +268,65 @@ SCORERS: dict[str, Callable[[str, object, dict | None], dict]] = {
 }
 
 
+# The data_source names of the paper's released parquet files (github nusnlp/FSPO, data/), each with
+# the project's scorer for that task.
+RELEASED_SOURCES = {
+    "HotpotQA": "hotpotqa",
+    "2WikiMultiHopQA": "2wikimultihopqa",
+    "HaluEval": "halueval_qa",
+    "GSM8K": "gsm8k",
+    "MATH": "math500",
+}
+_OWN_NAMES = {**{name: name for name in SCORERS}, **RELEASED_SOURCES}
+_OWN_NAMES_FOLDED = {name.casefold(): scorer for name, scorer in _OWN_NAMES.items()}
+
+
+def own_scorer_name(data_source, exact: bool = False) -> str | None:
+    """The project's scorer for `data_source` (its own names and the released files'), or None.
+
+    With ``exact`` only the names as written match; otherwise case is ignored too.
+    """
+    if not isinstance(data_source, str):
+        return None
+    if data_source in _OWN_NAMES:
+        return _OWN_NAMES[data_source]
+    return None if exact else _OWN_NAMES_FOLDED.get(data_source.casefold())
+
+
+def known_sources() -> list[str]:
+    """The project's names and the released files' (one spelling each; verl's come on top)."""
+    released = [name for name in RELEASED_SOURCES if name.casefold() not in SCORERS]
+    return sorted([*SCORERS, *released], key=str.casefold)
+
+
+class UnknownDataSourceError(ValueError):
+    """A data_source that neither the project nor verl's ``default_compute_score`` scores."""
+
+
+def unknown_source_message(data_source) -> str:
+    return (
+        f"no scorer for data_source {data_source!r}; known: {', '.join(known_sources())} (any case), and the "
+        "names verl's default_compute_score takes (openai/gsm8k, lighteval/MATH, HuggingFaceH4/MATH-500, ...); "
+        "rename the source or set reward.custom_reward_function"
+    )
+
+
+def _verl_metrics(result) -> dict:
+    """verl's score (a number, or a dict with ``score`` and maybe ``acc``) as the keys every source reports.
+
+    verl's scorers do not say whether an answer was found, so ``format_ok`` is NaN (not measured).
+    """
+    score = float(result["score"] if isinstance(result, Mapping) else result)
+    acc = float(result["acc"]) if isinstance(result, Mapping) and "acc" in result else float(score > 0)
+    return _metrics(acc=acc, em=acc, f1=acc, score=score, format_ok=math.nan)
+
+
 def compute_score(data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None) -> dict:
     """Score one response (verl's custom-reward signature); see the module docstring for the rules.
+
+    Which scorer: the project's for its own names and the released FSPO files' names as written
+    (``HotpotQA``, ``MATH``...); else verl's ``default_compute_score`` for the names it takes
+    (``openai/gsm8k``, ``lighteval/MATH``, its ``math``...); else the project's for its names in any case.
 
     Args:
         data_source: the row's ``data_source``.
@@ -272,11 +336,56 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
 
     Returns:
         ``{"score", "acc", "em", "f1", "format_ok"}`` as floats.
+
+    Raises:
+        UnknownDataSourceError: when no scorer takes `data_source`.
     """
-    scorer = SCORERS.get(data_source)
-    if scorer is None:
-        raise ValueError(f"no scorer for data_source {data_source!r}; known: {', '.join(sorted(SCORERS))}")
+    name = own_scorer_name(data_source, exact=True)
+    if name is None:
+        if not isinstance(data_source, str):
+            raise UnknownDataSourceError(unknown_source_message(data_source))
+        from verl.utils.reward_score import default_compute_score
+
+        try:
+            return _verl_metrics(default_compute_score(data_source, solution_str, ground_truth, extra_info))
+        except NotImplementedError:
+            name = own_scorer_name(data_source)
+            if name is None:
+                raise UnknownDataSourceError(unknown_source_message(data_source)) from None
     answer = extract_answer(solution_str)
     if answer is None:
         return _metrics(0.0, 0.0, 0.0, 0.0, format_ok=False)
-    return scorer(answer, ground_truth, extra_info)
+    return SCORERS[name](answer, ground_truth, extra_info)
+
+
+def scorer_of(data_source) -> str | None:
+    """Which scorer :func:`compute_score` would use: ``"fspo:<name>"``, ``"verl"``, or None (an error).
+
+    Asks verl by scoring an empty response (its dispatch raises ``NotImplementedError`` for a name it
+    does not take); a verl scorer that cannot even import counts as none.
+    """
+    name = own_scorer_name(data_source, exact=True)
+    if name is not None:
+        return f"fspo:{name}"
+    if isinstance(data_source, str) and _verl_scores(data_source):
+        return "verl"
+    name = own_scorer_name(data_source)
+    return f"fspo:{name}" if name is not None else None
+
+
+@functools.lru_cache(maxsize=256)
+def _verl_scores(data_source: str) -> bool:
+    import contextlib
+    import io
+
+    from verl.utils.reward_score import default_compute_score
+
+    # Some of verl's scorers print (and print tracebacks) on an empty response: keep the probe quiet.
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            default_compute_score(data_source, "", "")
+        except (NotImplementedError, ImportError):
+            return False
+        except Exception:  # noqa: BLE001 - it dispatched; the empty input is what failed
+            return True
+    return True

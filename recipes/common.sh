@@ -17,7 +17,7 @@
 #   LOGGER            trainer.logger list                        [[console]]  e.g. [console,wandb]
 #   TOTAL_EPOCHS      trainer.total_epochs                       [3]
 #   SAVE_FREQ / TEST_FREQ   trainer.save_freq / test_freq        [50 / 25]
-#   PYTHON            interpreter running fspo.main              [python]
+#   PYTHON            interpreter running fspo.main              [.venv/bin/python if set up, else python]
 #   RAY_ADDRESS       an existing Ray cluster to join (ray.init reads it); unset = start a local one
 #   FSPO_DRY_RUN=1    resolve, validate and print the config, start nothing (read by fspo.main)
 
@@ -31,10 +31,14 @@ PROJECT=${PROJECT:-fspo}
 LOGGER=${LOGGER:-"[console]"}
 SAVE_FREQ=${SAVE_FREQ:-50}
 TEST_FREQ=${TEST_FREQ:-25}
-PYTHON=${PYTHON:-python}
 
 # Run from the repository root so that the relative data/ and checkpoints/ defaults resolve.
 FSPO_REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The environment scripts/setup.sh made, without activating it; PYTHON=... picks another.
+if [[ -z "${PYTHON:-}" && -x "$FSPO_REPO_ROOT/.venv/bin/python" ]]; then
+    PYTHON="$FSPO_REPO_ROOT/.venv/bin/python"
+fi
+PYTHON=${PYTHON:-python}
 
 # fspo_launch OVERRIDE... : run fspo.main with the shared overrides, then the given ones.
 # Needs MODEL_PATH and EXPERIMENT set (each recipe sets a default).

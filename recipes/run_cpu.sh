@@ -4,8 +4,13 @@
 # and synthetic data of `fspo quickstart`, or `fspo data synthetic --size 64`:
 #   MODEL_PATH=/path/to/tiny TRAIN_FILES=data/synthetic/train.parquet VAL_FILES=data/synthetic/test.parquet \
 #     recipes/run_cpu.sh trainer.total_training_steps=2
+# MODEL_PATH defaults to the SmolLM2-135M-Instruct that `fspo quickstart` converted, when it is there.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-: "${MODEL_PATH:?set MODEL_PATH to a small local Hugging Face model directory}"
+quickstart_model="${FSPO_CACHE:-$HOME/.cache/fspo}/SmolLM2-135M-Instruct"
+if [[ -z "${MODEL_PATH:-}" && -f "$quickstart_model/config.json" ]]; then
+    MODEL_PATH="$quickstart_model"
+fi
+: "${MODEL_PATH:?set MODEL_PATH to a small local Hugging Face model directory (or run fspo quickstart once: its SmolLM2 becomes the default)}"
 # FSDP workers (gloo); the GPU default of 8 does not apply, so read CPU_WORKERS instead
 N_GPUS_PER_NODE=${CPU_WORKERS:-1}
 NNODES=1

@@ -7,7 +7,7 @@
 # latest_checkpointed_iteration.txt). STEP defaults to the latest checkpointed step. The merged model
 # goes to RUN_DIR/global_step_N/merged unless --target-dir is given. The last line printed is the
 # merged directory, so `model=$(scripts/merge_checkpoint.sh RUN_DIR | tail -1)` works.
-# Environment: PYTHON (interpreter with verl and transformers) [python].
+# Environment: PYTHON (interpreter with verl and transformers) [.venv/bin/python if set up, else python].
 set -euo pipefail
 
 usage() {
@@ -20,6 +20,8 @@ fail() {
     exit 1
 }
 
+venv_python="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/bin/python"
+if [[ -z "${PYTHON:-}" && -x "$venv_python" ]]; then PYTHON="$venv_python"; fi
 PYTHON=${PYTHON:-python}
 target_dir=""
 trust_remote_code=()

@@ -69,3 +69,14 @@ def varied_reward_overrides() -> list[str]:
     # negative advantage), leaving the flip nothing to do.
     return [f"reward.custom_reward_function.path={path}", "reward.custom_reward_function.name=compute_score",
             "fspo.step_reward_weight=0.0"]
+
+
+@pytest.fixture(scope="session")
+def released_schema():
+    """tests/released_schema.py: rows in the paper's released parquet schema (loaded by path: tests is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("released_schema", Path(__file__).parent / "released_schema.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -95,7 +95,7 @@ def test_resolver_fills_the_verl_key():
 
 
 def test_unknown_format():
-    with pytest.raises(ValueError, match="qwen-base, qwen-instruct, llama-instruct, chatml-think"):
+    with pytest.raises(ValueError, match="qwen-base, qwen-instruct, llama-instruct, chatml-think, passthrough"):
         chat_template("chatml")
 
 
@@ -143,3 +143,53 @@ def test_verl_dataset_and_rollout_prompt_use_the_custom_template(tmp_path):
     text = model_config.tokenizer.decode(prompt_ids)
     assert text == render_prompt(rows[0]["prompt"], "qwen-base")
     assert text.endswith("\nAssistant: <think>") and "<|im_start|>" not in text
+
+
+# A released FSPO row (github nusnlp/FSPO, data/hotpot/qwen-instruct-2k): the transcript rendered to
+# text, special tokens included, in one user message; the evidence in a top-level `knowledge` column.
+RELEASED_PROMPT = (
+    "<|im_start|>system\nYou are a helpful assistant. Think in <think> </think>, answer in <answer> </answer>."
+    "<|im_end|>\n<|im_start|>user\nWhat University did he attend?\n<|im_end|>\n<|im_start|>assistant\n"
+    "Let me solve this step by step.\n<think>"
+)
+
+
+def test_passthrough_renders_the_text_unchanged(tokenizer):
+    messages = [{"role": "user", "content": RELEASED_PROMPT}]
+    assert render_prompt(messages, "passthrough", tokenizer) == RELEASED_PROMPT
+    assert render_prompt(messages, "passthrough") == RELEASED_PROMPT
+    # The model's own template would wrap the transcript in a second one.
+    assert tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) != RELEASED_PROMPT
+
+
+def test_verl_passes_a_released_row_through_unwrapped_with_its_knowledge_column(tmp_path):
+    """HFModelConfig(custom_chat_template=passthrough) -> RLHFDataset -> the agent loop's prompt ids."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from omegaconf import OmegaConf
+    from transformers import Qwen2Config
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+    from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
+    from verl.workers.config import HFModelConfig
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(qwen_tokenizer_files(), model_dir)
+    Qwen2Config(vocab_size=151936, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=1,
+                num_key_value_heads=1, architectures=["Qwen2ForCausalLM"]).save_pretrained(model_dir)
+    row = {"_id": "5abf", "data_source": "HotpotQA", "question": "What University did he attend?",
+           "answer": "University of Wyoming", "knowledge": "Nick Bebout played for the University of Wyoming.",
+           "prompt": [{"content": RELEASED_PROMPT, "role": "user"}], "ability": "factuality",
+           "reward_model": {"ground_truth": "University of Wyoming", "style": "rule"},
+           "extra_info": {"index": 0, "split": "train"}}
+    pq.write_table(pa.Table.from_pylist([row]), tmp_path / "released.parquet")
+
+    model_config = HFModelConfig(path=str(model_dir), custom_chat_template=chat_template("passthrough"))
+    data_config = OmegaConf.create({"max_prompt_length": 1024, "filter_overlong_prompts": True,
+                                    "filter_overlong_prompts_workers": 1, "cache_dir": str(tmp_path / "cache")})
+    item = RLHFDataset(str(tmp_path / "released.parquet"), model_config.tokenizer, data_config)[0]
+    assert item["knowledge"] == row["knowledge"]  # every column reaches the agent loop, then the reward manager
+    builder = create_continuous_token_builder(model_config.tokenizer, hf_model_type="qwen2")
+    prompt_ids = builder.build_initial_tokens(item["raw_prompt"])
+    # The special tokens written in the text become the model's special tokens, as in the released runs.
+    assert prompt_ids == model_config.tokenizer(RELEASED_PROMPT, add_special_tokens=False)["input_ids"]
+    assert model_config.tokenizer.decode(prompt_ids) == RELEASED_PROMPT

@@ -2,7 +2,9 @@
 
 One step of `recipes/run_cpu.sh` on the session's tiny model, `scripts/merge_checkpoint.sh` on its
 checkpoint, then `fspo evaluate` comparing the merged model with the starting one on a few rows of
-two synthetic benchmarks.
+two synthetic benchmarks. The step trains on rows in the schema of the paper's released parquet files
+(tests/released_schema.py): data_source `HotpotQA`, the evidence in a top-level `knowledge` column, the
+prompt already rendered to text in one user message (the passthrough chat template).
 """
 
 from __future__ import annotations
@@ -52,17 +54,35 @@ def _markdown_rows(markdown: str) -> list[list[str]]:
     return [row for row in table if not all(set(cell) <= {"-"} for cell in row)]
 
 
+def released_files(tiny_reasoner, released_schema, out: Path) -> tuple[Path, Path]:
+    """The tiny reasoner's train/val rows in the released files' schema, prompts rendered as it learned them."""
+    from fspo.data.io import read_rows
+    from fspo.data.templates import render_prompt
+
+    def render(messages):
+        return render_prompt([dict(m) for m in messages], "qwen-base")
+
+    return tuple(
+        released_schema.write_released(released_schema.from_fspo_rows(read_rows(tiny_reasoner[split]), render),
+                                       out / f"released_{split}.parquet")
+        for split in ("train", "val")
+    )
+
+
 @pytest.fixture(scope="module")
-def pipeline(tiny_reasoner, tmp_path_factory):
+def pipeline(tiny_reasoner, released_schema, tmp_path_factory):
     out = tmp_path_factory.mktemp("recipe_pipeline")
     run_dir = out / "run"
+    released_train, released_val = released_files(tiny_reasoner, released_schema, out)
     env = _env(
         MODEL_PATH=str(tiny_reasoner["model"]),
-        TRAIN_FILES=str(tiny_reasoner["train"]),
-        VAL_FILES=str(tiny_reasoner["val"]),
+        TRAIN_FILES=str(released_train),
+        VAL_FILES=str(released_val),
         STEPS="1",
         PYTHON=sys.executable,
         EXPERIMENT="recipe_pipeline",
+        LOGGER="[console,file]",
+        VERL_FILE_LOGGER_PATH=str(out / "metrics.jsonl"),
     )
     train = _run(
         [
@@ -76,6 +96,9 @@ def pipeline(tiny_reasoner, tmp_path_factory):
             "data.max_response_length=40",
             # The evaluation below generates on held-out rows; the trainer's own validation would repeat it.
             "trainer.test_freq=-1",
+            # The released files as they are: evidence in the `knowledge` column, prompts already text.
+            "fspo.evidence_key=knowledge",
+            "actor_rollout_ref.model.custom_chat_template=${fspo_chat_template:passthrough}",
         ],
         env, out / "train.log", timeout=1500,
     )
@@ -94,8 +117,9 @@ def pipeline(tiny_reasoner, tmp_path_factory):
         ],
         env, out / "evaluate.log", 900,
     )
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return {"run_dir": run_dir, "merged": merged, "eval_dir": eval_dir, "models": list(models),
-            "benchmarks": list(benchmarks), "train": train, "evaluate": evaluate}
+            "benchmarks": list(benchmarks), "train": train, "evaluate": evaluate, "metrics": metrics}
 
 
 def test_recipe_trains_one_step_and_saves_it(pipeline):
@@ -106,6 +130,18 @@ def test_recipe_trains_one_step_and_saves_it(pipeline):
     # The recipe's KL loss (the paper's 0.001 low_var_kl) ran: it needs the reference model, which
     # verl wraps in FSDP2's CPU offload policy (fspo.cpu.patches makes that work without an accelerator).
     assert re.search(r"actor/kl_loss:[-0-9.e]+", pipeline["train"].stdout + pipeline["train"].stderr)
+
+
+def test_released_schema_rows_train_with_step_labels(pipeline):
+    # Every rollout found its row's evidence in the `knowledge` column (verl carried the column to the
+    # reward manager), the verifier judged its steps, and tokens were labelled.
+    [record] = pipeline["metrics"]
+    metrics = record["data"]
+    assert record["step"] == 1
+    assert metrics["fspo/evidence_rollout_frac"] == 1.0
+    assert metrics["fspo/steps_per_response"] > 0
+    assert metrics["fspo/labelled_frac"] > 0
+    assert metrics["fspo/verifier_failures"] == 0
 
 
 def test_merge_writes_a_hugging_face_model(pipeline):

@@ -163,3 +163,16 @@ def test_evaluation_checks_steps_against_the_evidence_training_uses():
 
     row = {"extra_info": {"evidence": ["Ann was born in Oslo.", "  ", "Oslo is in Norway."]}}
     assert _evidence_text(row) == evidence_text(row["extra_info"]) == "Ann was born in Oslo.\n\nOslo is in Norway."
+    # A released FSPO file keeps it in a top-level column: evaluation finds it where training does.
+    released = {"extra_info": {"index": 0, "split": "test"}, "knowledge": "Ann was born in Oslo."}
+    assert _evidence_text(released, "knowledge") == "Ann was born in Oslo."
+    assert _evidence_text(released) == ""
+
+
+def test_evaluation_accepts_the_released_and_verl_source_names():
+    from fspo.evaluation.pipeline import check_rows, score_record
+
+    row = {"prompt": [{"role": "user", "content": "q"}], "reward_model": {"ground_truth": "18"}}
+    check_rows([{**row, "data_source": "GSM8K"}, {**row, "data_source": "openai/gsm8k"}])
+    assert score_record({**row, "data_source": "GSM8K"}, ["<answer>18</answer>"])["acc"] == 1.0
+    assert score_record({**row, "data_source": "openai/gsm8k"}, ["#### 18"])["acc"] == 1.0

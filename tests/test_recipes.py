@@ -169,11 +169,34 @@ def test_mistyped_key_fails_the_dry_run():
     assert "temprature" in process.stderr
 
 
-def test_cpu_recipe_needs_a_model_path():
-    env = {key: value for key, value in os.environ.items() if key != "MODEL_PATH"}
+def test_cpu_recipe_needs_a_model_path(tmp_path):
+    # An empty cache: no converted SmolLM2 to fall back on.
+    env = {**{key: value for key, value in os.environ.items() if key != "MODEL_PATH"},
+           "FSPO_CACHE": str(tmp_path), "FSPO_DRY_RUN": "1"}
     process = subprocess.run(["bash", str(RECIPES / "run_cpu.sh")], env=env, capture_output=True, text=True)
     assert process.returncode != 0
-    assert "MODEL_PATH" in process.stderr
+    assert "MODEL_PATH" in process.stderr and "fspo quickstart" in process.stderr
+
+
+def test_cpu_recipe_defaults_to_the_quickstarts_smollm2(tmp_path):
+    model = tmp_path / "SmolLM2-135M-Instruct"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    env = {key: value for key, value in os.environ.items() if key != "MODEL_PATH"}
+    process = subprocess.run(["bash", str(RECIPES / "run_cpu.sh")], capture_output=True, text=True, timeout=300,
+                             env={**env, "FSPO_CACHE": str(tmp_path), "FSPO_DRY_RUN": "1", "PYTHON": sys.executable})
+    assert printed_config(process)["actor_rollout_ref"]["model"]["path"] == str(model)
+
+
+@pytest.mark.skipif(not (REPO / ".venv" / "bin" / "python").exists(), reason="no .venv (run scripts/setup.sh)")
+def test_recipes_use_the_projects_venv_without_activating_it():
+    # As the README runs it after scripts/setup.sh: no PYTHON, no venv on PATH.
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHON", "VIRTUAL_ENV")}
+    env.update(PATH="/usr/bin:/bin", FSPO_DRY_RUN="1", MODEL_PATH="/nonexistent/model")
+    process = subprocess.run(["bash", str(RECIPES / "run_qwen2.5_7b_instruct.sh")], env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert f"exec {REPO / '.venv' / 'bin' / 'python'} -m fspo.main" in process.stderr
+    assert printed_config(process)["trainer"]["experiment_name"] == "fspo_qwen2.5_7b_instruct"
 
 
 def run_merge(*args: str) -> subprocess.CompletedProcess:

@@ -126,3 +126,57 @@ def test_embedding_verifier_through_config(qwen_tokenizer):
     reward_manager = manager(qwen_tokenizer, verifier={"name": "embedding"})
     good = score(reward_manager, rollout(qwen_tokenizer, GOOD)[0])["reward_extra_info"]
     assert good["fspo_steps"] == 2 and good["fspo_supported"] == 2
+
+
+def released_rollout(tokenizer, response: str, data_source="HotpotQA", ground_truth="Piobrdell", **columns):
+    """A rollout of a row in the released FSPO files' schema: evidence in a top-level column, extra_info
+    with only index and split (github nusnlp/FSPO, data/hotpot/*/train.parquet)."""
+    from verl import DataProto
+
+    ids = tokenizer(response, add_special_tokens=False)["input_ids"]
+    prompt = tokenizer("Question?", add_special_tokens=False)["input_ids"]
+    data = DataProto.from_single_dict(
+        {
+            "prompts": torch.tensor([prompt]),
+            "responses": torch.tensor([ids]),
+            "attention_mask": torch.ones(1, len(prompt) + len(ids), dtype=torch.long),
+            "data_source": np.array([data_source], dtype=object),
+            "reward_model": np.array([{"ground_truth": ground_truth, "style": "rule"}], dtype=object),
+            "extra_info": np.array([{"index": 3, "split": "train"}], dtype=object),
+            **{name: np.array([value], dtype=object) for name, value in columns.items()},
+        }
+    )
+    return data, len(ids)
+
+
+def test_evidence_in_a_top_level_column_labels_steps(qwen_tokenizer):
+    data, length = released_rollout(qwen_tokenizer, GOOD, knowledge=EVIDENCE)
+    out = score(manager(qwen_tokenizer, evidence_key="knowledge"), data)
+    info = out["reward_extra_info"]
+    assert out["reward_score"] == 1.0  # `HotpotQA` is scored by the project's span scorer
+    assert info["fspo_has_evidence"] == 1 and info["fspo_supported"] == 2 and info["fspo_labelled"] == 1
+    assert set(decode_labels(info["fspo_labels"], length)) == {0, 1}
+    # Under another key the same row has no evidence: no labels (and under require_evidence, an error).
+    other = score(manager(qwen_tokenizer), released_rollout(qwen_tokenizer, GOOD, knowledge=EVIDENCE)[0])
+    assert other["reward_extra_info"]["fspo_has_evidence"] == 0
+    with pytest.raises(MissingEvidenceError, match="index=3 .*a column evidence"):
+        score(manager(qwen_tokenizer, require_evidence=True), released_rollout(qwen_tokenizer, GOOD, knowledge=EVIDENCE)[0])
+
+
+def test_extra_info_evidence_comes_before_the_column(qwen_tokenizer):
+    from fspo.reward import row_evidence
+
+    row = {"extra_info": {"knowledge": " from extra_info "}, "knowledge": "from the column"}
+    assert row_evidence(row, "knowledge") == "from extra_info"
+    assert row_evidence({"extra_info": {"knowledge": ""}, "knowledge": np.str_("col")}, "knowledge") == "col"
+    assert row_evidence({"extra_info": None, "knowledge": None}, "knowledge") == ""
+    assert row_evidence({"knowledge": np.array(["a", "b"], dtype=object)}, "knowledge") == "a\n\nb"
+
+
+def test_a_verl_named_source_reports_the_same_keys(qwen_tokenizer):
+    reward_manager = manager(qwen_tokenizer)
+    ours = score(reward_manager, released_rollout(qwen_tokenizer, GOOD, data_source="GSM8K", ground_truth="7")[0])
+    verls = score(reward_manager, released_rollout(qwen_tokenizer, "So #### 72", data_source="openai/gsm8k",
+                                                   ground_truth="72")[0])
+    assert verls["reward_score"] == 1.0 and ours["reward_score"] == 0.0
+    assert set(ours["reward_extra_info"]) == set(verls["reward_extra_info"])

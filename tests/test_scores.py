@@ -8,11 +8,15 @@ from hypothesis import strategies as st
 
 from fspo.scores import (
     METRIC_KEYS,
+    RELEASED_SOURCES,
     SCORERS,
+    UnknownDataSourceError,
     chosen_letter,
     compute_score,
     extract_answer,
     normalize_answer,
+    own_scorer_name,
+    scorer_of,
     token_f1,
 )
 
@@ -142,3 +146,56 @@ def test_token_f1_is_bounded_and_symmetric_outside_yes_no(a, b):
 def test_token_f1_of_an_answer_with_itself_is_one(text):
     if normalize_answer(text):
         assert token_f1(text, text) == 1.0
+
+
+# The names the paper's released parquet files use (github nusnlp/FSPO, data/), with a response each
+# scorer must accept and one it must reject.
+RELEASED_CASES = [
+    ("HotpotQA", answer("University of Wyoming"), answer("Wyoming State"), "University of Wyoming"),
+    ("2WikiMultiHopQA", answer("Kim Marton"), answer("Paris"), "Kim Marton"),
+    ("HaluEval", answer("Yes"), answer("No"), "Yes"),
+    ("GSM8K", answer("18"), answer("17"), "18"),
+    ("MATH", answer("\\left( 3, \\frac{\\pi}{2} \\right)"), answer("(3, \\pi)"), "\\left( 3, \\frac{\\pi}{2} \\right)"),
+]
+
+
+@pytest.mark.parametrize("data_source, right, wrong, gold", RELEASED_CASES)
+def test_released_file_names_score_with_the_projects_scorers(data_source, right, wrong, gold):
+    assert scorer_of(data_source).startswith("fspo:")
+    # (Lower case is not tried: `math` is verl's own name, scored by verl.)
+    for spelling in (data_source, data_source.upper(), data_source.capitalize()):
+        assert compute_score(spelling, right, gold, {"index": 0, "split": "train"})["acc"] == 1.0
+        assert compute_score(spelling, wrong, gold, {"index": 0, "split": "train"})["acc"] == 0.0
+
+
+# verl's preprocessors' names and answer formats (verl/utils/reward_score), scored by verl.
+VERL_CASES = [
+    ("openai/gsm8k", "Let's think. #### 72", "Let's think. #### 71", "72"),
+    ("lighteval/MATH", "so \\boxed{\\frac{1}{2}}", "so \\boxed{3}", "\\frac{1}{2}"),
+    ("HuggingFaceH4/MATH-500", "so \\boxed{10}", "so \\boxed{11}", "10"),
+    ("math", "Answer: 5", "Answer: 6", "5"),  # verl's own `math` (math_dapo), not the released `MATH`
+]
+
+
+@pytest.mark.parametrize("data_source, right, wrong, gold", VERL_CASES)
+def test_verl_names_fall_back_to_verls_scorer_with_the_same_keys(data_source, right, wrong, gold):
+    assert scorer_of(data_source) == "verl"
+    good, bad = compute_score(data_source, right, gold), compute_score(data_source, wrong, gold)
+    assert list(good) == list(METRIC_KEYS) and list(bad) == list(METRIC_KEYS)
+    assert all(isinstance(value, float) for value in [*good.values(), *bad.values()])
+    assert good["acc"] == 1.0 and good["score"] == 1.0
+    assert bad["acc"] == 0.0 and bad["score"] <= 0.0
+
+
+@pytest.mark.parametrize("data_source", ["squad", "Hotpot", "hiyouga/geometry3k-typo", None])
+def test_a_source_no_scorer_knows_is_none_and_an_error_naming_the_known(data_source):
+    assert scorer_of(data_source) is None
+    with pytest.raises(UnknownDataSourceError, match="known: .*HaluEval.*openai/gsm8k"):
+        compute_score(data_source, answer("x"), "x")
+
+
+@given(st.sampled_from(sorted(SCORERS) + sorted(RELEASED_SOURCES)), st.lists(st.booleans(), min_size=1, max_size=40))
+def test_own_names_match_in_any_case(name, upper):
+    spelling = "".join(c.upper() if u else c.lower() for c, u in zip(name, upper * len(name)))
+    expected = RELEASED_SOURCES.get(name, name)
+    assert own_scorer_name(spelling) == expected

@@ -1,4 +1,5 @@
-"""`fspo data <name> [options]`: build one dataset as verl parquet (`fspo data <name> --help` for options)."""
+"""`fspo data <name> [options]`: build one dataset as verl parquet (`fspo data <name> --help` for options);
+`fspo data check FILE...`: report whether parquet files can train (:mod:`fspo.data.check`)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ DATASETS = {
 
 
 def _usage() -> str:
-    return "usage: fspo data <name> [options]\n\ndatasets: " + ", ".join(DATASETS)
+    return ("usage: fspo data <name> [options]\n       fspo data check FILE... [options]   (what files hold, "
+            "whether they can train)\n\ndatasets: " + ", ".join(DATASETS))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage())
         return 0
     name, rest = argv[0], argv[1:]
+    if name == "check":
+        from fspo.data.check import main as check
+
+        return check(rest)
     if name not in DATASETS:
         print(f"fspo data: unknown dataset {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2

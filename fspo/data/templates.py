@@ -15,11 +15,15 @@ context). The *format* decides how those messages become text:
 - ``chatml-think``: ChatML (SmolLM2, Qwen) whose generation prompt opens the ``<think>`` block, as
   ``qwen-base`` does: a small instruct model that would not start its reasoning on its own writes
   steps from the first token (``fspo quickstart`` trains SmolLM2-135M-Instruct with it).
+- ``passthrough``: the messages' text as it is, nothing added (no roles, no generation prompt), for
+  prompts already rendered to text. The paper's released parquet files hold the whole transcript in
+  one user message (e.g. ending ``Assistant: Let me solve this step by step. <think>``); without this
+  template the model's own would wrap that transcript in a second one.
 """
 
 from __future__ import annotations
 
-PROMPT_FORMATS = ("qwen-base", "qwen-instruct", "llama-instruct", "chatml-think")
+PROMPT_FORMATS = ("qwen-base", "qwen-instruct", "llama-instruct", "chatml-think", "passthrough")
 
 INSTRUCTION = (
     "A conversation between User and Assistant. The User asks a question, and the Assistant answers it. "
@@ -71,11 +75,14 @@ CHATML_THINK_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n<think>' }}{%- endif -%}"
 )
 
+PASSTHROUGH_TEMPLATE = "{%- for message in messages -%}{{ message['content'] }}{%- endfor -%}"
+
 _TEMPLATES = {
     "qwen-base": QWEN_BASE_TEMPLATE,
     "qwen-instruct": QWEN_INSTRUCT_TEMPLATE,
     "llama-instruct": LLAMA_INSTRUCT_TEMPLATE,
     "chatml-think": CHATML_THINK_TEMPLATE,
+    "passthrough": PASSTHROUGH_TEMPLATE,
 }
 
 

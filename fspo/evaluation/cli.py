@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verifier-option", action="append", default=[], metavar="KEY=VALUE",
                         help="a verifier option, as in fspo.verifier.* (repeatable), e.g. model_path=/models/hhem")
     parser.add_argument("--threshold", type=float, default=SUPPORT_THRESHOLD, help="support score threshold")
+    parser.add_argument("--evidence-key", default="evidence",
+                        help="where a row's evidence is: extra_info[KEY] or a column KEY, as fspo.evidence_key "
+                             "(the released FSPO files: knowledge)")
     return parser
 
 
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 model_dir, rows, predictions_path=predictions_dir / f"{model_name}__{bench_name}.jsonl",
                 prompt_format=args.prompt_format, batch_size=args.batch_size, verifier=verifier,
                 threshold=args.threshold, generator=generator, description=f"{model_name} · {bench_name}",
+                evidence_key=args.evidence_key,
             )
             generated = metrics["generated"]
             results.setdefault(model_name, {})[bench_name] = metrics

@@ -1,0 +1,309 @@
+"""``fspo data check FILE…``: what a parquet file holds and whether it can train, before a long job.
+
+For each file: its rows; each ``data_source`` with the scorer it gets (fspo's, verl's, none); the rows
+with evidence (found as training finds it: ``extra_info[evidence_key]``, else the column of that
+name) and its length; the ground-truth types; with ``--tokenizer`` the evidence and prompt lengths in
+tokens. A file that cannot train is named with why, and the command exits 1.
+
+The trainer runs :func:`scan_file` on ``data.train_files`` and ``data.val_files`` before Ray starts
+(:func:`fspo.checks.check_data_files`), so a problem found here is the problem a run would stop on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")
+# Names under which datasets keep evidence: this project's and the released FSPO files'. A file
+# whose evidence sits under one of them while another key is configured would train as plain GRPO.
+EVIDENCE_NAMES = ("evidence", "knowledge")
+# How many row positions a message lists.
+FIRST_ROWS = 5
+
+
+@dataclass
+class FileReport:
+    """What :func:`scan_file` found in one file; ``problems`` empty means it can train."""
+
+    path: str
+    rows: int = 0
+    sources: dict = field(default_factory=dict)  # data_source -> rows
+    scorers: dict = field(default_factory=dict)  # data_source -> "fspo:<name>", "verl" or None
+    evidence_key: str = "evidence"
+    evidence_in_extra_info: int = 0
+    evidence_in_column: int = 0
+    evidence_chars: list = field(default_factory=list)  # per row with evidence
+    evidence_tokens: list | None = None
+    rows_without_evidence: list = field(default_factory=list)  # positions
+    prompt_tokens: list | None = None
+    prompts_over_limit: int = 0
+    ground_truth_types: Counter = field(default_factory=Counter)
+    problems: list = field(default_factory=list)
+
+    @property
+    def evidence_rows(self) -> int:
+        return self.evidence_in_extra_info + self.evidence_in_column
+
+    @property
+    def can_train(self) -> bool:
+        return not self.problems
+
+
+def _first(positions: list[int]) -> str:
+    shown = ", ".join(str(p) for p in positions[:FIRST_ROWS])
+    return shown + (", ..." if len(positions) > FIRST_ROWS else "")
+
+
+def _column(table, name: str) -> list:
+    return table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
+
+
+def _prompt_type_problem(prompt_type) -> str | None:
+    """verl reads ``prompt`` as a list of ``{role, content}`` messages."""
+    import pyarrow as pa
+
+    if pa.types.is_list(prompt_type) or pa.types.is_large_list(prompt_type):
+        item = prompt_type.value_type
+        if pa.types.is_struct(item) and {"role", "content"} <= {item.field(i).name for i in range(item.num_fields)}:
+            return None
+    return (
+        f"column 'prompt' is {prompt_type}, not a list of {{role, content}} chat messages; put a rendered "
+        "prompt in one user message and train with the passthrough template "
+        "(actor_rollout_ref.model.custom_chat_template='${fspo_chat_template:passthrough}')"
+    )
+
+
+def scan_file(
+    path: str | os.PathLike,
+    evidence_key: str = "evidence",
+    *,
+    check_scorers: bool = True,
+    check_evidence: bool = True,
+    require_evidence: bool = False,
+    tokenizer=None,
+    prompt_format: str | None = None,
+    max_prompt_length: int | None = None,
+) -> FileReport:
+    """Read the columns of a parquet file that training uses and report what would go wrong.
+
+    Args:
+        path: A parquet file in verl's RL format.
+        evidence_key: Where a row's evidence is: ``extra_info[evidence_key]``, else the column of that name.
+        check_scorers: Each data_source must have a scorer (off when a custom reward function scores).
+        check_evidence: A file with no evidence under `evidence_key` but text under another usual name
+            (``evidence``, ``knowledge``) is a problem: FSPO would silently become plain GRPO on it.
+        require_evidence: Every row must have evidence (``fspo.require_evidence=true``).
+        tokenizer: With one, evidence and prompt lengths are counted in its tokens.
+        prompt_format: A :mod:`fspo.data.templates` format to render prompts with; None: the tokenizer's own.
+        max_prompt_length: Prompts longer than this many tokens are counted (verl filters or rejects them).
+
+    Returns:
+        A :class:`FileReport`; a file that cannot train has ``problems``.
+    """
+    import pyarrow.parquet as pq
+
+    from fspo.reward import evidence_text, row_evidence
+    from fspo.scores import known_sources, scorer_of
+
+    report = FileReport(path=str(path), evidence_key=evidence_key)
+    local = Path(os.path.expanduser(str(path)))
+    if not local.exists():
+        report.problems.append("does not exist (build it with `fspo data ...`)")
+        return report
+    try:
+        schema = pq.read_schema(local)
+    except Exception as error:  # noqa: BLE001 - any unreadable file gets the same message
+        report.problems.append(f"is not a readable parquet file ({error})")
+        return report
+    missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
+    if missing:
+        report.problems.append(
+            f"lacks the column(s) {missing} that verl reads (it has {sorted(schema.names)}); "
+            "write it with `fspo data ...` or add them in verl's RL format"
+        )
+        return report
+    prompt_problem = _prompt_type_problem(schema.field("prompt").type)
+    if prompt_problem:
+        report.problems.append(prompt_problem)
+
+    wanted = ["data_source", "reward_model", "extra_info", *EVIDENCE_NAMES, evidence_key]
+    if tokenizer is not None and not prompt_problem:
+        wanted.append("prompt")
+    table = pq.read_table(local, columns=sorted({c for c in wanted if c in schema.names}))
+    report.rows = table.num_rows
+
+    sources = _column(table, "data_source")
+    report.sources = dict(Counter(sources))
+    report.scorers = {source: scorer_of(source) for source in report.sources}
+    if check_scorers:
+        for source, scorer in report.scorers.items():
+            if scorer is None:
+                rows = [i for i, s in enumerate(sources) if s == source]
+                report.problems.append(f"data_source {source!r} ({len(rows)} rows, first: {_first(rows)}) has no "
+                                       f"scorer; known: {', '.join(known_sources())} (any case) and verl's names "
+                                       "(openai/gsm8k, lighteval/MATH, HuggingFaceH4/MATH-500, ...)")
+
+    no_truth = []
+    for position, reward_model in enumerate(_column(table, "reward_model")):
+        truth = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
+        report.ground_truth_types[type(truth).__name__ if truth is not None else "missing"] += 1
+        if truth is None:
+            no_truth.append(position)
+    if no_truth:
+        report.problems.append(f"{len(no_truth)} rows have no reward_model.ground_truth (first: {_first(no_truth)})")
+
+    extra_infos, columns = _column(table, "extra_info"), _column(table, evidence_key)
+    evidences = []
+    for position, (extra_info, column) in enumerate(zip(extra_infos, columns)):
+        # The reward manager's own lookup, and where it found the text.
+        text = row_evidence({"extra_info": extra_info, evidence_key: column}, evidence_key)
+        if text and evidence_text(extra_info, evidence_key):
+            report.evidence_in_extra_info += 1
+        elif text:
+            report.evidence_in_column += 1
+        else:
+            report.rows_without_evidence.append(position)
+        if text:
+            evidences.append(text)
+    report.evidence_chars = [len(text) for text in evidences]
+
+    if check_evidence and not evidences and report.rows:
+        for name in EVIDENCE_NAMES:
+            if name == evidence_key:
+                continue
+            found = sum(bool(row_evidence({"extra_info": info, name: column}, name))
+                        for info, column in zip(extra_infos, _column(table, name)))
+            if found:
+                report.problems.append(
+                    f"no row has evidence under '{evidence_key}', but '{name}' holds text in {found} rows: FSPO would "
+                    f"train it as plain GRPO; set fspo.evidence_key={name} (`fspo data check --evidence-key {name}`)"
+                )
+    if require_evidence and report.rows_without_evidence:
+        missing_rows = report.rows_without_evidence
+        report.problems.append(
+            f"fspo.require_evidence=true but {len(missing_rows)} of {report.rows} rows have no evidence under "
+            f"'{evidence_key}' (extra_info or column; rows {_first(missing_rows)}); add it, or set "
+            "fspo.require_evidence=false to train those rows as plain GRPO"
+        )
+
+    if tokenizer is not None:
+        report.evidence_tokens = [len(ids) for ids in tokenizer(evidences, add_special_tokens=False)["input_ids"]] \
+            if evidences else []
+        if not prompt_problem:
+            report.prompt_tokens = [_prompt_length(messages, tokenizer, prompt_format)
+                                    for messages in _column(table, "prompt")]
+            if max_prompt_length is not None:
+                report.prompts_over_limit = sum(n > max_prompt_length for n in report.prompt_tokens)
+                if report.rows and report.prompts_over_limit == report.rows:
+                    report.problems.append(f"every prompt is longer than {max_prompt_length} tokens "
+                                           "(data.max_prompt_length): verl would filter out every row")
+    return report
+
+
+def _prompt_length(messages, tokenizer, prompt_format: str | None) -> int:
+    """Tokens of the rendered prompt, counted as verl's overlong-prompt filter counts them."""
+    from fspo.data.templates import count_prompt_tokens
+
+    messages = [dict(m) for m in messages]
+    if prompt_format:
+        return count_prompt_tokens(messages, prompt_format, tokenizer)
+    return len(tokenizer(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False),
+                         add_special_tokens=False)["input_ids"])
+
+
+def _summary(values: list[int]) -> str:
+    if not values:
+        return "-"
+    return f"min {min(values)} / median {int(statistics.median(values))} / max {max(values)}"
+
+
+def _scorer_label(scorer: str | None) -> str:
+    """``fspo:hotpotqa`` -> ``fspo's hotpotqa``; ``verl`` -> ``verl's``; None -> ``NONE``."""
+    if scorer is None:
+        return "NONE"
+    return f"fspo's {scorer.split(':', 1)[1]}" if scorer.startswith("fspo:") else "verl's"
+
+
+def format_report(report: FileReport) -> str:
+    """The report as the lines ``fspo data check`` prints."""
+    verdict = "can train" if report.can_train else "CANNOT TRAIN"
+    lines = [f"{report.path}: {report.rows} rows, {verdict}"]
+    for source, count in sorted(report.sources.items(), key=lambda item: -item[1]):
+        lines.append(f"  data_source {source!r}: {count} rows, scorer {_scorer_label(report.scorers.get(source))}")
+    where = []
+    if report.evidence_in_extra_info:
+        where.append(f"{report.evidence_in_extra_info} in extra_info")
+    if report.evidence_in_column:
+        where.append(f"{report.evidence_in_column} in the column")
+    lines.append(f"  evidence ('{report.evidence_key}'): {report.evidence_rows}/{report.rows} rows"
+                 + (f" ({', '.join(where)})" if where else "")
+                 + (f"; chars {_summary(report.evidence_chars)}" if report.evidence_chars else ""))
+    if report.evidence_tokens:
+        lines.append(f"  evidence tokens: {_summary(report.evidence_tokens)}")
+    if report.prompt_tokens is not None:
+        lines.append(f"  prompt tokens: {_summary(report.prompt_tokens)}"
+                     + (f"; {report.prompts_over_limit} over the limit" if report.prompts_over_limit else ""))
+    if report.ground_truth_types:
+        lines.append("  ground truth: " + ", ".join(f"{name} {count}" for name, count in report.ground_truth_types.most_common()))
+    lines += [f"  problem: {problem}" for problem in report.problems]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fspo data check",
+        description="Report what parquet files hold and whether they can train (exit 1 when one cannot).",
+    )
+    parser.add_argument("files", nargs="+", help="parquet files in verl's RL format")
+    parser.add_argument("--evidence-key", default="evidence",
+                        help="extra_info key or column holding the evidence, as fspo.evidence_key (released files: knowledge)")
+    parser.add_argument("--require-evidence", action="store_true", help="every row must have evidence (fspo.require_evidence)")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer (model directory or hub id) to count tokens with")
+    parser.add_argument("--prompt-format", default=None,
+                        help="render prompts with this fspo.data.templates format (default: the tokenizer's own)")
+    parser.add_argument("--max-prompt-length", type=int, default=None, help="count prompts longer than this (tokens)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    tokenizer = None
+    if args.prompt_format is not None:
+        from fspo.data.templates import check_prompt_format
+
+        try:
+            check_prompt_format(args.prompt_format)
+        except ValueError as error:
+            print(f"fspo data check: {error}", file=sys.stderr)
+            return 2
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        except Exception as error:  # noqa: BLE001 - any load failure: say which and why
+            print(f"fspo data check: cannot load the tokenizer {args.tokenizer!r}: {error}", file=sys.stderr)
+            return 2
+        if args.prompt_format is None and not tokenizer.chat_template:
+            print(f"fspo data check: the tokenizer {args.tokenizer!r} has no chat template; pass --prompt-format "
+                  "(the one training uses, e.g. passthrough for the released FSPO files)", file=sys.stderr)
+            return 2
+    failed = 0
+    for path in args.files:
+        report = scan_file(path, args.evidence_key, require_evidence=args.require_evidence, tokenizer=tokenizer,
+                           prompt_format=args.prompt_format, max_prompt_length=args.max_prompt_length)
+        print(format_report(report))
+        failed += not report.can_train
+    if failed:
+        print(f"fspo data check: {failed} of {len(args.files)} file(s) cannot train (see 'problem:' above)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
