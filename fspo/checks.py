@@ -76,6 +76,11 @@ def check_cpu_settings(config: DictConfig) -> None:
     problems = []
     if rollout.name != "hf":
         problems.append(f"actor_rollout_ref.rollout.name={rollout.name} needs a GPU; use `hf` on CPU")
+    elif rollout.get("logprobs_mode") not in (None, "processed_logprobs", "raw_logprobs"):
+        problems.append(
+            f"actor_rollout_ref.rollout.logprobs_mode={rollout.logprobs_mode}: the hf rollout reports "
+            "processed_logprobs or raw_logprobs"
+        )
     if actor.strategy != "fsdp2" or actor.fsdp_config.strategy != "fsdp2":
         problems.append("actor_rollout_ref.actor.strategy and .fsdp_config.strategy must be fsdp2 on CPU (FSDP1 needs CUDA)")
     attn = config.actor_rollout_ref.model.get("override_config", {}).get("attn_implementation")
