@@ -49,6 +49,7 @@ class FSPOTaskRunner(_verl_task_runner()):
                 "that its `verl.plugins` entry point is registered."
             )
         trainer_cls = fspo_trainer_class(config.trainer.v1.trainer_mode)
+        print(f"fspo: trainer {trainer_cls.__name__} (trainer.v1.trainer_mode={config.trainer.v1.trainer_mode})")
         config.transfer_queue.enable = True
         OmegaConf.resolve(config)
         self.config = config
