@@ -225,7 +225,9 @@ class FSPORewardManager(RewardManagerBase):
         info = {**outcome_info, **stats, LABELS_KEY: encoded}
         return {"reward_score": reward, "reward_extra_info": info}
 
-    async def _label(self, outputs: list[tuple[list[int], str]], extra_info, data_source, stats: dict) -> list[list[int]]:
+    async def _label(
+        self, outputs: list[tuple[list[int], str]], extra_info, data_source, stats: dict
+    ) -> list[list[int]]:
         """Token labels of each ``(response_ids, text)`` output of one agent run; fills ``stats``."""
         settings = self.settings
         unlabelled = [[0] * len(ids) for ids, _ in outputs]

@@ -157,7 +157,8 @@ def _blocks(text: str) -> list[tuple[int, int]]:
     for line in _LINE.finditer(text):
         if blocks:
             start, end = blocks[-1]
-            if text[end : line.start()] == "\n" and line_break_continues(text[start:end].rsplit("\n", 1)[-1], line.group()):
+            last_line = text[start:end].rsplit("\n", 1)[-1]
+            if text[end : line.start()] == "\n" and line_break_continues(last_line, line.group()):
                 blocks[-1] = (start, line.end())
                 continue
         blocks.append((line.start(), line.end()))

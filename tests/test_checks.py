@@ -79,7 +79,9 @@ def test_the_old_threshold_key_names_the_verifiers():
     import os
 
     env = {**os.environ, "FSPO_DRY_RUN": "1"}
-    result = run_main("actor_rollout_ref.model.path=x/y", "data.train_files=later.parquet", "fspo.threshold=0.3", env=env)
+    result = run_main(
+        "actor_rollout_ref.model.path=x/y", "data.train_files=later.parquet", "fspo.threshold=0.3", env=env
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "fspo.threshold=0.3 is no longer read" in result.stderr and "fspo.verifier.threshold" in result.stderr
 

@@ -187,6 +187,9 @@ open_endings = st.sampled_from([",", ";", " by", " the", " and", " was", " of", 
 terminators = st.sampled_from([".", "!", "?", "…", ".)", '."'])
 
 
+LIST_ITEM = re.compile(r"[ \t]*(?:[-*+•>|]|#{1,6}|\d+[.)]|[A-Za-z][.)]|\(\w{1,4}\))(?=\s|$)")
+
+
 def step_holding(text, position):
     return next((s for s in split_steps(text) if s.start <= position < s.end), None)
 
@@ -244,4 +247,4 @@ def test_no_step_spans_a_blank_line_or_starts_mid_list_item(text):
     for step in split_steps(text):
         assert not re.search(r"\n[ \t]*\n", step.text)
         for line_start in (m.end() for m in re.finditer("\n", text) if step.start < m.end() < step.end):
-            assert not re.match(r"[ \t]*(?:[-*+•>|]|#{1,6}|\d+[.)]|[A-Za-z][.)]|\(\w{1,4}\))(?=\s|$)", text[line_start:])
+            assert not LIST_ITEM.match(text[line_start:])
