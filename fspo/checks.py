@@ -87,6 +87,11 @@ def check_cpu_settings(config: DictConfig) -> None:
     problems = []
     if rollout.name != "hf":
         problems.append(f"actor_rollout_ref.rollout.name={rollout.name} needs a GPU; use `hf` on CPU")
+    elif rollout.get("logprobs_mode") not in (None, "processed_logprobs", "raw_logprobs"):
+        problems.append(
+            f"actor_rollout_ref.rollout.logprobs_mode={rollout.logprobs_mode}: the hf rollout reports "
+            "processed_logprobs or raw_logprobs"
+        )
     if actor.strategy != "fsdp2" or actor.fsdp_config.strategy != "fsdp2":
         problems.append("actor_rollout_ref.actor.strategy and .fsdp_config.strategy must be fsdp2 on CPU (FSDP1 needs CUDA)")
     attn = config.actor_rollout_ref.model.get("override_config", {}).get("attn_implementation")
@@ -135,17 +140,50 @@ def check_dataclasses(config: DictConfig) -> None:
             raise ConfigError(f"{path} does not validate as {node.get('_target_')}: {error}") from error
 
 
+def _threshold_moved(value) -> ConfigError:
+    return ConfigError(
+        f"fspo.threshold={value} is no longer read: the support threshold is fspo.verifier.threshold "
+        "(it belongs to the verifier's calibration); set that instead"
+    )
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """Command-line overrides of keys FSPO no longer has, which Hydra would reject without naming the new key."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+~") == "fspo.threshold":
+            raise _threshold_moved(value)
+
+
 def check_verifier(config: DictConfig) -> None:
     """Check the ``fspo`` block's values and the verifier's name and options without loading a model."""
     block = config.get("fspo")
+    if block is not None and "threshold" in block:
+        raise _threshold_moved(block.get("threshold"))
     if block is None or not block.get("enable", True):
         return
-    threshold = block.get("threshold", 0.5)
-    if not isinstance(threshold, (int, float)) or not 0.0 <= float(threshold) <= 1.0:
-        raise ConfigError(f"fspo.threshold={threshold!r} must be a number in [0, 1]")
     from fspo.verifiers import validate_verifier_config
 
     try:
         validate_verifier_config(block.get("verifier") or {})
     except ValueError as error:
         raise ConfigError(str(error)) from error
+
+
+def check_trainer_mode(config: DictConfig) -> None:
+    """``trainer.v1.trainer_mode`` must be one FSPO builds a trainer for, and one the platform can run.
+
+    ``separate_async`` serves rollouts from a standalone pool of accelerators that receives weights
+    through an NCCL-class checkpoint engine; the CPU backend has neither.
+    """
+    from fspo.trainer import TRAINER_MODES
+
+    v1 = config.trainer.get("v1") or {}
+    mode = v1.get("trainer_mode", "sync")
+    if mode not in TRAINER_MODES:
+        raise ConfigError(f"trainer.v1.trainer_mode={mode} is unknown to FSPO; use one of {', '.join(TRAINER_MODES)}")
+    if config.trainer.get("device") == "cpu" and mode == "separate_async":
+        raise ConfigError(
+            "trainer.v1.trainer_mode=separate_async needs a standalone rollout pool of GPUs and an NCCL-class "
+            "checkpoint engine, which a CPU run has not; use sync or colocate_async on CPU"
+        )

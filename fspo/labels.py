@@ -18,6 +18,9 @@ Alignment rules:
   such as ".\\n\\n" that ends a sentence therefore belongs to that sentence, and a token "\\n\\n" between
   sentences belongs to none. A token that shares non-whitespace characters with several spans (e.g. "。这"
   ending one CJK sentence and starting the next) belongs to the first of them.
+- A whitespace-only token inside a span (the span has non-whitespace characters before it and after it,
+  e.g. the lone " " Qwen emits before digits: " in", " ", "1", "9"...) is part of that step and gets its
+  verdict. Whitespace at a span's edge or between spans gets none.
 - Every other token gets 0.
 
 The usual call is `tokenizer.decode(ids, skip_special_tokens=True)` in the reward function, then
@@ -126,9 +129,16 @@ def labels_from_offsets(
         span = candidate[pending]
         low = np.maximum(token_starts[pending], span_starts[span])
         high = np.minimum(token_ends[pending], span_ends[span])
-        hit = (low < high) & (
-            non_space_before[np.maximum(high, low)] > non_space_before[low]
+        shares_text = (low < high) & (non_space_before[np.maximum(high, low)] > non_space_before[low])
+        # A whitespace-only token with step text on both sides of it, inside the span.
+        start, end = token_starts[pending], token_ends[pending]
+        inside = (
+            (start < end)
+            & (non_space_before[end] == non_space_before[start])
+            & (non_space_before[start] > non_space_before[span_starts[span]])
+            & (non_space_before[span_ends[span]] > non_space_before[end])
         )
+        hit = shares_text | inside
         result[pending[hit]] = span_labels[span[hit]]
         pending = pending[~hit]
         candidate[pending] += 1

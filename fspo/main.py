@@ -20,23 +20,29 @@ from fspo.cpu import cpu_mode_requested
 CUDA_PLATFORM = "nvidia"
 
 
-@ray.remote
-class FSPOTaskRunner:
-    """verl's ``TaskRunnerV1`` with the trainer class fixed to :class:`fspo.trainer.FSPOTrainer`.
+def _verl_task_runner():
+    """verl's ``TaskRunnerV1`` class itself (``main_ppo`` exports it already wrapped as a Ray actor)."""
+    from verl.trainer.main_ppo import TaskRunnerV1
 
-    verl picks its trainer from a registry keyed by ``trainer.v1.trainer_mode`` and compares the
-    mode string ("sync") in several places, so FSPO cannot register itself under a new mode;
-    it keeps mode ``sync`` and builds its trainer here instead.
+    return TaskRunnerV1.__ray_actor_class__
+
+
+@ray.remote
+class FSPOTaskRunner(_verl_task_runner()):
+    """verl's ``TaskRunnerV1`` building the FSPO trainer of the configured ``trainer.v1.trainer_mode``.
+
+    verl picks its trainer from a registry keyed by the mode and compares the mode string in several
+    places, so FSPO cannot register itself under a mode of its own; it builds
+    :func:`fspo.trainer.fspo_trainer_class` of the configured mode here instead. The agent-loop
+    manager is verl's (``init_agent_loop_manager``).
     """
 
     def run(self, config: DictConfig) -> None:
         import transfer_queue as tq
-        from verl.trainer.ppo.v1 import AgentLoopManagerTQ
-        from verl.utils.import_utils import load_class_from_fqn
         from verl.utils.logging_utils import configure_verl_logging
 
         from fspo.cpu.plugin import STATE as cpu_plugin_state
-        from fspo.trainer import FSPOTrainer
+        from fspo.trainer import fspo_trainer_class
 
         configure_verl_logging()
         if config.trainer.device == "cpu" and not cpu_plugin_state["active"]:
@@ -45,29 +51,22 @@ class FSPOTaskRunner:
                 f"(plugin state: {cpu_plugin_state}). Reinstall the project (`pip install -e .`) so "
                 "that its `verl.plugins` entry point is registered."
             )
+        trainer_cls = fspo_trainer_class(config.trainer.v1.trainer_mode)
+        print(f"fspo: trainer {trainer_cls.__name__} (trainer.v1.trainer_mode={config.trainer.v1.trainer_mode})")
         config.transfer_queue.enable = True
         OmegaConf.resolve(config)
+        self.config = config
         tq.init(config.transfer_queue)
-        trainer = None
         succeeded = False
         try:
-            trainer = FSPOTrainer(config=config)
-            trainer.init()
-            manager_fqn = config.actor_rollout_ref.rollout.get("agent", {}).get("agent_loop_manager_class")
-            manager_cls = (
-                load_class_from_fqn(manager_fqn, "AgentLoopManager") if manager_fqn else AgentLoopManagerTQ
-            )
-            agent_loop_manager = manager_cls.create(
-                config=config,
-                llm_client=trainer.get_llm_client(),
-                teacher_client=trainer.get_teacher_client(),
-                reward_loop_worker_handles=trainer.get_reward_handles(),
-            )
-            trainer.fit(agent_loop_manager)
+            self.trainer = trainer_cls(config=config)
+            self.trainer.init()
+            self.init_agent_loop_manager()
+            self.trainer.fit(self.agent_loop_manager)
             succeeded = True
         finally:
             try:
-                tracking = getattr(trainer, "logger", None)
+                tracking = getattr(self.trainer, "logger", None)
                 if tracking is not None:
                     tracking.finish(exit_code=0 if succeeded else 1)
             finally:
@@ -89,7 +88,14 @@ def validate(config: DictConfig, check_files: bool = True) -> None:
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
-    from fspo.checks import ConfigError, check_config, check_data_files, check_dataclasses, check_verifier
+    from fspo.checks import (
+        ConfigError,
+        check_config,
+        check_data_files,
+        check_dataclasses,
+        check_trainer_mode,
+        check_verifier,
+    )
     from fspo.verifiers.placement import resolve_verifier_placement
 
     auto_set_device(config)
@@ -107,6 +113,7 @@ def validate(config: DictConfig, check_files: bool = True) -> None:
     except ValueError as error:
         raise ConfigError(str(error)) from error
     check_verifier(config)
+    check_trainer_mode(config)
     for message in [line, *warnings]:
         if message:
             print(message, file=sys.stderr, flush=True)
@@ -191,10 +198,16 @@ def with_platform_default(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; ``argv`` are Hydra overrides (``key=value``)."""
+    from fspo.checks import ConfigError, check_overrides
     from fspo.data.templates import register_chat_template_resolver
 
     register_chat_template_resolver()  # ${fspo_chat_template:qwen-base} in configs
     args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        check_overrides(args)
+    except ConfigError as error:
+        print(f"fspo: {error}", file=sys.stderr)
+        return 2
     sys.argv = [sys.argv[0], *with_platform_default(args)]
     _hydra_main()
     return 0

@@ -132,7 +132,7 @@ def run_overrides(setup: dict, out: Path, steps: int) -> list[str]:
         # The lexical verifier scores the share of a step's content words found in the evidence:
         # a step naming anything the context does not mention is unsupported.
         "fspo.verifier.name=lexical",
-        "fspo.threshold=1.0",
+        "fspo.verifier.threshold=1.0",
         "fspo.step_reward_weight=0.0",
         f"trainer.total_training_steps={steps}",
         "trainer.val_before_train=true",

@@ -17,6 +17,12 @@ For each finished rollout it
    run-length encoded in ``reward_extra_info["fspo_labels"]``, for :class:`fspo.trainer.FSPOTrainer`
    to apply after the advantage estimator.
 
+An agent run that yields several outputs (turns) reaches the manager as one ``DataProto`` row per
+output; verl scores the last and copies its ``reward_extra_info`` to every output. So each output
+with closed reasoning is labelled on its own tokens, ``fspo_labels`` holds one run-length string per
+output joined by ``OUTPUT_SEPARATOR`` (a single output: no separator), and the step counts cover all
+outputs; the trainer takes each row's own part and counts the numbers once per run.
+
 verl requires the same ``reward_extra_info`` keys for every sample and cannot carry ragged
 lists, so every sample reports every key below, and labels travel as a string.
 """
@@ -42,6 +48,8 @@ from fspo.steps import Step, reasoning_span, reasoning_steps
 logger = logging.getLogger(__name__)
 
 LABELS_KEY = "fspo_labels"
+# Joins the run-length labels of an agent run's outputs ("," and "x" belong to encode_labels).
+OUTPUT_SEPARATOR = ";"
 # Per-sample numbers in reward_extra_info; the trainer aggregates them into fspo/* metrics.
 STAT_KEYS = (
     "fspo_steps",  # reasoning steps found
@@ -64,7 +72,6 @@ class FSPOSettings:
     """The ``fspo:`` config block, as the reward manager reads it."""
 
     enable: bool = True
-    threshold: float = 0.5
     step_reward_weight: float = 0.0
     label_outside_reasoning: int = 0
     skip_non_claims: bool = False
@@ -76,7 +83,6 @@ class FSPOSettings:
         block = dict(block or {})
         return cls(
             enable=bool(block.get("enable", True)),
-            threshold=float(block.get("threshold", 0.5)),
             step_reward_weight=float(block.get("step_reward_weight", 0.0)),
             label_outside_reasoning=int(block.get("label_outside_reasoning", 0)),
             skip_non_claims=bool(block.get("skip_non_claims", False)),
@@ -145,6 +151,35 @@ def step_labels_for_response(
     return labels_from_offsets(offsets, text, spans, labels)
 
 
+def output_response_ids(item) -> list[int]:
+    """The response token ids of one row of the ``DataProto`` verl's agent loop sends (padding cut off).
+
+    verl pads the rows of a multi-output run to a common width and records each output's own length
+    in ``response_len``; without it (a single output) the response's attention mask gives it.
+    """
+    responses = item.batch["responses"]
+    length = item.non_tensor_batch.get("response_len")
+    if length is None:
+        length = int(item.batch["attention_mask"][-responses.shape[-1] :].sum())
+    return responses[: int(length)].tolist()
+
+
+def scorer_extra_info(non_tensor_batch: Mapping) -> dict:
+    """The ``extra_info`` a scorer receives, completed as verl's naive reward manager completes it.
+
+    A copy of the row's ``extra_info`` plus the agent run's ``tool_extra_fields``, ``num_turns``
+    (from ``__num_turns__``) and ``rollout_reward_scores`` (from ``reward_scores``), so a custom
+    scorer written for verl's managers reads the same keys under FSPO.
+    """
+    extra_info = dict(non_tensor_batch.get("extra_info") or {})
+    tool_extra_fields = non_tensor_batch.get("tool_extra_fields")
+    if tool_extra_fields is not None:
+        extra_info.update(tool_extra_fields.items())
+    extra_info["num_turns"] = non_tensor_batch.get("__num_turns__")
+    extra_info["rollout_reward_scores"] = non_tensor_batch.get("reward_scores", {})
+    return extra_info
+
+
 def _load_verifier(verifier_config: Mapping, reward_router_address: Optional[str], reward_model_path: Optional[str]):
     """Build the reward worker's verifier; ``url: reward_router`` becomes verl's reward-model router."""
     import os
@@ -201,30 +236,34 @@ class FSPORewardManager(RewardManagerBase):
         return float(result), {"acc": float(result)}
 
     async def run_single(self, data: DataProto) -> dict:
+        outputs = [output_response_ids(data[i]) for i in range(len(data))]
         item = data[-1:][0]
-        response_ids = item.batch["responses"]
-        valid_length = int(item.batch["attention_mask"][-response_ids.shape[-1] :].sum())
-        valid_ids = response_ids[:valid_length].tolist()
-        extra_info = item.non_tensor_batch.get("extra_info", {}) or {}
+        extra_info = scorer_extra_info(item.non_tensor_batch)
         data_source = item.non_tensor_batch["data_source"]
         ground_truth = item.non_tensor_batch["reward_model"]["ground_truth"]
 
-        text = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: self.tokenizer.decode(valid_ids, skip_special_tokens=True)
+        texts = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in outputs]
         )
-        score, outcome_info = await self._outcome(data_source, text, ground_truth, extra_info)
+        # As verl's managers: the outcome is the last output's (the run's final answer).
+        score, outcome_info = await self._outcome(data_source, texts[-1], ground_truth, extra_info)
         stats = dict.fromkeys(STAT_KEYS, 0.0)
         stats["fspo_outcome_score"] = score
-        labels = [0] * valid_length
+        labels = [[0] * len(ids) for ids in outputs]
         if self.settings.enable:
             evidence = row_evidence(item.non_tensor_batch, self.settings.evidence_key)
-            labels = await self._label(valid_ids, text, extra_info, data_source, stats, evidence)
+            labels = await self._label(list(zip(outputs, texts)), extra_info, data_source, stats, evidence)
         reward = score + stats["fspo_step_reward"]
-        info = {**outcome_info, **stats, LABELS_KEY: encode_labels(labels)}
+        encoded = OUTPUT_SEPARATOR.join(encode_labels(output_labels) for output_labels in labels)
+        info = {**outcome_info, **stats, LABELS_KEY: encoded}
         return {"reward_score": reward, "reward_extra_info": info}
 
-    async def _label(self, ids: list[int], text: str, extra_info, data_source, stats: dict, evidence: str) -> list[int]:
+    async def _label(
+        self, outputs: list[tuple[list[int], str]], extra_info, data_source, stats: dict, evidence: str
+    ) -> list[list[int]]:
+        """Token labels of each ``(response_ids, text)`` output of one agent run; fills ``stats``."""
         settings = self.settings
+        unlabelled = [[0] * len(ids) for ids, _ in outputs]
         if not evidence:
             if settings.require_evidence:
                 row = extra_info.get("index") if isinstance(extra_info, Mapping) else None
@@ -235,29 +274,40 @@ class FSPORewardManager(RewardManagerBase):
                     "to that row or set "
                     "fspo.require_evidence=false (evidence-less rows then train as plain GRPO)"
                 )
-            return [0] * len(ids)
+            return unlabelled
         stats["fspo_has_evidence"] = 1.0
-        steps = reasoning_steps(text, claims_only=settings.skip_non_claims)
-        stats["fspo_steps"] = float(len(steps))
-        if not steps:
-            return [0] * len(ids)
+        steps = [reasoning_steps(text, claims_only=settings.skip_non_claims) for _, text in outputs]
+        stats["fspo_steps"] = float(sum(len(output_steps) for output_steps in steps))
+        pairs = [(evidence, step.text) for output_steps in steps for step in output_steps]
+        if not pairs:
+            return unlabelled
         started = time.perf_counter()
         try:
-            scores = await self.verifier.ascore([(evidence, step.text) for step in steps])
+            scores = await self.verifier.ascore(pairs)
         except Exception as error:  # noqa: BLE001 - a verifier failure must not end the run
             warnings.warn(f"fspo: verifier failed, this rollout gets no step labels: {error!r}", stacklevel=1)
             stats["fspo_verifier_failed"] = 1.0
-            return [0] * len(ids)
+            return unlabelled
         stats["fspo_verifier_seconds"] = time.perf_counter() - started
         stats["fspo_verified"] = 1.0
         stats["fspo_verifier_ray_gpu"] = 1.0 if self.verifier.ray_gpu_assigned else 0.0
-        verdicts = verdicts_from_scores(scores, settings.threshold)
+        verdicts = verdicts_from_scores(scores, self.verifier.threshold)
         stats["fspo_supported"] = float(sum(v > 0 for v in verdicts))
         stats["fspo_unsupported"] = float(sum(v < 0 for v in verdicts))
         stats["fspo_unverifiable"] = float(sum(v == 0 for v in verdicts))
         judged = [v for v in verdicts if v != 0]
         if settings.step_reward_weight and judged:
             stats["fspo_step_reward"] = settings.step_reward_weight * sum(judged) / len(judged)
-        labels = step_labels_for_response(ids, self.tokenizer, text, steps, verdicts, settings.label_outside_reasoning)
-        stats["fspo_labelled"] = 1.0 if any(labels) else 0.0
+        labels, first = [], 0
+        for (ids, text), output_steps in zip(outputs, steps):
+            output_verdicts = verdicts[first : first + len(output_steps)]
+            first += len(output_steps)
+            labels.append(
+                step_labels_for_response(
+                    ids, self.tokenizer, text, output_steps, output_verdicts, settings.label_outside_reasoning
+                )
+                if output_steps
+                else [0] * len(ids)
+            )
+        stats["fspo_labelled"] = 1.0 if any(any(output_labels) for output_labels in labels) else 0.0
         return labels

@@ -6,8 +6,13 @@ character offsets into the string it is given, so a step can be mapped back to t
 
 Splitting rules (`split_steps`), chosen for model-written reasoning rather than edited prose:
 
-- A line break always ends a step: numbered lists, bullets and blank-line paragraphs become separate steps.
-  A list marker ("1.", "2)", "-", "*", "a.") stays inside the step it starts.
+- A line break ends a step, unless it breaks a sentence: a single line break is read as a space when the
+  next line starts with a lowercase letter, or when the line ends inside a sentence (after a comma,
+  semicolon, dash, opening bracket or "&", or after a word such as "by", "the", "and", "was" that cannot
+  end one), so "directed by John Smith\\nwho was born in 1950." is one step. A blank line, a next line
+  that starts a list item or markup ("1.", "2)", "a.", "(i)", "-", "*", "+", "•", "#", ">", "|") and a
+  line that ends a sentence before a capitalised line always end the step: numbered lists, bullets and
+  paragraphs become separate steps. A list marker stays inside the step it starts.
 - Inside a line, a step ends after a run of `.`, `!`, `?` or `…` (plus closing quotes/brackets) that is
   followed by whitespace and then by something that is not a lowercase letter. So "e.g. his", "Wait... maybe",
   '"Yes!" he said' and decimals such as "3.14" (no whitespace after the dot) do not split.
@@ -28,6 +33,10 @@ THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 
 _LINE = re.compile(r"[^\n]+")
+# A line that starts a list item or markup: it always starts a new step.
+_LIST_OR_MARKUP = re.compile(r"[ \t]*(?:[-*+•>|]|#{1,6}|\d+[.)]|[A-Za-z][.)]|\(\w{1,4}\))(?=\s|$)")
+# A line ending in one of these (or in a word of _OPEN_WORDS) stops inside a sentence.
+_OPEN_ENDINGS = frozenset(",;([{-–—/&，、；")
 # A sentence-ending run: Latin terminators followed by closers (then whitespace is required), or CJK
 # terminators followed by closers (no whitespace required).
 _LATIN_END = re.compile(r"(?:[.!?]+|…+)[\"'”’)\]»]*(?=\s)")
@@ -53,6 +62,13 @@ _FILLERS = frozenset((
     "let me check", "let me verify", "let me recall", "let me start", "lets think", "lets see", "lets start",
     "lets check", "let us think", "let me double check", "let me think step by step",
     "lets think step by step", "hold on", "i see", "got it", "ok so", "okay so", "alright so", "wait wait",
+))
+# Words a sentence does not end with: a line ending in one continues on the next line.
+_OPEN_WORDS = frozenset((
+    "a", "an", "the", "of", "by", "and", "or", "nor", "but", "in", "on", "at", "to", "for", "with", "from",
+    "into", "onto", "about", "as", "than", "that", "which", "who", "whom", "whose", "where", "when", "is",
+    "was", "are", "were", "be", "been", "being", "has", "had", "have", "his", "her", "its", "their", "our",
+    "my", "your", "this", "these", "those", "between", "after", "before", "during", "because", "since", "via",
 ))
 # fmt: on
 _CLAIM_MIN_WORD_CHARS = 3
@@ -98,7 +114,8 @@ def reasoning_span(response: str) -> tuple[int, int] | None:
 
 
 def split_steps(text: str) -> list[Step]:
-    """Cut text into steps: lines, then sentences within a line (rules in the module docstring).
+    """Cut text into steps: lines joined where a line break continues a sentence, then sentences
+    (rules in the module docstring).
 
     Args:
         text: Any text.
@@ -108,13 +125,44 @@ def split_steps(text: str) -> list[Step]:
         surrounding whitespace.
     """
     steps: list[Step] = []
-    for line in _LINE.finditer(text):
-        piece_start = line.start()
-        for cut in _sentence_cuts(text, line.start(), line.end()):
+    for block_start, block_end in _blocks(text):
+        piece_start = block_start
+        for cut in _sentence_cuts(text, block_start, block_end):
             _append_stripped(steps, text, piece_start, cut)
             piece_start = cut
-        _append_stripped(steps, text, piece_start, line.end())
+        _append_stripped(steps, text, piece_start, block_end)
     return steps
+
+
+def line_break_continues(line: str, next_line: str) -> bool:
+    """Whether a single line break between ``line`` and ``next_line`` sits inside one sentence.
+
+    True when ``next_line`` starts with a lowercase letter or ``line`` ends inside a sentence, unless
+    ``next_line`` starts a list item or markup or either line is blank.
+    """
+    line, following = line.rstrip(), next_line.lstrip()
+    if not line or not following or _LIST_OR_MARKUP.match(next_line):
+        return False
+    if following[0].islower():
+        return True
+    if line[-1] in _OPEN_ENDINGS:
+        return True
+    last_word = re.search(r"[A-Za-z]+$", line)
+    return last_word is not None and last_word.group().lower() in _OPEN_WORDS
+
+
+def _blocks(text: str) -> list[tuple[int, int]]:
+    """Spans of lines joined by line breaks that continue a sentence."""
+    blocks: list[tuple[int, int]] = []
+    for line in _LINE.finditer(text):
+        if blocks:
+            start, end = blocks[-1]
+            last_line = text[start:end].rsplit("\n", 1)[-1]
+            if text[end : line.start()] == "\n" and line_break_continues(last_line, line.group()):
+                blocks[-1] = (start, line.end())
+                continue
+        blocks.append((line.start(), line.end()))
+    return blocks
 
 
 def reasoning_steps(response: str, claims_only: bool = False) -> list[Step]:
@@ -157,7 +205,7 @@ def is_claim(step_text: str) -> bool:
 
 
 def _sentence_cuts(text: str, line_start: int, line_end: int) -> list[int]:
-    """Offsets inside one line where a sentence ends (the cut is after the terminator and closers)."""
+    """Offsets inside one block of lines where a sentence ends (the cut is after the terminator and closers)."""
     cuts = []
     for match in _LATIN_END.finditer(text, line_start, line_end):
         following = text[match.end() : line_end].lstrip()

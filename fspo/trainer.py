@@ -1,4 +1,9 @@
-"""The FSPO trainer: verl's synchronous V1 PPO trainer plus the step-label advantage flip."""
+"""The FSPO trainer: verl's V1 PPO trainer of any ``trainer.v1.trainer_mode``, plus the step-label advantage flip.
+
+verl 0.9.1 has one V1 trainer class per mode (``sync``, ``colocate_async``, ``separate_async``); all of
+them run the same ``_compute_advantage`` / ``_update_actor`` steps. :class:`FSPOAdvantageMixin` holds
+FSPO's override of those two steps and :func:`fspo_trainer_class` puts it in front of the mode's class.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +16,12 @@ from typing import Any, Optional
 import torch
 import transfer_queue as tq
 from tensordict import TensorDict
-from verl.trainer.ppo.v1 import PPOTrainerSync
+from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
 from verl.workers.utils.padding import response_to_nested
 
 from fspo.advantage import apply_step_labels, flip_stats
 from fspo.labels import decode_labels
-from fspo.reward import LABELS_KEY
+from fspo.reward import LABELS_KEY, OUTPUT_SEPARATOR
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +32,56 @@ def reward_extra_info(extra_field: Any) -> Mapping:
         info = extra_field.get("reward_extra_info", {})
         return info if isinstance(info, Mapping) else {}
     return {}
+
+
+def output_index(key: str) -> Optional[int]:
+    """Which output of its agent run a row is, from its TransferQueue key ``{uid}_{session_id}_{index}``.
+
+    ``None`` when the key has another form (a custom agent-loop manager): the row is then taken to be
+    the run's last output, the one verl scores.
+    """
+    tail = str(key).rsplit("_", 1)
+    return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else None
+
+
+def rows_labels_and_stats(
+    infos: Sequence[Mapping], keys: Sequence[str], padding: Sequence[bool]
+) -> tuple[list[str], list[Mapping], int]:
+    """Each row's own run-length labels, the infos whose FSPO numbers count, and the rows rejected.
+
+    verl copies the reward manager's one ``reward_extra_info`` of an agent run to every output of the
+    run, so the labels string holds one part per output (joined by ``OUTPUT_SEPARATOR``) and a row
+    takes the part of its own output index. The run's numbers are counted once, on its last output.
+    Rows that verl added to pad the batch (tag ``is_padding``, a copy of sample 0's fields) get no
+    labels and count nowhere, as in verl's own metrics. A row whose index has no part is rejected.
+    """
+    texts: list[str] = []
+    counted: list[Mapping] = []
+    rejects = 0
+    for row, (info, key, is_pad) in enumerate(zip(infos, keys, padding)):
+        if is_pad:
+            texts.append("")
+            continue
+        parts = str(info.get(LABELS_KEY, "") or "").split(OUTPUT_SEPARATOR)
+        index = output_index(key)
+        index = len(parts) - 1 if index is None else index
+        if index >= len(parts):
+            rejects += 1
+            logger.warning(
+                "fspo: ignoring the step labels of sample %d: output %d of a run with %d labelled outputs",
+                row, index, len(parts),
+            )
+            texts.append("")
+            continue
+        texts.append(parts[index])
+        if index == len(parts) - 1:
+            counted.append(info)
+    return texts, counted, rejects
+
+
+def dump_file_name(global_step: int, parameter_sync_step: int, local_step: int) -> str:
+    """``step_<N>.pt``, or ``step_<N>_<k>.pt`` for the k-th of ``parameter_sync_step`` actor updates of step N."""
+    return f"step_{global_step}.pt" if parameter_sync_step == 1 else f"step_{global_step}_{local_step}.pt"
 
 
 def labels_tensor(encoded: Sequence[str], lengths: Sequence[int]) -> tuple[torch.Tensor, int]:
@@ -62,6 +117,8 @@ def step_metrics(infos: Sequence[Mapping]) -> dict[str, float]:
     steps = total("fspo_steps")
     verified = total("fspo_verified")
     return {
+        # The rollouts these numbers are over (pad rows and earlier outputs of an agent run excluded).
+        "fspo/rollouts": float(rollouts),
         "fspo/evidence_rollout_frac": with_evidence / rollouts if rollouts else 0.0,
         "fspo/steps_per_response": steps / with_evidence if with_evidence else 0.0,
         "fspo/supported_step_rate": total("fspo_supported") / judged if judged else 0.0,
@@ -114,19 +171,23 @@ def start_verifier_servers(config, resource_pool_manager) -> list:
     return handles
 
 
-class FSPOTrainer(PPOTrainerSync):
-    """``PPOTrainerSync`` whose advantages are reshaped by FSPO's per-token step labels.
+class FSPOAdvantageMixin:
+    """FSPO's override of a V1 PPO trainer: advantages reshaped by per-token step labels.
 
     The advantage estimator (any of verl's: grpo, rloo, reinforce_plus_plus, gae...) runs first,
     unchanged; then each token that the verifier labelled takes its label's sign
     (:func:`fspo.advantage.apply_step_labels`). Labels travel from the reward manager
     (:mod:`fspo.reward`) to here as a run-length string in each sample's ``reward_extra_info``.
+    Every trainer mode runs these steps once per actor update, so the mixin works in front of any
+    of verl's trainer classes (:func:`fspo_trainer_class`).
 
     With ``fspo.verifier.placement: colocated`` it also starts the verifier servers, one in each GPU
     bundle of verl's actor pool, once verl has placed its own workers (:meth:`_setup`).
 
-    ``fspo.dump_dir`` (default off) saves, for every step, the tensors the actor is updated with:
-    advantages before and after the flip, the labels and the response mask (``step_<N>.pt``).
+    ``fspo.dump_dir`` (default off) saves, for every actor update, the tensors the actor is updated
+    with: advantages before and after the flip, the labels, the response mask and which rows verl
+    added as padding (``step_<N>.pt``; ``step_<N>_<k>.pt`` when a step makes ``parameter_sync_step``
+    updates).
     """
 
     def __init__(self, *args, **kwargs):
@@ -153,21 +214,24 @@ class FSPOTrainer(PPOTrainerSync):
         )
         response_mask_nested = data["response_mask"]
         infos = [reward_extra_info(field) for field in data.pop("extra_fields").tolist()]
+        padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
+        texts, counted, missing = rows_labels_and_stats(infos, batch.keys, padding)
         lengths = response_mask_nested.offsets().diff().tolist()
-        labels, rejects = labels_tensor([str(info.get(LABELS_KEY, "") or "") for info in infos], lengths)
+        labels, rejects = labels_tensor(texts, lengths)
 
         padded = data.to_padded_tensor()
         advantages, response_mask = padded["advantages"], padded["response_mask"]
         shaped = apply_step_labels(advantages, labels, response_mask) if self.fspo_flip else advantages
 
-        metrics.update(step_metrics(infos))
+        metrics.update(step_metrics(counted))
         metrics.update({f"fspo/{k}": v for k, v in flip_stats(advantages, shaped, labels, response_mask).items()})
-        metrics["fspo/rejected_label_rows"] = float(rejects)
+        metrics["fspo/rejected_label_rows"] = float(rejects + missing)
         if self.fspo_dump_dir is not None:
             self._fspo_step_record = {
                 "advantages_before": advantages.clone(),
                 "labels": labels.clone(),
                 "response_mask": response_mask.clone(),
+                "is_padding": torch.tensor(padding, dtype=torch.bool),
             }
         if self.fspo_flip:
             output = TensorDict(
@@ -182,6 +246,37 @@ class FSPOTrainer(PPOTrainerSync):
             data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages"])
             record = {**self._fspo_step_record, "advantages": data.to_padded_tensor()["advantages"]}
             self.fspo_dump_dir.mkdir(parents=True, exist_ok=True)
-            torch.save(record, os.path.join(self.fspo_dump_dir, f"step_{self.global_steps}.pt"))
+            name = dump_file_name(self.global_steps, self.parameter_sync_step, self.local_trigger_step)
+            torch.save(record, os.path.join(self.fspo_dump_dir, name))
             self._fspo_step_record = None
         return super()._update_actor(batch, metrics=metrics)
+
+
+class FSPOTrainer(FSPOAdvantageMixin, PPOTrainerSync):
+    """verl's ``PPOTrainerSync`` (``trainer.v1.trainer_mode=sync``) with FSPO's advantage step."""
+
+
+# Modes whose trainer FSPO can run: every V1 mode of verl 0.9.1 shares the advantage and actor steps.
+TRAINER_MODES = ("sync", "colocate_async", "separate_async")
+
+
+def fspo_trainer_class(trainer_mode: str) -> type:
+    """The FSPO trainer for ``trainer.v1.trainer_mode``: :class:`FSPOAdvantageMixin` over verl's class for it.
+
+    Raises:
+        ValueError: for a mode FSPO does not know (naming the setting and the modes it supports).
+    """
+    if trainer_mode not in TRAINER_MODES:
+        raise ValueError(
+            f"trainer.v1.trainer_mode={trainer_mode!r} is not supported by FSPO; use one of {', '.join(TRAINER_MODES)}"
+        )
+    if trainer_mode == "sync":
+        return FSPOTrainer
+    if trainer_mode not in _TRAINER_CLASSES:
+        base = get_trainer_cls(trainer_mode)
+        doc = f"verl's ``{base.__name__}`` (``trainer.v1.trainer_mode={trainer_mode}``) with FSPO's advantage step."
+        _TRAINER_CLASSES[trainer_mode] = type(f"FSPO{base.__name__}", (FSPOAdvantageMixin, base), {"__doc__": doc})
+    return _TRAINER_CLASSES[trainer_mode]
+
+
+_TRAINER_CLASSES: dict[str, type] = {}

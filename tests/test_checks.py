@@ -73,3 +73,46 @@ def test_dry_run_validates_without_files():
     assert "dry run OK" in ok.stderr and "adv_estimator: grpo" in ok.stdout
     bad = run_main("actor_rollout_ref.model.path=x/y", "data.train_files=later.parquet", "fspo.thresold=0.3", env=env)
     assert bad.returncode != 0 and "thresold" in bad.stderr  # Hydra names the mistyped key
+
+
+def test_the_old_threshold_key_names_the_verifiers():
+    import os
+
+    env = {**os.environ, "FSPO_DRY_RUN": "1"}
+    result = run_main(
+        "actor_rollout_ref.model.path=x/y", "data.train_files=later.parquet", "fspo.threshold=0.3", env=env
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "fspo.threshold=0.3 is no longer read" in result.stderr and "fspo.verifier.threshold" in result.stderr
+
+
+def test_a_config_file_that_sets_the_old_threshold_names_the_verifiers():
+    from omegaconf import OmegaConf
+
+    from fspo.checks import ConfigError, check_verifier
+
+    with pytest.raises(ConfigError, match="set that instead") as error:
+        check_verifier(OmegaConf.create({"fspo": {"threshold": 0.7, "verifier": {"name": "lexical"}}}))
+    assert "fspo.verifier.threshold" in str(error.value)
+
+
+def test_separate_async_on_cpu_is_refused_before_ray_and_colocate_async_is_not():
+    import os
+
+    env = {**os.environ, "FSPO_DRY_RUN": "1"}
+    common = ("actor_rollout_ref.model.path=x/y", "data.train_files=later.parquet", "platform=cpu")
+    refused = run_main(*common, "trainer.v1.trainer_mode=separate_async", env=env)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "trainer.v1.trainer_mode=separate_async needs" in refused.stderr and "Traceback" not in refused.stderr
+    accepted = run_main(*common, "trainer.v1.trainer_mode=colocate_async", env=env)
+    assert accepted.returncode == 0, accepted.stderr[-2000:]
+
+
+def test_an_unknown_trainer_mode_is_named():
+    from omegaconf import OmegaConf
+
+    from fspo.checks import ConfigError, check_trainer_mode
+
+    with pytest.raises(ConfigError, match="trainer.v1.trainer_mode=fully_async is unknown to FSPO; use one of sync"):
+        check_trainer_mode(OmegaConf.create({"trainer": {"device": "cuda", "v1": {"trainer_mode": "fully_async"}}}))
+    check_trainer_mode(OmegaConf.create({"trainer": {"device": "cuda", "v1": {"trainer_mode": "separate_async"}}}))

@@ -97,15 +97,42 @@ def test_batched_generation_matches_one_by_one_when_greedy(tiny_lm):
         assert len(logprobs) == len(tokens) and all(lp <= 0 for lp in logprobs)
 
 
-def test_logprobs_are_the_models_raw_next_token_logprobs(tiny_lm):
-    prompt = [11, 22, 33]
-    (tokens, logprobs), = generate_batch(
-        tiny_lm, [prompt], SamplingSettings(max_new_tokens=4, temperature=1.0, logprobs=True), 0, set()
-    )
+def _actor_logits(model, prompt, tokens):
+    """The next-token logits at each response position, as verl's actor computes them (one forward)."""
     with torch.no_grad():
-        logits = tiny_lm(torch.tensor([prompt + tokens])).logits[0].float()
-    expected = torch.log_softmax(logits, -1)[len(prompt) - 1 : -1].gather(-1, torch.tensor(tokens)[:, None])[:, 0]
+        return model(torch.tensor([prompt + tokens])).logits[0].float()[len(prompt) - 1 : -1]
+
+
+def _sampled(logprobs_of_vocab, tokens):
+    return logprobs_of_vocab.gather(-1, torch.tensor(tokens)[:, None])[:, 0]
+
+
+def test_logprobs_are_of_the_distribution_sampled_from_as_vllms_processed_logprobs(tiny_lm):
+    # verl's actor computes log_softmax(logits / T); vLLM (logprobs_mode=processed_logprobs, verl's
+    # default) reports the log-prob after temperature and top-k/top-p, so at T=0.7 the two agree.
+    prompt = [11, 22, 33]
+    torch.manual_seed(0)
+    settings = SamplingSettings(max_new_tokens=6, temperature=0.7, logprobs=True)
+    (tokens, logprobs), = generate_batch(tiny_lm, [prompt], settings, 0, set())
+    logits = _actor_logits(tiny_lm, prompt, tokens)
+    expected = _sampled(torch.log_softmax(logits / 0.7, -1), tokens)
     assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-4)
+    # With top-k the tokens outside the k best are cut before the softmax.
+    settings = SamplingSettings(max_new_tokens=6, temperature=0.7, top_k=5, logprobs=True)
+    (tokens, logprobs), = generate_batch(tiny_lm, [prompt], settings, 0, set())
+    scaled = _actor_logits(tiny_lm, prompt, tokens) / 0.7
+    kept = scaled.masked_fill(scaled < scaled.topk(5, dim=-1).values[:, -1:], float("-inf"))
+    assert torch.allclose(torch.tensor(logprobs), _sampled(torch.log_softmax(kept, -1), tokens), atol=1e-4)
+
+
+def test_raw_logprobs_mode_reports_the_models_unscaled_logprobs(tiny_lm):
+    prompt = [11, 22, 33]
+    settings = SamplingSettings(max_new_tokens=4, temperature=0.7, logprobs=True, logprobs_mode="raw_logprobs")
+    (tokens, logprobs), = generate_batch(tiny_lm, [prompt], settings, 0, set())
+    expected = _sampled(torch.log_softmax(_actor_logits(tiny_lm, prompt, tokens), -1), tokens)
+    assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-4)
+    with pytest.raises(ValueError, match="logprobs_mode='processed_logits'"):
+        sampling_settings({}, 10, 128, 64, 192, logprobs_mode="processed_logits")
 
 
 def test_coalescer_batches_concurrent_submissions_and_splits_results():

@@ -117,21 +117,23 @@ def reference_offsets(ids, tokenizer, skip_special_tokens):
 
 
 def reference_labels(offsets, text, spans, verdicts):
-    """A token takes the verdict of the first span holding one of its non-whitespace characters."""
+    """A token takes the verdict of the first span holding one of its non-whitespace characters; a
+    whitespace-only token takes the verdict of the span with non-whitespace characters on both sides of it."""
     verdicts = [(1 if v else -1) if isinstance(v, bool) else v for v in verdicts]
+
+    def has_text(start, end):
+        return any(not c.isspace() for c in text[start:end])
+
     result = []
     for start, end in offsets:
         characters = {i for i in range(start, end) if not text[i].isspace()}
-        result.append(
-            next(
-                (
-                    int(v)
-                    for (s, e), v in zip(spans, verdicts)
-                    if characters & set(range(s, e))
-                ),
-                0,
-            )
+        shared = (int(v) for (s, e), v in zip(spans, verdicts) if characters & set(range(s, e)))
+        inside = (
+            int(v)
+            for (s, e), v in zip(spans, verdicts)
+            if start < end and not characters and s <= start and end <= e and has_text(s, start) and has_text(end, e)
         )
+        result.append(next(shared, next(inside, 0)))
     return result
 
 
@@ -212,6 +214,20 @@ def test_fast_paths_hold_without_the_prefix_fallback(
         assert labels_module._align_pieces(*built, decoded) == reference_offsets(
             ids, tokenizer, False
         )
+
+
+def test_a_lone_space_token_inside_a_step_takes_its_label(qwen_tokenizer):
+    text = "He was born in 1950 - then moved.\n\nIt costs  -5 dollars.\n"
+    ids = qwen_tokenizer(text, add_special_tokens=False)["input_ids"]
+    pieces = [qwen_tokenizer.decode([i]) for i in ids]
+    assert pieces.count(" ") == 2  # Qwen's lone spaces before "1950" and "-5"
+    spans = [(s.start, s.end) for s in split_steps(text)]
+    labels = token_labels(ids, qwen_tokenizer, spans, [1, -1])
+    first_step_end = pieces.index(".\n\n")
+    assert labels[: first_step_end + 1] == [1] * (first_step_end + 1)
+    assert set(labels[first_step_end + 1 :]) == {-1}
+    # Whitespace between steps or at a span's edge stays 0.
+    assert token_labels(ids, qwen_tokenizer, [(0, 14), (15, 19)], [1, 1])[pieces.index(" ")] == 0
 
 
 def test_qwen_sentence_end_tokens_and_split_characters(qwen_tokenizer):

@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 from fspo.labels import encode_labels
 from fspo.reward import evidence_text, step_labels_for_response, verdicts_from_scores
 from fspo.steps import reasoning_steps
-from fspo.trainer import labels_tensor, step_metrics
+from fspo.trainer import (
+    FSPOTrainer,
+    dump_file_name,
+    fspo_trainer_class,
+    labels_tensor,
+    rows_labels_and_stats,
+    step_metrics,
+)
 
 
 def test_evidence_text_accepts_strings_lists_and_rejects_missing():
@@ -79,3 +86,49 @@ def test_step_metrics():
     assert metrics["fspo/unverifiable_rollout_rate"] == 0.5
     assert metrics["fspo/verifier_seconds"] == pytest.approx(0.1)
     assert step_metrics([])["fspo/supported_step_rate"] == 0.0
+
+
+def test_pad_rows_get_no_labels_count_nowhere_and_are_not_rejected():
+    # verl's padding copies sample 0's fields, labels included, onto a one-token response.
+    real = {"fspo_labels": encode_labels([0, 1, 1, -1]), "fspo_has_evidence": 1, "fspo_steps": 2}
+    other = {"fspo_labels": encode_labels([0, 0]), "fspo_has_evidence": 0}
+    infos, keys = [real, other, real, real], ["u1_0_0", "u2_0_0", "padx_0_0", "padx_1_0"]
+    texts, counted, missing = rows_labels_and_stats(infos, keys, [False, False, True, True])
+    assert texts == [real["fspo_labels"], other["fspo_labels"], "", ""] and missing == 0
+    labels, rejects = labels_tensor(texts, [4, 2, 1, 1])
+    assert rejects == 0 and labels[2:].abs().sum() == 0
+    assert counted == [real, other]
+    assert step_metrics(counted)["fspo/evidence_rollout_frac"] == 0.5  # not 0.75 with the pads
+    assert step_metrics(counted)["fspo/rollouts"] == 2
+
+
+def test_each_output_of_an_agent_run_takes_its_own_labels_and_the_run_counts_once():
+    run = {"fspo_labels": ";".join([encode_labels([-1, -1]), encode_labels([0]), encode_labels([1, 0, 1])]),
+           "fspo_steps": 3}
+    keys = ["uid_3_0", "uid_3_1", "uid_3_2"]
+    texts, counted, missing = rows_labels_and_stats([run] * 3, keys, [False] * 3)
+    labels, rejects = labels_tensor(texts, [2, 1, 3])
+    assert labels.tolist() == [[-1, -1, 0], [0, 0, 0], [1, 0, 1]] and rejects == missing == 0
+    assert counted == [run]
+    # A key of another form is the run's last output; an index past the labelled outputs is rejected.
+    assert rows_labels_and_stats([run], ["custom-key"], [False])[0] == [encode_labels([1, 0, 1])]
+    assert rows_labels_and_stats([run], ["uid_3_5"], [False])[2] == 1
+
+
+def test_dump_files_of_several_actor_updates_per_step_do_not_overwrite_each_other():
+    assert dump_file_name(3, 1, 0) == "step_3.pt"
+    names = {dump_file_name(3, 4, k) for k in range(4)} | {dump_file_name(4, 4, k) for k in range(4)}
+    assert len(names) == 8
+
+
+def test_every_trainer_mode_gets_the_fspo_advantage_step():
+    from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSeparateAsync, PPOTrainerSync
+
+    assert fspo_trainer_class("sync") is FSPOTrainer and issubclass(FSPOTrainer, PPOTrainerSync)
+    for mode, base in (("colocate_async", PPOTrainerColocateAsync), ("separate_async", PPOTrainerSeparateAsync)):
+        cls = fspo_trainer_class(mode)
+        assert issubclass(cls, base) and cls is fspo_trainer_class(mode)
+        assert cls._compute_advantage is FSPOTrainer._compute_advantage
+        assert cls._update_actor is FSPOTrainer._update_actor
+    with pytest.raises(ValueError, match="trainer.v1.trainer_mode='fully_async'"):
+        fspo_trainer_class("fully_async")

@@ -15,7 +15,7 @@ import torch
 from omegaconf import OmegaConf
 
 from fspo.labels import decode_labels
-from fspo.reward import STAT_KEYS, FSPORewardManager, MissingEvidenceError
+from fspo.reward import OUTPUT_SEPARATOR, STAT_KEYS, FSPORewardManager, MissingEvidenceError
 
 EVIDENCE = "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell."
 GOOD = " Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell.\n</think> <answer> Piobrdell </answer>"
@@ -23,7 +23,7 @@ BAD = " Gorlan Pex sells blue apples. The moon base orbits Jupiter quickly.\n</t
 
 
 def manager(tokenizer, **fspo):
-    config = OmegaConf.create({"fspo": {"enable": True, "threshold": 0.5, "verifier": {"name": "lexical"}, **fspo}})
+    config = OmegaConf.create({"fspo": {"enable": True, "verifier": {"name": "lexical"}, **fspo}})
     return FSPORewardManager(config, tokenizer, compute_score=None)
 
 
@@ -180,3 +180,65 @@ def test_a_verl_named_source_reports_the_same_keys(qwen_tokenizer):
                                                    ground_truth="72")[0])
     assert verls["reward_score"] == 1.0 and ours["reward_score"] == 0.0
     assert set(ours["reward_extra_info"]) == set(verls["reward_extra_info"])
+
+
+def test_the_verifiers_threshold_decides_the_labels(qwen_tokenizer):
+    data, length = rollout(qwen_tokenizer, BAD)
+    strict = score(manager(qwen_tokenizer), data)["reward_extra_info"]
+    lenient = score(manager(qwen_tokenizer, verifier={"name": "lexical", "threshold": 0.0}), data)["reward_extra_info"]
+    assert strict["fspo_unsupported"] == 2 and set(decode_labels(strict["fspo_labels"], length)) == {0, -1}
+    assert lenient["fspo_supported"] == 2 and set(decode_labels(lenient["fspo_labels"], length)) == {0, 1}
+
+
+def agent_run(tokenizer, responses: list[str], **non_tensor):
+    """The DataProto verl's agent loop sends for a run with several outputs (``_compute_score``)."""
+    from verl import DataProto
+
+    prompt = tokenizer("Question?", add_special_tokens=False)["input_ids"]
+    outputs = [tokenizer(r, add_special_tokens=False)["input_ids"] for r in responses]
+    pad = torch.nn.utils.rnn.pad_sequence
+    n = len(outputs)
+    data = DataProto.from_single_dict(
+        {
+            "prompts": pad([torch.tensor(prompt)] * n, batch_first=True),
+            "responses": pad([torch.tensor(o) for o in outputs], batch_first=True),
+            "attention_mask": pad([torch.ones(len(prompt) + len(o), dtype=torch.long) for o in outputs],
+                                  batch_first=True),
+            "data_source": np.array(["synthetic_multihop"] * n, dtype=object),
+            "reward_model": np.array([{"ground_truth": "Piobrdell", "style": "rule"}] * n, dtype=object),
+            "extra_info": np.array([{"index": 7, "split": "train", "evidence": EVIDENCE}] * n, dtype=object),
+            "__num_turns__": np.array([2 * (i + 1) for i in range(n)]),
+            "tool_extra_fields": np.array([{"turn": i} for i in range(n)], dtype=object),
+            "response_len": np.array([len(o) for o in outputs]),
+            **non_tensor,
+        }
+    )
+    return data, [len(o) for o in outputs]
+
+
+def test_each_output_of_an_agent_run_gets_its_own_labels(qwen_tokenizer):
+    data, lengths = agent_run(qwen_tokenizer, [BAD, " Short turn.", GOOD])
+    out = score(manager(qwen_tokenizer), data)
+    info = out["reward_extra_info"]
+    parts = info["fspo_labels"].split(OUTPUT_SEPARATOR)
+    labels = [decode_labels(part, length) for part, length in zip(parts, lengths, strict=True)]
+    assert set(labels[0]) == {0, -1} and set(labels[1]) == {0} and set(labels[2]) == {0, 1}
+    # Steps of every output are counted; the outcome is the last output's answer, as in verl.
+    assert (info["fspo_steps"], info["fspo_supported"], info["fspo_unsupported"]) == (4, 2, 2)
+    assert out["reward_score"] == 1.0
+
+
+def test_the_scorer_sees_extra_info_as_verls_managers_complete_it(qwen_tokenizer):
+    seen = {}
+
+    def scorer(data_source, solution_str, ground_truth, extra_info):
+        seen.update(extra_info)
+        return 0.0
+
+    config = OmegaConf.create({"fspo": {"enable": True, "verifier": {"name": "lexical"}}})
+    reward_manager = FSPORewardManager(config, qwen_tokenizer, compute_score=scorer)
+    data, _ = agent_run(qwen_tokenizer, [BAD, GOOD], reward_scores=np.array([{"tool": 0.5}] * 2, dtype=object))
+    score(reward_manager, data)
+    assert seen["num_turns"] == 4 and seen["rollout_reward_scores"] == {"tool": 0.5} and seen["turn"] == 1
+    assert seen["evidence"] == EVIDENCE and seen["index"] == 7
+    assert "num_turns" not in data.non_tensor_batch["extra_info"][-1]  # the row's own dict is left alone

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -172,3 +174,77 @@ def test_reasoning_steps_lie_inside_the_reasoning(reasoning, opening, closing, a
         assert start <= step.start < step.end <= end
         assert response[step.start : step.end] == step.text
     assert [s.text for s in steps] == [s.text for s in split_steps(response[start:end])]
+
+
+# --- line breaks ----------------------------------------------------------------------------------
+words = st.lists(st.sampled_from(["film", "Jaws", "directed", "Smith", "1950", "born", "river", "Paris"]),
+                 min_size=1, max_size=5).map(" ".join)
+lowercase_words = st.lists(st.sampled_from(["who", "which", "and", "was", "in", "born", "the"]),
+                           min_size=1, max_size=4).map(" ".join)
+capitalised = words.map(lambda w: "The " + w)
+markers = st.sampled_from(["1. ", "2) ", "- ", "* ", "+ ", "• ", "# ", "> ", "a. ", "(ii) "])
+open_endings = st.sampled_from([",", ";", " by", " the", " and", " was", " of", " (", " -"])
+terminators = st.sampled_from([".", "!", "?", "…", ".)", '."'])
+
+
+LIST_ITEM = re.compile(r"[ \t]*(?:[-*+•>|]|#{1,6}|\d+[.)]|[A-Za-z][.)]|\(\w{1,4}\))(?=\s|$)")
+
+
+def step_holding(text, position):
+    return next((s for s in split_steps(text) if s.start <= position < s.end), None)
+
+
+def test_a_line_break_inside_a_sentence_does_not_cut_it():
+    assert texts("Jaws was directed by John Smith\nwho was born in 1950.\nThe film was shot in\nMassachusetts.") == [
+        "Jaws was directed by John Smith\nwho was born in 1950.",
+        "The film was shot in\nMassachusetts.",
+    ]
+    assert texts("Steps:\n1. Find the director\nof the film.\n2. Check his birth date.\nDone.") == [
+        "Steps:", "1. Find the director\nof the film.", "2. Check his birth date.", "Done.",
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(words, st.one_of(st.just(""), open_endings), lowercase_words, st.sampled_from(["", " ", "  "]))
+def test_a_line_break_before_a_lowercase_line_continues_the_step(first, ending, second, indent):
+    text = f"{first}{ending}\n{indent}{second} here."
+    step = step_holding(text, text.index("\n"))
+    assert step is not None and step.text.endswith("here.") and step.start == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(words, open_endings, capitalised)
+def test_a_line_ending_inside_a_sentence_continues_the_step(first, ending, second):
+    text = f"{first}{ending}\n{second}."
+    assert texts(text) == [text]
+
+
+@settings(max_examples=150, deadline=None)
+@given(words, st.one_of(st.just(""), open_endings, terminators), markers, st.one_of(words, lowercase_words))
+def test_a_list_item_always_starts_a_step(first, ending, marker, item):
+    text = f"{first}{ending}\n{marker}{item}"
+    assert any(s.start == text.index("\n") + 1 for s in split_steps(text))
+
+
+@settings(max_examples=150, deadline=None)
+@given(words, st.one_of(st.just(""), open_endings, terminators), st.one_of(words, lowercase_words, capitalised),
+       st.sampled_from(["\n\n", "\n \n", "\n\t\n\n"]))
+def test_a_blank_line_always_ends_a_step(first, ending, second, blank):
+    text = f"{first}{ending}{blank}{second}"
+    assert [s.text for s in split_steps(text)] == [f"{first}{ending}".strip(), second]
+
+
+@settings(max_examples=150, deadline=None)
+@given(words, terminators, capitalised)
+def test_a_sentence_end_before_a_capitalised_line_ends_the_step(first, terminator, second):
+    text = f"{first}{terminator}\n{second}"
+    assert texts(text) == [f"{first}{terminator}", second]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(random_text, words, lowercase_words, markers), max_size=8).map("\n".join))
+def test_no_step_spans_a_blank_line_or_starts_mid_list_item(text):
+    for step in split_steps(text):
+        assert not re.search(r"\n[ \t]*\n", step.text)
+        for line_start in (m.end() for m in re.finditer("\n", text) if step.start < m.end() < step.end):
+            assert not LIST_ITEM.match(text[line_start:])

@@ -8,7 +8,10 @@ import textwrap
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from fspo.reward import verdicts_from_scores
 from fspo.verifiers import build_verifier
 from fspo.verifiers.batching import pad_features
 
@@ -374,3 +377,34 @@ def test_nli_without_entailment_label_is_a_clear_error(tmp_path, minilm_tokenize
     assert verifier.label_index == 1 and not math.isnan(
         verifier.score([("a b", "c d")])[0]
     )
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.one_of(st.floats(0, 1), st.just(math.nan))), max_size=12))
+def test_a_pair_with_a_nan_row_is_unverifiable_and_otherwise_its_best_row(rows):
+    from fspo.verifiers.model_base import best_row_scores
+
+    scores = best_row_scores([owner for owner, _ in rows], [value for _, value in rows], 4)
+    for pair, score in enumerate(scores):
+        values = [value for owner, value in rows if owner == pair]
+        if not values or any(math.isnan(v) for v in values):
+            assert math.isnan(score)  # unverifiable (label 0), never -inf (label -1)
+        else:
+            assert score == max(values)
+
+
+def test_nan_from_the_model_is_unverifiable_and_never_cached(tmp_path, minilm_tokenizer):
+    # An fp16 overflow or broken weights make the forward return NaN.
+    path = _tiny_nli(tmp_path, minilm_tokenizer, "bert", {0: "entailment", 1: "neutral", 2: "contradiction"})
+    verifier = build_verifier({"name": "nli", "model_path": str(path), "device": "cpu", "cache_size": 8})
+    pair = ("Paris is in France.", CLAIMS[0])
+    healthy = verifier.model.classifier.weight.detach().clone()
+    with torch.no_grad():
+        verifier.model.classifier.weight.fill_(math.nan)
+    [score] = verifier.score([pair])
+    assert math.isnan(score)
+    assert verdicts_from_scores([score], verifier.threshold) == [0]
+    with torch.no_grad():
+        verifier.model.classifier.weight.copy_(healthy)
+    [again] = verifier.score([pair])  # scored afresh: the NaN was not cached
+    assert 0.0 <= again <= 1.0

@@ -67,6 +67,9 @@ class SamplingSettings:
     top_k: int = 0  # 0 = off (verl sends -1)
     repetition_penalty: float = 1.0
     logprobs: bool = False
+    # What a log-prob means, as vLLM's `logprobs_mode` (verl's `rollout.logprobs_mode`): of the
+    # distribution sampled from (after penalties, temperature, top-k/top-p) or of the raw logits.
+    logprobs_mode: str = "processed_logprobs"
 
     @property
     def greedy(self) -> bool:
@@ -86,14 +89,27 @@ KNOWN_SAMPLING_KEYS = {
 }
 
 
+LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
+
+
 def sampling_settings(
-    params: dict[str, Any], prompt_len: int, prompt_length: int, response_length: int, max_model_len: int
+    params: dict[str, Any],
+    prompt_len: int,
+    prompt_length: int,
+    response_length: int,
+    max_model_len: int,
+    logprobs_mode: str = "processed_logprobs",
 ) -> SamplingSettings:
     """Turn one request's sampling params into :class:`SamplingSettings`.
 
     ``max_new_tokens`` follows verl's vLLM server: the request's ``max_tokens`` if given, else
     the configured response length, capped by the prompt+response budget and the context left.
     """
+    if logprobs_mode not in LOGPROBS_MODES:
+        raise ValueError(
+            f"actor_rollout_ref.rollout.logprobs_mode={logprobs_mode!r}: the hf rollout returns log-probs "
+            f"({', '.join(LOGPROBS_MODES)}), not logits"
+        )
     unknown = set(params) - KNOWN_SAMPLING_KEYS
     if unknown:
         logger.warning("hf rollout ignores sampling params %s", sorted(unknown))
@@ -114,6 +130,7 @@ def sampling_settings(
         top_k=max(top_k, 0),
         repetition_penalty=float(params.get("repetition_penalty", 1.0) or 1.0),
         logprobs=bool(params.get("logprobs", False)),
+        logprobs_mode=logprobs_mode,
     )
 
 
@@ -151,8 +168,10 @@ def generate_batch(
     """One left-padded batched ``generate`` for prompts sharing ``settings``.
 
     Returns, per prompt, the response token ids (up to and including the first stop token) and,
-    if asked, each sampled token's log-probability under the model's raw (unprocessed) next-token
-    distribution, as vLLM reports by default.
+    if asked, each sampled token's log-probability. With ``processed_logprobs`` (verl's default, as
+    its vLLM server is started) that is the log-softmax of the scores sampled from: the logits after
+    repetition penalty, temperature and top-k/top-p filtering, so at temperature T it is what verl's
+    actor computes from ``logits / T``. With ``raw_logprobs`` it is the log-softmax of the logits.
     """
     input_ids, attention_mask = left_pad(prompts, pad_id)
     kwargs: dict[str, Any] = dict(
@@ -162,7 +181,8 @@ def generate_batch(
         eos_token_id=sorted(stop_ids) or None,
         repetition_penalty=settings.repetition_penalty,
         return_dict_in_generate=True,
-        output_logits=settings.logprobs,
+        output_logits=settings.logprobs and settings.logprobs_mode == "raw_logprobs",
+        output_scores=settings.logprobs and settings.logprobs_mode == "processed_logprobs",
     )
     if not settings.greedy:
         kwargs.update(temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k)
@@ -173,8 +193,10 @@ def generate_batch(
     generated = output.sequences[:, input_ids.shape[1] :]
     logprob_rows = None
     if settings.logprobs:
-        # (batch, new_tokens, vocab) raw logits -> log-prob of each sampled token.
-        logits = torch.stack(output.logits, dim=1).float()
+        # (batch, new_tokens, vocab) processed scores (filtered tokens at -inf) or raw logits ->
+        # log-prob of each sampled token.
+        steps = output.scores if settings.logprobs_mode == "processed_logprobs" else output.logits
+        logits = torch.stack(steps, dim=1).float()
         logprob_rows = torch.log_softmax(logits, dim=-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)
     results = []
     for row in range(len(prompts)):
@@ -262,6 +284,7 @@ class HFRolloutServer:
             self.config.prompt_length,
             self.config.response_length,
             self.config.max_model_len or (self.config.prompt_length + self.config.response_length),
+            self.config.logprobs_mode or "processed_logprobs",
         )
         [(tokens, logprobs)], _ = await self._coalescer().submit([prompt_ids], key=settings)
         return TokenOutput(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from abc import abstractmethod
 from collections.abc import Sequence
@@ -54,6 +55,22 @@ def resolve_dtype(dtype: str) -> torch.dtype:
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     return DTYPES[dtype]
+
+
+def best_row_scores(owners: Sequence[int], values: Sequence[float], pairs: int) -> list[float]:
+    """Each pair's score: the best of its rows' (a pair may span several rows, e.g. evidence chunks).
+
+    A NaN row (an fp16 overflow, a broken forward) makes its pair unverifiable (NaN), never
+    unsupported: ``max(-inf, nan)`` is ``-inf`` in Python, which would turn it into a -1 label.
+    A pair without rows is unverifiable too.
+    """
+    scores = [float("-inf")] * pairs
+    for owner, value in zip(owners, values):
+        if math.isnan(value) or math.isnan(scores[owner]):
+            scores[owner] = math.nan
+        else:
+            scores[owner] = max(scores[owner], value)
+    return [math.nan if score == float("-inf") else score for score in scores]
 
 
 class ModelVerifier(PairPipeline):
@@ -109,10 +126,7 @@ class ModelVerifier(PairPipeline):
             device=self.device,
             max_tokens_per_batch=self.max_tokens_per_batch,
         )
-        scores = [float("-inf")] * len(pairs)
-        for owner, value in zip(owners, outputs):
-            scores[owner] = max(scores[owner], float(value))
-        return scores
+        return best_row_scores(owners, [float(value) for value in outputs], len(pairs))
 
     def micro_batches(self, pairs: Sequence[Pair]) -> list[dict[str, torch.Tensor]]:
         """The padded micro-batches [`score`] would run for ``pairs`` (deduplicated): for benchmarks."""
