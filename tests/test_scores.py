@@ -142,3 +142,22 @@ def test_token_f1_is_bounded_and_symmetric_outside_yes_no(a, b):
 def test_token_f1_of_an_answer_with_itself_is_one(text):
     if normalize_answer(text):
         assert token_f1(text, text) == 1.0
+
+
+def test_an_aime_answer_beyond_python_int_digit_limit_scores_zero():
+    # int() refuses strings of more than 4,300 digits (ValueError) since Python 3.11.
+    assert compute_score("aime2024", answer("9" * 5000), "7")["score"] == 0.0
+    assert compute_score("aime2024", answer("1" * 5000 + " so 7"), "7")["score"] == 1.0
+    assert compute_score("aime2025", answer("7"), "9" * 5000)["score"] == 0.0
+
+
+@pytest.mark.parametrize("data_source", ["truthfulqa_gen", "halueval_qa", "halluqa_gen"])
+@pytest.mark.parametrize("extra_info", ["a string", float("nan"), 3, ["list"], None])
+def test_contrastive_scorers_take_any_extra_info(data_source, extra_info):
+    result = compute_score(data_source, answer("Paris"), ["Paris"], extra_info)
+    assert result["score"] == 1.0
+
+
+def test_a_gsm8k_fraction_beyond_python_int_digit_limit_scores_zero():
+    assert compute_score("gsm8k", answer("\\frac{" + "9" * 5000 + "}{2}"), "3")["score"] == 0.0
+    assert compute_score("gsm8k", answer("\\frac{7}{2}"), "3.5")["score"] == 1.0
