@@ -73,6 +73,8 @@ def step_metrics(infos: Sequence[Mapping]) -> dict[str, float]:
         # Mean time a rollout's reward waited on the (batched) verifier.
         "fspo/verifier_seconds": total("fspo_verifier_seconds") / with_evidence if with_evidence else 0.0,
         "fspo/step_reward_mean": total("fspo_step_reward") / rollouts if rollouts else 0.0,
+        # Rollouts whose outcome scorer passed fspo.scorer_timeout_s (scored 0).
+        "fspo/scorer_timeouts": total("fspo_scorer_timeout"),
     }
 
 
