@@ -114,3 +114,11 @@ def test_a_worker_whose_parent_stops_waiting_kills_itself_on_its_cpu_cap():
         assert time.perf_counter() - started < 10
     finally:
         worker.kill()
+
+
+def test_evaluation_scores_a_stuck_response_zero_and_counts_it(scorer):
+    from fspo.evaluation.pipeline import score_record
+
+    row = {"data_source": "math500", "reward_model": {"ground_truth": "3"}, "extra_info": "not a dict"}
+    record = score_record(row, [TOWER, "<answer>3</answer>"], scorer)
+    assert record["sample_scores"] == [0.0, 1.0] and record["scorer_timeouts"] == 1
