@@ -116,7 +116,7 @@ def test_merge_writes_a_hugging_face_model(pipeline):
     assert weights and all(path.stat().st_size > 0 for path in weights)
     # Marked as the script's own output (a re-merge may replace it), staged beside it and renamed: no leftovers.
     assert (merged / ".fspo_merged_from").read_text().strip().endswith("global_step_1/actor")
-    assert sorted(p.name for p in merged.parent.iterdir()) == ["actor", "merged"]
+    assert not [p.name for p in merged.parent.iterdir() if ".merging." in p.name]
 
 
 def test_results_table_has_one_row_per_model_and_a_column_per_benchmark(pipeline):
