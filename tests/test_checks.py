@@ -73,3 +73,18 @@ def test_dry_run_validates_without_files():
     assert "dry run OK" in ok.stderr and "adv_estimator: grpo" in ok.stdout
     bad = run_main("actor_rollout_ref.model.path=x/y", "data.train_files=later.parquet", "fspo.thresold=0.3", env=env)
     assert bad.returncode != 0 and "thresold" in bad.stderr  # Hydra names the mistyped key
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [("data.train_batch_size=-1", "data.train_batch_size=-1 must be a positive integer"),
+     ("data.train_batch_size=0", "data.train_batch_size=0 must be a positive integer"),
+     ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n=0 must be a positive integer")],
+)
+def test_a_non_positive_batch_size_is_named(override, message):
+    import os
+
+    env = {**os.environ, "FSPO_DRY_RUN": "1"}
+    result = run_main("actor_rollout_ref.model.path=x/y", "data.train_files=later.parquet", override, env=env)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr and "Traceback" not in result.stderr
