@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
@@ -41,6 +41,7 @@ from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 from fspo.labels import encode_labels, labels_from_offsets, token_char_offsets
 from fspo.steps import Step, reasoning_span, reasoning_steps
 from fspo.time_limit import TimeLimitedScorer, custom_scorer, default_scorer
+from fspo.verifiers.text import evidence_text  # noqa: F401 - lives beside the other evidence helpers; used here
 
 logger = logging.getLogger(__name__)
 
@@ -91,22 +92,6 @@ class FSPOSettings:
 
 class MissingEvidenceError(ValueError):
     """A row without evidence under ``fspo.require_evidence=true``."""
-
-
-def evidence_text(extra_info: Any, key: str = "evidence") -> str:
-    """The row's evidence as one string ("" when absent, NaN, or empty).
-
-    A list of paragraphs is joined with blank lines; anything else non-string counts as absent.
-    """
-    if not isinstance(extra_info, Mapping):
-        return ""
-    value = extra_info.get(key)
-    if isinstance(value, str):
-        return value.strip()
-    if isinstance(value, Sequence) or (hasattr(value, "tolist") and not isinstance(value, float)):
-        items = value.tolist() if hasattr(value, "tolist") else list(value)
-        return "\n\n".join(str(v).strip() for v in items if isinstance(v, str) and v.strip())
-    return ""
 
 
 def verdicts_from_scores(scores: Sequence[float], threshold: float) -> list[int]:
