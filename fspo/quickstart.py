@@ -169,16 +169,24 @@ def train(name: str, setup: dict, out: Path, steps: int, seed: int, extra: list[
 
 
 def merge(out: Path, steps: int) -> Path:
-    """The last checkpoint as a Hugging Face directory (what ``scripts/merge_checkpoint.sh`` runs)."""
-    target, log = out / "merged", out / "merge.log"
+    """The last checkpoint as a Hugging Face directory (what ``scripts/merge_checkpoint.sh`` runs).
+
+    The merge is written to a staging folder and renamed to ``merged`` once it succeeded: a failure
+    leaves no half-written model behind.
+    """
+    target, staging, log = out / "merged", out / ".merged.staging", out / "merge.log"
+    shutil.rmtree(staging, ignore_errors=True)
     with open(log, "w") as handle:
         done = subprocess.run(
             [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-             "--local_dir", str(out / "ckpt" / f"global_step_{steps}" / "actor"), "--target_dir", str(target)],
+             "--local_dir", str(out / "ckpt" / f"global_step_{steps}" / "actor"), "--target_dir", str(staging)],
             stdout=handle, stderr=subprocess.STDOUT,
         )
     if done.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
         raise RuntimeError(f"merging the checkpoint failed (exit {done.returncode}); log {log} ends:\n{log.read_text()[-3000:]}")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
     return target
 
 
@@ -213,6 +221,13 @@ def input_problem(args: argparse.Namespace) -> str | None:
         if not path.is_file():
             return f"--data {path}: no such file (build one with `fspo data <name>`)"
     return None
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write `data` to a temporary file beside `path` and rename it: `path` is never half written."""
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    temporary.write_text(json.dumps(data, indent=2))
+    os.replace(temporary, path)
 
 
 def run_identity(args: argparse.Namespace, model: Path) -> dict:
@@ -276,9 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     conflict = checkpoint_conflict(out, identity)
     if conflict:
         parser.exit(2, f"fspo quickstart: {conflict}\n")
-    temporary = out / f".{RUN_RECORD}.tmp-{os.getpid()}"
-    temporary.write_text(json.dumps(identity, indent=2))
-    os.replace(temporary, out / RUN_RECORD)
+    write_json(out / RUN_RECORD, identity)
     if args.data:
         train_file, val_file = (path.resolve() for path in args.data)
     else:
@@ -300,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         "before": runs["fspo"]["before"],
         "after": runs["fspo"]["after"],
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json(out / "summary.json", summary)
     print("\n            answer F1   supported-step rate")
     for name, run in runs.items():
         for when in ("before", "after"):
