@@ -30,7 +30,7 @@ import logging
 import math
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional
@@ -41,7 +41,8 @@ from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 from fspo.labels import encode_labels, labels_from_offsets, token_char_offsets
 from fspo.steps import Step, reasoning_span, reasoning_steps
 from fspo.time_limit import TimeLimitedScorer, custom_scorer, default_scorer
-from fspo.verifiers.text import evidence_text  # noqa: F401 - lives beside the other evidence helpers; used here
+from fspo.scores import METRIC_KEYS
+from fspo.verifiers.text import evidence_text
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def step_labels_for_response(
     return labels_from_offsets(offsets, text, spans, labels)
 
 
-def scorer_factory(config, compute_score) -> Optional[functools.partial]:
+def scorer_factory(config, compute_score) -> Optional[Callable]:
     """How the scorer's worker process rebuilds the outcome scorer, or None if it cannot.
 
     verl hands the reward manager the function it loaded from ``reward.custom_reward_function``; the worker
@@ -134,7 +135,7 @@ def scorer_factory(config, compute_score) -> Optional[functools.partial]:
     from fspo.scores import compute_score as fspo_score
 
     if compute_score is None or compute_score is fspo_score:
-        return functools.partial(default_scorer)
+        return default_scorer
     reward = config.get("reward") if isinstance(config, Mapping) else None
     custom = (reward or {}).get("custom_reward_function") or {}
     if custom.get("path") and custom.get("name"):
@@ -170,8 +171,6 @@ class FSPORewardManager(RewardManagerBase):
                 self.limited_scorer = TimeLimitedScorer(factory, timeout_s=self.settings.scorer_timeout_s)
                 # One thread feeds the one scorer process, so waiting calls do not hold the shared executor.
                 self._score_thread = ThreadPoolExecutor(1, thread_name_prefix="fspo-scorer")
-        from fspo.scores import METRIC_KEYS
-
         self._outcome_keys: tuple = METRIC_KEYS  # filled with 0 for a rollout whose scorer timed out
         self.verifier = None
         if self.settings.enable:
