@@ -228,10 +228,12 @@ def evaluate_benchmark(
     keys = [row_fingerprint(row) for row in rows]
     stored = read_records(predictions_path) if predictions_path else []
     # A record counts only for the row it was made from: a rebuilt data file regenerates its changed rows.
-    done = {r["index"]: r for r in stored if r["index"] < len(rows) and r.get("row_key") == keys[r["index"]]}
-    stale = [r for r in stored if r["index"] < len(rows) and r.get("row_key") != keys[r["index"]]]
-    if predictions_path and stale:
-        kept = [r for r in stored if r not in stale]
+    def stale(record: dict) -> bool:
+        return record["index"] < len(rows) and record.get("row_key") != keys[record["index"]]
+
+    done = {r["index"]: r for r in stored if r["index"] < len(rows) and not stale(r)}
+    if predictions_path and any(stale(r) for r in stored):
+        kept = [r for r in stored if not stale(r)]
         write_atomically(predictions_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
     todo = [i for i in range(len(rows)) if i not in done]
     prompts = render_prompts(tokenizer, [rows[i] for i in todo], prompt_format) if todo else []
