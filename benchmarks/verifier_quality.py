@@ -1,10 +1,12 @@
 """Verifier quality: AUROC, balanced accuracy and the calibrated threshold of each offline backend.
 
 Every offline backend (``lexical``, ``embedding`` and, given ``--finetuned DIR``, the cross-encoder of
-``fspo verifier train`` through the ``nli`` backend) scores the held-out split of both built-in labelled
+``fspo verifier train`` through the ``nli`` backend) scores the held-out split of the built-in labelled
 sources (see `fspo.verifiers.labelled`):
-  halueval   HaluEval-QA: "The answer to '<question>' is <right / hallucinated answer>." vs the knowledge;
-  synthetic  synthetic worlds: each gold fact vs the same fact with its object swapped.
+  halueval            HaluEval-QA: "The answer to '<question>' is <right / hallucinated answer>." vs the knowledge;
+  synthetic           synthetic worlds: each gold fact as the evidence states it vs the same fact with its
+                      object swapped;
+  synthetic-restated  the same claims in other words.
 It prints one figure a line (source, backend, figure, value), then the Markdown table of the README.
 
 The calibrated threshold is the one that maximises balanced accuracy on the held-out rows scored here,
@@ -12,7 +14,7 @@ so "balanced accuracy at the calibrated threshold" is an in-sample optimum; AURO
 pairs/s is one ``score()`` call over all pairs on this machine's CPU (shared machines: a rough figure).
 
 Usage:
-    fspo verifier train --data halueval --data synthetic --output-dir /tmp/minilm-ce
+    fspo verifier train --data halueval --data synthetic --data synthetic-restated --output-dir /tmp/minilm-ce
     python benchmarks/verifier_quality.py --finetuned /tmp/minilm-ce
 """
 
@@ -26,7 +28,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fspo.verifiers import build_verifier
-from fspo.verifiers.labelled import load_labelled
+from fspo.verifiers.labelled import SOURCES, load_labelled
 from fspo.verifiers.quality import summarise
 
 
@@ -48,6 +50,7 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=2000, help="held-out pairs per source (default 2000)")
     parser.add_argument("--threshold", type=float, default=0.5, help="the configured threshold (default 0.5)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default torch's)")
+    parser.add_argument("--backends", default="lexical,embedding,fine-tuned", help="comma-separated subset to run")
     args = parser.parse_args()
     if args.threads:
         import torch
@@ -56,10 +59,11 @@ def main() -> int:
     backends = {"lexical": {"name": "lexical"}, "embedding": {"name": "embedding", "device": "cpu"}}
     if args.finetuned:
         backends["fine-tuned"] = {"name": "nli", "model_path": args.finetuned, "device": "cpu"}
-    else:
+    elif "fine-tuned" in args.backends.split(","):
         print("(no --finetuned DIR: the fine-tuned cross-encoder is left out)", file=sys.stderr)
+    backends = {name: config for name, config in backends.items() if name in args.backends.split(",")}
     rows = []
-    for source in ("halueval", "synthetic"):
+    for source in SOURCES:
         pairs = load_labelled(source, "heldout")[: args.limit]
         for backend, config in backends.items():
             figures = measure(config, pairs, args.threshold)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fspo.cli import main as fspo_main
+from fspo.data.synthetic import restate
 from fspo.verifiers.labelled import (
     LabelledPair,
     halueval_pairs,
@@ -177,7 +179,7 @@ def _groups(pairs):
     return {p.group for p in pairs}
 
 
-@pytest.mark.parametrize("source", [halueval_pairs, synthetic_pairs])
+@pytest.mark.parametrize("source", [halueval_pairs, synthetic_pairs, functools.partial(synthetic_pairs, restated=True)])
 def test_no_heldout_row_is_in_the_training_split(source):
     train, heldout = source("train"), source("heldout")
     assert train and heldout
@@ -194,9 +196,9 @@ def test_no_heldout_row_is_in_the_training_split(source):
 def test_the_verifier_trains_only_on_training_rows():
     from fspo.verifiers.finetune import load_training_pairs
 
-    training = load_training_pairs(["halueval", "synthetic"])
-    heldout = halueval_pairs("heldout") + synthetic_pairs("heldout")
-    assert len(training) == len(halueval_pairs("train")) + len(synthetic_pairs("train"))
+    training = load_training_pairs(["halueval", "synthetic", "synthetic-restated"])
+    heldout = halueval_pairs("heldout") + synthetic_pairs("heldout")  # restated: the same worlds, same groups
+    assert len(training) == len(halueval_pairs("train")) + 2 * len(synthetic_pairs("train"))
     assert not _groups(training) & _groups(heldout)
     assert not any(is_heldout(p.group) for p in training)
 
@@ -216,6 +218,25 @@ def test_halueval_and_synthetic_claims():
         # the false fact keeps the subject and relation: only the object differs
         relation = next(r for r in RELATIONS if r in true.claim)
         assert false.claim.startswith(true.claim.split(relation)[0] + relation)
+    verbatim, restated = synthetic_pairs("all", worlds=50), synthetic_pairs("all", worlds=50, restated=True)
+    assert [(p.evidence, p.label, p.group) for p in verbatim] == [(p.evidence, p.label, p.group) for p in restated]
+    assert all(p.claim not in p.evidence for p in restated)
+    assert restated[0].claim == restate(verbatim[0].claim) != verbatim[0].claim
+
+
+@pytest.mark.parametrize(
+    ("fact", "restated"),
+    [
+        ("Zapu Viorotu works for Mune Labs.", "Zapu Viorotu is employed by Mune Labs."),
+        ("Fatio Rimu was born in Lenvale.", "Fatio Rimu's birthplace is Lenvale."),
+        ("Lenvale is a city in Zaekrar.", "Lenvale lies in Zaekrar."),
+        ("Mune Labs is headquartered in Tosdell.", "The headquarters of Mune Labs are in Tosdell."),
+        ("Mune Labs was founded in 1850.", "Mune Labs was established in 1850."),
+        ("Babo Kira was mentored by Tosu Lem.", "Tosu Lem was the mentor of Babo Kira."),
+    ],
+)
+def test_restate_covers_every_relation(fact, restated):
+    assert restate(fact) == restated
 
 
 # --- fspo verify --labelled ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -156,15 +157,39 @@ def _false_counterpart(fact: str, world: dict, rng: random.Random) -> str:
     raise ValueError(f"no entity of the world ends the fact {fact!r}")
 
 
-def labelled_facts(rng: random.Random) -> tuple[Example, list[tuple[str, int]]]:
+# Each relation sentence restated in other words, as a reasoning step would (subject, object order kept).
+_RESTATEMENTS = (
+    (re.compile(r"(.+) was born in (.+)\.$"), "{0}'s birthplace is {1}."),
+    (re.compile(r"(.+) is a city in (.+)\.$"), "{0} lies in {1}."),
+    (re.compile(r"(.+) works for (.+)\.$"), "{0} is employed by {1}."),
+    (re.compile(r"(.+) is headquartered in (.+)\.$"), "The headquarters of {0} are in {1}."),
+    (re.compile(r"(.+) was founded in (.+)\.$"), "{0} was established in {1}."),
+    (re.compile(r"(.+) was mentored by (.+)\.$"), "{1} was the mentor of {0}."),
+)
+
+
+def restate(fact: str) -> str:
+    """A relation sentence in other words ("A works for B." -> "A is employed by B.")."""
+    for pattern, template in _RESTATEMENTS:
+        match = pattern.match(fact)
+        if match:
+            return template.format(*match.groups())
+    raise ValueError(f"not a relation sentence of the synthetic world: {fact!r}")
+
+
+def labelled_facts(rng: random.Random, restated: bool = False) -> tuple[Example, list[tuple[str, int]]]:
     """A world's example and verifier claims about it: each gold fact (label 1) and its false counterpart (label 0).
 
     The claims are checked against ``example.evidence``, the gold and distractor facts a model reads.
+    ``restated`` puts both in other words: a gold fact copied from the evidence is caught by exact match
+    alone, a restated one needs the verifier to read.
     """
     example, world = _example_and_world(rng)
     claims = []
     for fact in example.gold_facts:
         claims += [(fact, 1), (_false_counterpart(fact, world, rng), 0)]
+    if restated:
+        claims = [(restate(claim), label) for claim, label in claims]
     return example, claims
 
 

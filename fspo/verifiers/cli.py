@@ -5,7 +5,7 @@ cuts each response's ``<think>`` reasoning into steps with `fspo.steps`, scores 
 in one batched call, and prints each step with its score and verdict.
 
 With ``--labelled`` it measures the verifier instead: on rows ``{evidence, claim, label}`` (a JSONL or
-parquet file, or the built-in ``halueval`` / ``synthetic`` sources) it prints AUROC, balanced accuracy at
+parquet file, or the built-in ``halueval`` / ``synthetic`` / ``synthetic-restated`` sources) it prints AUROC, balanced accuracy at
 ``--threshold``, the threshold that maximises balanced accuracy (the calibrated one), per-class counts
 and pairs/s, and can draw a reliability chart.
 
@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Iterable
 
-from fspo.verifiers.labelled import SPLITS
+from fspo.verifiers.labelled import SOURCES, SPLITS
 
 # Verifier options exposed as flags (``--model-path`` -> ``model_path``); anything else via ``--option``.
 _FLAG_OPTIONS = {
@@ -58,12 +58,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--labelled",
         metavar="SOURCE",
-        help="measure the verifier on labelled claims: halueval, synthetic, or a JSONL/parquet file "
+        help="measure the verifier on labelled claims: halueval, synthetic, synthetic-restated, or a JSONL/parquet file "
         "of {evidence, claim, label} rows (label 1 = supported)",
     )
     parser.add_argument(
         "--split", default="heldout", choices=SPLITS,
-        help="--labelled halueval/synthetic: which split of the built-in source (default heldout)",
+        help="--labelled with a built-in source: which split (default heldout)",
     )
     parser.add_argument("--seed", type=int, default=0, help="--labelled: seed of the train/heldout split")
     parser.add_argument("--chart", metavar="PNG", help="--labelled: write a reliability chart here")
@@ -231,7 +231,7 @@ def run_labelled(args) -> int:
     if args.json:
         print(json.dumps(figures))
     else:
-        print(f"verifier {args.verifier} on {args.labelled}" + (f" ({args.split})" if args.labelled in ("halueval", "synthetic") else ""))
+        print(f"verifier {args.verifier} on {args.labelled}" + (f" ({args.split})" if args.labelled in SOURCES else ""))
         print("\n".join(format_quality(figures)))
     if args.chart:
         reliability_chart(figures["reliability"], args.chart, f"{args.verifier} on {args.labelled}")

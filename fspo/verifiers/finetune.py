@@ -5,10 +5,10 @@ adds a two-way classification head (``unsupported``, ``supported``) and trains i
 ``(evidence, claim)`` pairs. The result is an ordinary Hugging Face directory (model + tokenizer) that
 the ``nli`` backend loads; its ``supported`` label is the support probability:
 
-    fspo verifier train --data halueval --data synthetic --output-dir verifier/minilm-ce
+    fspo verifier train --data halueval --data synthetic --data synthetic-restated --output-dir verifier/minilm-ce
     fspo verify --labelled halueval --verifier nli --model-path verifier/minilm-ce
 
-Built-in sources (``halueval``, ``synthetic``) contribute only their ``train`` split, so ``fspo verify
+Built-in sources (``halueval``, ``synthetic``, ``synthetic-restated``) contribute only their ``train`` split, so ``fspo verify
 --labelled SOURCE`` (held-out split by default) measures the verifier on rows it never saw. A file of
 ``{evidence, claim, label}`` rows is used whole.
 """
@@ -63,8 +63,8 @@ def train_cross_encoder(
     base_model: str | None = None,
     steps: int = 200,
     batch_size: int = 16,
-    learning_rate: float = 5e-5,
-    max_length: int = 192,
+    learning_rate: float = 1e-4,
+    max_length: int = 160,
     seed: int = 0,
     log_every: int = 25,
     provenance: dict | None = None,
@@ -151,14 +151,14 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--data", action="append", required=True, metavar="SOURCE",
-                        help="halueval, synthetic (their train split) or a JSONL/parquet file of "
+                        help="halueval, synthetic, synthetic-restated (their train split) or a JSONL/parquet file of "
                         "{evidence, claim, label} rows; repeat to mix")
     parser.add_argument("--output-dir", required=True, help="where the Hugging Face directory is written")
     parser.add_argument("--base-model", default=None, help="encoder directory (default: packaged all-MiniLM-L6-v2)")
     parser.add_argument("--steps", type=int, default=200, help="optimiser steps (default 200)")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--learning-rate", type=float, default=5e-5)
-    parser.add_argument("--max-length", type=int, default=192, help="tokens of evidence + claim (default 192)")
+    parser.add_argument("--learning-rate", type=float, default=1e-4, help="peak learning rate (default 1e-4)")
+    parser.add_argument("--max-length", type=int, default=160, help="tokens of evidence + claim (default 160)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data order, the head and the train/heldout split")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default torch's; 1 is fastest on a machine busy with other work)")

