@@ -217,7 +217,9 @@ def run_labelled(args) -> int:
             pairs = pairs[: args.limit]
         labels = [p.label for p in pairs]
         if len(set(labels)) < 2:
-            raise ValueError(f"{args.labelled}: need both supported (1) and unsupported (0) rows, got only label {labels[0]}")
+            raise ValueError(
+                f"{args.labelled}: need both supported (1) and unsupported (0) rows, got labels {sorted(set(labels))}"
+            )
         verifier = build_verifier(config)
     except (OSError, ValueError) as error:
         print(f"fspo verify: {error}", file=sys.stderr)
