@@ -106,6 +106,24 @@ def train_cross_encoder(
         torch.set_num_threads(previous_threads)
 
 
+def reset_pooler(model) -> None:
+    """Starts a BERT pooler as ``tanh(identity)`` of the [CLS] state, where it has one.
+
+    all-MiniLM-L6-v2 was trained for mean pooling: its [CLS] states barely differ between inputs, and
+    its pooler (weights of std ~0.01) shrinks them to near-constant features, so a fresh head on top
+    learns nothing in hundreds of steps. The identity keeps what [CLS] varies by and passes gradients back.
+    """
+    import torch
+
+    pooler = getattr(getattr(model, "bert", None), "pooler", None)
+    dense = getattr(pooler, "dense", None)
+    if dense is None or dense.in_features != dense.out_features:
+        return
+    with torch.no_grad():
+        dense.weight.copy_(torch.eye(dense.in_features))
+        dense.bias.zero_()
+
+
 def _train(pairs, output_dir: Path, base_model: str, steps: int, batch_size: int, learning_rate: float,
            max_length: int, seed: int, log_every: int, provenance: dict) -> Path:
     import torch
@@ -116,6 +134,7 @@ def _train(pairs, output_dir: Path, base_model: str, steps: int, batch_size: int
     model = AutoModelForSequenceClassification.from_pretrained(
         base_model, num_labels=2, id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()}
     )
+    reset_pooler(model)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
     started, running = time.time(), []
