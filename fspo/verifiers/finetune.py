@@ -61,10 +61,10 @@ def train_cross_encoder(
     pairs: Sequence[LabelledPair],
     output_dir: str | Path,
     base_model: str | None = None,
-    steps: int = 200,
+    steps: int = 400,
     batch_size: int = 16,
-    learning_rate: float = 1e-4,
-    max_length: int = 160,
+    learning_rate: float = 5e-5,
+    max_length: int = 128,
     seed: int = 0,
     log_every: int = 25,
     provenance: dict | None = None,
@@ -174,10 +174,10 @@ def _parser() -> argparse.ArgumentParser:
                         "{evidence, claim, label} rows; repeat to mix")
     parser.add_argument("--output-dir", required=True, help="where the Hugging Face directory is written")
     parser.add_argument("--base-model", default=None, help="encoder directory (default: packaged all-MiniLM-L6-v2)")
-    parser.add_argument("--steps", type=int, default=200, help="optimiser steps (default 200)")
+    parser.add_argument("--steps", type=int, default=400, help="optimiser steps (default 400)")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--learning-rate", type=float, default=1e-4, help="peak learning rate (default 1e-4)")
-    parser.add_argument("--max-length", type=int, default=160, help="tokens of evidence + claim (default 160)")
+    parser.add_argument("--learning-rate", type=float, default=5e-5, help="peak learning rate (default 5e-5)")
+    parser.add_argument("--max-length", type=int, default=128, help="tokens of evidence + claim (default 128)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data order, the head and the train/heldout split")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default torch's; 1 is fastest on a machine busy with other work)")
