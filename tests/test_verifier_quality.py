@@ -276,7 +276,6 @@ def test_verify_labelled_json_and_builtin_source(capsys):
     [
         (["--labelled", "absent.jsonl"], "fspo verify: no labelled file 'absent.jsonl'"),
         (["--labelled", "{path}", "--limit", "1"], "need both supported (1) and unsupported (0) rows, got labels [1]"),
-        (["--labelled", "synthetic", "--limit", "0"], "synthetic: need both supported (1) and unsupported (0) rows"),
         (["--labelled", "{path}", "--verifier", "nope"], "unknown fspo.verifier.name 'nope'"),
     ],
 )
