@@ -92,3 +92,32 @@ def test_actor_that_cannot_get_its_gpu_is_a_clear_error(ray_cluster):
     }
     with pytest.raises(RuntimeError, match="no free GPU"):
         build_verifier(config)
+
+
+def test_a_worker_that_times_out_waiting_does_not_kill_the_actor_another_worker_created(ray_cluster):
+    """Only the creator kills a pending actor: a second worker's shorter wait must not take it from the first."""
+    import threading
+    import time
+
+    config = {"name": "lexical", "placement": "ray", "num_gpus": 1, "actor_name": "fspo_verifier_shared_wait"}
+    creator_error: list = []
+
+    def creator():
+        try:
+            build_verifier({**config, "start_timeout_s": 8})
+        except RuntimeError as error:
+            creator_error.append(error)
+
+    thread = threading.Thread(target=creator)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while config["actor_name"] not in ray.util.list_named_actors():
+        assert time.monotonic() < deadline, "the creator never created its actor"
+        time.sleep(0.1)
+    with pytest.raises(RuntimeError, match="did not start within 1 s"):
+        build_verifier({**config, "start_timeout_s": 1})  # attaches to the creator's actor
+    assert config["actor_name"] in ray.util.list_named_actors()  # still there for the creator
+    thread.join()
+    assert creator_error and "no free GPU" in str(creator_error[0])
+    time.sleep(1)
+    assert config["actor_name"] not in ray.util.list_named_actors()  # the creator killed it
