@@ -111,14 +111,17 @@ class _Worker:
             raise payload
         self.ready = True
 
-    def call(self, kwargs: dict, timeout_s: float):
-        try:
-            self._send(kwargs)
-        except (BrokenPipeError, OSError):
-            raise ScorerTimeout(f"the scorer process exited with code {self.process.wait()}") from None
-        status, payload = self._receive(timeout_s)
-        if status == "error":
-            raise payload
+    def call(self, kwargs: dict, timeout_s: float, prepare_timeout_s: float):
+        # First the scorer's preparation (one-off imports for a new kind of source), outside the limit;
+        # one request in flight at a time, so a reply never waits in the pipe's read buffer.
+        for kind, limit in (("prepare", prepare_timeout_s), ("call", timeout_s)):
+            try:
+                self._send((kind, kwargs))
+            except (BrokenPipeError, OSError):
+                raise ScorerTimeout(f"the scorer process exited with code {self.process.wait()}") from None
+            status, payload = self._receive(limit)
+            if status == "error":
+                raise payload
         return payload
 
     def kill(self) -> None:
@@ -147,7 +150,8 @@ class TimeLimitedScorer:
         factory: Picklable zero-argument callable the worker calls once to get the scorer (e.g.
             `default_scorer`, or ``functools.partial(custom_scorer, path, name)``).
         timeout_s: Seconds one call may take.
-        start_timeout_s: Seconds the worker may take to start and import the scorer.
+        start_timeout_s: Seconds the worker may take to start and import the scorer, and a scorer's
+            ``prepare(**kwargs)`` (if it has one) before each call.
         warm_modules: Modules the worker imports before it takes calls.
 
     Raises (from a call):
@@ -186,7 +190,7 @@ class TimeLimitedScorer:
                 self._replace()
                 raise RuntimeError(f"the scorer process did not start: {error}") from None
             try:
-                return worker.call(kwargs, self.timeout_s)
+                return worker.call(kwargs, self.timeout_s, self.start_timeout_s)
             except ScorerTimeout:
                 self.timeouts += 1
                 self._replace()
@@ -232,11 +236,22 @@ def _serve() -> None:
         reply("error", error)
         return
     reply("ready", None)
+    # A scorer may name a `prepare(**kwargs)` that imports what a call needs (verl's scorers for a source
+    # fspo does not own take seconds to import): it runs before the call's time limit starts.
+    prepare = getattr(scorer, "prepare", None)
     while True:
         try:
-            kwargs = pickle.load(requests)
+            kind, kwargs = pickle.load(requests)
         except EOFError:
             return
+        if kind == "prepare":
+            if prepare is not None:
+                try:
+                    prepare(**kwargs)
+                except Exception as error:  # noqa: BLE001 - the call itself will meet the same problem
+                    logger.debug("scorer prepare failed: %r", error)
+            reply("prepared", None)
+            continue
         signal.setitimer(signal.ITIMER_VIRTUAL, cpu_cap_s)
         try:
             result = ("ok", scorer(**kwargs))

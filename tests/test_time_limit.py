@@ -110,7 +110,7 @@ def test_a_worker_whose_parent_stops_waiting_kills_itself_on_its_cpu_cap():
         worker.wait_ready(60)
         started = time.perf_counter()
         with pytest.raises(ScorerTimeout, match="exited with code -26"):  # SIGVTALRM
-            worker.call(dict(data_source="math500", solution_str=TOWER, ground_truth="3"), timeout_s=None)
+            worker.call(dict(data_source="math500", solution_str=TOWER, ground_truth="3"), timeout_s=None, prepare_timeout_s=60)
         assert time.perf_counter() - started < 10
     finally:
         worker.kill()
@@ -122,3 +122,13 @@ def test_evaluation_scores_a_stuck_response_zero_and_counts_it(scorer):
     row = {"data_source": "math500", "reward_model": {"ground_truth": "3"}, "extra_info": "not a dict"}
     record = score_record(row, [TOWER, "<answer>3</answer>"], scorer)
     assert record["sample_scores"] == [0.0, 1.0] and record["scorer_timeouts"] == 1
+
+
+def test_the_verl_import_for_a_verl_named_source_does_not_count_against_the_limit():
+    """`openai/gsm8k` is scored by verl, whose import takes seconds: the worker prepares it outside the limit."""
+    limited = TimeLimitedScorer(timeout_s=1)
+    try:
+        result = limited(data_source="openai/gsm8k", solution_str="#### 72", ground_truth="72", extra_info={})
+        assert result["acc"] == 1.0 and limited.timeouts == 0
+    finally:
+        limited.close()
