@@ -6,7 +6,9 @@
    ``--data``.
 2. Trains ``--steps`` FSPO steps with verl's real trainer (``python -m fspo.main``, the config a GPU
    run uses, with the CPU preset and the offline ``lexical`` verifier), validating on the held-out
-   split before and after training (greedy answers: answer F1 and the verifier's supported-step rate).
+   split before and after training (greedy answers: answer F1, the verifier's supported-step rate, and
+   on synthetic questions the independent world judge's hallucinated-step rate and the copy rate, see
+   :mod:`fspo.evaluation.step_report`).
 3. Merges the final checkpoint into a Hugging Face directory.
 4. Prints one line per step and a before/after table, and writes ``summary.json`` and
    ``training_curves.png`` to ``--output-dir``.
@@ -93,13 +95,13 @@ def _progress(record: dict) -> None:
     )
 
 
-def prepare_data(root: Path, seed: int) -> tuple[Path, Path]:
+def prepare_data(root: Path, seed: int, val_rows: int = VAL_ROWS) -> tuple[Path, Path]:
     """Synthetic multi-hop QA with the quickstart instruction: (train parquet, held-out parquet)."""
     from fspo.data.io import write_parquet
     from fspo.data.synthetic import make_rows
 
     paths = []
-    for split, size in (("train", TRAIN_ROWS), ("test", VAL_ROWS)):
+    for split, size in (("train", TRAIN_ROWS), ("test", val_rows)):
         rows = make_rows(size, seed=seed, split=split)
         for row in rows:
             row["prompt"] = [{"role": "system", "content": INSTRUCTION}, *(m for m in row["prompt"] if m["role"] != "system")]
@@ -139,8 +141,23 @@ def run_overrides(setup: dict, out: Path, steps: int) -> list[str]:
         f"trainer.test_freq={steps}",
         f"trainer.save_freq={steps}",
         f"trainer.default_local_dir={out / 'ckpt'}",
+        # verl writes each validation's answers to <step>.jsonl here; the world judge reads them.
+        f"trainer.validation_data_dir={out / 'validation'}",
         f"fspo.dump_dir={out / 'dump'}",
     ]
+
+
+def judged_figures(dump: Path, val_file: Path) -> dict[str, float | None]:
+    """The world judge's hallucinated-step rate and the copy rate of one validation pass's answers.
+
+    Both are None when the dump is missing or the held-out rows are not synthetic-world questions.
+    """
+    from fspo.data.io import read_rows
+    from fspo.evaluation.step_report import step_report, validation_samples
+
+    samples = validation_samples(dump, read_rows(val_file)) if dump.is_file() else []
+    report = step_report(samples, verifiers=())
+    return {"hallucinated_step_rate": report["hallucinated_step_rate"], "copy_rate": report["copy_rate"]}
 
 
 def train(name: str, setup: dict, out: Path, steps: int, seed: int, extra: list[str]) -> dict:
@@ -159,7 +176,39 @@ def train(name: str, setup: dict, out: Path, steps: int, seed: int, extra: list[
     validation, training = _split_records(records)
     before = validation_figures(validation[0]) if validation else {}
     after = validation_figures(validation[-1]) if len(validation) > 1 else {}
-    return {"records": training, "seconds": seconds, "before": before, "after": after}
+    dumps = {"before": out / "validation" / "0.jsonl", "after": out / "validation" / f"{steps}.jsonl"}
+    for when, figures in (("before", before), ("after", after)):
+        if figures:
+            figures.update(judged_figures(dumps[when], setup["val"]))
+    return {"records": training, "seconds": seconds, "before": before, "after": after, "validation_dumps": dumps}
+
+
+def run_summary(run: dict) -> dict:
+    """One run's entry of ``summary.json``: its validation figures before and after, and its seconds."""
+    return {"before": run["before"], "after": run["after"], "seconds": round(run["seconds"], 1)}
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def results_table(runs: dict[str, dict]) -> str:
+    """The before/after table: answer F1, the training verifier's supported-step rate, and beside it the
+    independent world judge's hallucinated-step rate and the share of steps copied from the evidence."""
+    lines = [
+        "",
+        "               answer F1   supported-step rate   hallucinated-step rate   copied steps",
+        "                           (training verifier)            (world judge)",
+    ]
+    for name, run in runs.items():
+        for when in ("before", "after"):
+            figures = run[when]
+            lines.append(
+                f"{name:>5} {when:<6} {figures.get('answer_f1', 0.0):11.3f}   "
+                f"{figures.get('supported_step_rate', 0.0):19.3f}   "
+                f"{_rate(figures.get('hallucinated_step_rate')):>22}   {_rate(figures.get('copy_rate')):>12}"
+            )
+    return "\n".join(lines)
 
 
 def merge(out: Path, steps: int) -> Path:
@@ -245,16 +294,10 @@ def main(argv: list[str] | None = None) -> int:
         "steps": args.steps,
         "seconds": round(time.time() - started, 1),
         "merged_model": str(merged),
-        **{f"{name}_{when}": run[when] for name, run in runs.items() for when in ("before", "after")},
-        "before": runs["fspo"]["before"],
-        "after": runs["fspo"]["after"],
+        "runs": {name: run_summary(run) for name, run in runs.items()},
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print("\n            answer F1   supported-step rate")
-    for name, run in runs.items():
-        for when in ("before", "after"):
-            figures = run[when]
-            print(f"{name:>5} {when:<6} {figures.get('answer_f1', 0.0):9.3f}   {figures.get('supported_step_rate', 0.0):19.3f}")
+    print(results_table(runs))
     print(f"\nsummary: {out / 'summary.json'}\ncurves:  {out / 'training_curves.png'}\nmerged model: {merged}")
     return 0
 

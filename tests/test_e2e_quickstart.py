@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from fspo.data.io import read_rows
+from fspo.evaluation.step_report import validation_samples
 from fspo.quickstart import main as quickstart
 
 @pytest.mark.e2e
@@ -18,14 +20,26 @@ def test_quickstart_one_step_writes_its_files(tiny_reasoner, tmp_path, capsys):
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 1 and summary["seconds"] > 0
+    assert set(summary) == {"steps", "seconds", "merged_model", "runs"} and set(summary["runs"]) == {"fspo"}
+    run = summary["runs"]["fspo"]
+    held_out = read_rows(tiny_reasoner["val"])
+    assert run["seconds"] > 0
     for when in ("before", "after"):
-        assert set(summary[when]) == {"answer_f1", "supported_step_rate"}
-        assert 0.0 <= summary[when]["supported_step_rate"] <= 1.0
+        figures = run[when]
+        assert set(figures) == {"answer_f1", "supported_step_rate", "hallucinated_step_rate", "copy_rate"}
+        assert 0.0 <= figures["supported_step_rate"] <= 1.0
+        # The tiny model's validation answers are synthetic-world questions: the world judge scores them
+        # from verl's validation dump, independently of the verifier the run trained against.
+        dump = out / "fspo" / "validation" / ("0.jsonl" if when == "before" else "1.jsonl")
+        assert len(validation_samples(dump, held_out)) == len(held_out)
+        for key in ("hallucinated_step_rate", "copy_rate"):
+            assert figures[key] is None or 0.0 <= figures[key] <= 1.0
     assert (out / "training_curves.png").stat().st_size > 1000
     merged = out / "fspo" / "merged"
     assert (merged / "config.json").exists() and (merged / "model.safetensors").exists()
     printed = capsys.readouterr().out
     assert "step   1  reward" in printed and "supported-step rate" in printed
+    assert "hallucinated-step rate" in printed and "(world judge)" in printed
 
 
 def test_quickstart_data_carries_the_evidence_and_the_worked_example(tmp_path):
