@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from fspo.data.synthetic import DATA_SOURCE
 from fspo.evaluation.world_judge import CONTRADICTED, NOT_A_CLAIM, SUPPORTED, build_world, judge_step
 from fspo.steps import reasoning_steps
 
@@ -84,9 +85,9 @@ def validation_samples(dump: str | Path, rows: Sequence[dict]) -> list[dict]:
     """Pairs verl's validation dump (``trainer.validation_data_dir/<step>.jsonl``) with the rows it answered.
 
     A dumped record carries the decoded prompt, not the row, so each is matched to the synthetic row whose
-    evidence its prompt contains. Records with no synthetic row (other data) are left out.
+    evidence its prompt contains. Records of other data (no synthetic-world row) are left out.
     """
-    worlds = [r["extra_info"] for r in rows if r.get("extra_info", {}).get("gold_facts")]
+    worlds = [r["extra_info"] for r in rows if r.get("data_source") == DATA_SOURCE and r.get("extra_info")]
     samples = []
     for line in Path(dump).read_text().splitlines():
         if not line.strip():
