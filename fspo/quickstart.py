@@ -104,7 +104,7 @@ def say(started: float, message: str) -> None:
 class RunProgress:
     """Prints a training run's phases as they start, so minutes of silence never look like a hang.
 
-    The trainer runs in a subprocess: a validation pass starts when verl logs its generation batch,
+    The trainer runs in a subprocess: a validation pass starts when FSPO's trainer logs that it does,
     and ends, like each training step, when its metrics record arrives. A validation pass on a CPU is
     one long batched ``generate``; while it runs a line every ``heartbeat_s`` seconds says how long.
 
@@ -117,7 +117,9 @@ class RunProgress:
         heartbeat_s: seconds between the progress lines during validation.
     """
 
-    VALIDATION_MARK = "test_gen_batch meta info"  # verl prints it as a validation batch goes to the rollout
+    # fspo.trainer.VALIDATION_BEGINS, which FSPO's trainer prints as a validation pass starts (not
+    # imported: fspo.trainer loads verl and torch, seconds before `fspo quickstart --help` could answer).
+    VALIDATION_MARK = "fspo: validation begins"
 
     def __init__(self, name: str, log_path: Path, steps: int, questions: int, started: float, heartbeat_s: float = 30.0):
         self.name, self.log_path, self.steps, self.questions = name, log_path, steps, questions

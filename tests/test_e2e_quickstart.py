@@ -80,6 +80,9 @@ def test_bad_options_stop_before_training_with_a_clear_message(tmp_path, capsys,
 
 def test_run_progress_announces_each_phase_and_keeps_talking_during_validation(tmp_path, capsys):
     from fspo.quickstart import RunProgress
+    from fspo.trainer import VALIDATION_BEGINS
+
+    assert RunProgress.VALIDATION_MARK == VALIDATION_BEGINS
 
     log = tmp_path / "train.log"
     log.write_text("Started a local Ray instance.\n")
@@ -87,14 +90,14 @@ def test_run_progress_announces_each_phase_and_keeps_talking_during_validation(t
     progress.start()
     progress.poll()
     with open(log, "a") as handle:
-        handle.write("(TaskRunner pid=1) test_gen_batch meta info: {'validate': True}\n(TaskRunner pid=1) test_gen")
+        handle.write("(TaskRunner pid=1) fspo: validation begins (global step 0)\n(TaskRunner pid=1) fspo: valid")
     progress.poll()
     progress.poll()  # no new line: a progress line, since the heartbeat is 0 s
     progress.on_record({"step": 0, "data": {"val-core/x/f1/mean@1": 0.25}})
     progress.poll()  # validation is over: no progress line
     progress.on_record({"step": 1, "data": {"training/global_step": 1, "critic/score/mean": 0.5}})
     with open(log, "a") as handle:
-        handle.write("_batch meta info: {'validate': True}\n")  # the half-written line completes
+        handle.write("ation begins (global step 1)\n")  # the half-written line completes
     progress.poll()
     progress.on_record({"step": 2, "data": {"training/global_step": 2, "val-core/x/f1/mean@1": 0.5}})
     lines = capsys.readouterr().out.splitlines()
