@@ -123,7 +123,7 @@ def markdown_table(summary: dict, steps: int, seeds: int, val_rows: int, run_s: 
 
 
 def plot(summary: dict, path: Path) -> None:
-    """One grouped bar chart: a group per figure, a bar per arm, error bars of one std."""
+    """One grouped bar chart: a group per figure, a bar per arm, error bars of one std; n/a draws no bar."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -135,8 +135,8 @@ def plot(summary: dict, path: Path) -> None:
         means = [stats[key][0] for key, _ in FIGURES]
         stds = [stats[key][1] for key, _ in FIGURES]
         positions = [x + index * width for x in range(len(FIGURES))]
-        axis.bar(positions, [0.0 if math.isnan(m) else m for m in means], width,
-                 yerr=[0.0 if math.isnan(s) else s for s in stds], capsize=3, label=name)
+        # A figure with no value (no closed reasoning to judge) gets no bar rather than a bar at 0.
+        axis.bar(positions, means, width, yerr=[0.0 if math.isnan(s) else s for s in stds], capsize=3, label=name)
     axis.set_xticks([x + 0.4 - width / 2 for x in range(len(FIGURES))])
     axis.set_xticklabels([title.replace(" (", "\n(") for _, title in FIGURES], fontsize=8)
     axis.set_ylim(0, 1.05)
