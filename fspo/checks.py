@@ -125,9 +125,25 @@ def check_config(config: DictConfig) -> None:
 DATACLASS_NODES = ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "algorithm")
 
 
+# Counts that must be positive integers; verl's own checks report a negative one as a comparison with
+# another size (or not at all) instead of naming it.
+POSITIVE_COUNTS = ("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.rollout.n")
+
+
+def check_positive_counts(config: DictConfig) -> None:
+    from omegaconf import OmegaConf
+
+    for path in POSITIVE_COUNTS:
+        value = OmegaConf.select(config, path)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{path}={value} must be a positive integer")
+
+
 def check_dataclasses(config: DictConfig) -> None:
     """Build the verl config dataclasses now, so a mistyped value fails here and not in a Ray worker."""
     from omegaconf import OmegaConf
+
+    check_positive_counts(config)
     from verl.trainer.ppo.utils import need_critic
     from verl.utils.config import omega_conf_to_dataclass
 

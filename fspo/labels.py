@@ -187,7 +187,11 @@ def decode_labels(encoded: str, length: int | None = None) -> list[int]:
                     f"malformed label run {run!r} at position {position} in {encoded[:80]!r}: "
                     "expected '<label>x<count>' with label -1, 0 or 1 and a positive count"
                 )
-            labels.extend([int(match.group(1))] * int(match.group(2)))
+            count = int(match.group(2))
+            # Check before allocating: a corrupt run such as "1x99999999999" must not exhaust memory.
+            if length is not None and len(labels) + count > length:
+                raise ValueError(f"encoded labels hold more than {len(labels) + count - 1} labels, expected {length}")
+            labels.extend([int(match.group(1))] * count)
     if length is not None and len(labels) != length:
         raise ValueError(f"encoded labels hold {len(labels)} labels, expected {length}")
     return labels

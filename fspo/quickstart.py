@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -40,6 +42,8 @@ INSTRUCTION = (
 )
 PROMPT_FORMAT = "chatml-think"  # SmolLM2's ChatML, with the response starting inside <think>
 TRAIN_ROWS, VAL_ROWS = 512, 32
+# What the run in an output folder was started with; verl resumes any checkpoint it finds there.
+RUN_RECORD = "quickstart_run.json"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", type=Path, nargs=2, metavar=("TRAIN", "VAL"),
                         help="prepared train and validation parquet (default: synthetic QA)")
     parser.add_argument("--baseline", choices=["grpo"], help="also run the same budget without FSPO")
+    parser.add_argument("--fresh", action="store_true",
+                        help="delete the checkpoints of an earlier run in --output-dir instead of refusing to start")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the trainer")
     return parser
 
@@ -308,16 +314,24 @@ def results_table(runs: dict[str, dict]) -> str:
 
 
 def merge(out: Path, steps: int) -> Path:
-    """The last checkpoint as a Hugging Face directory (what ``scripts/merge_checkpoint.sh`` runs)."""
-    target, log = out / "merged", out / "merge.log"
+    """The last checkpoint as a Hugging Face directory (what ``scripts/merge_checkpoint.sh`` runs).
+
+    The merge is written to a staging folder and renamed to ``merged`` once it succeeded: a failure
+    leaves no half-written model behind.
+    """
+    target, staging, log = out / "merged", out / ".merged.staging", out / "merge.log"
+    shutil.rmtree(staging, ignore_errors=True)
     with open(log, "w") as handle:
         done = subprocess.run(
             [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-             "--local_dir", str(out / "ckpt" / f"global_step_{steps}" / "actor"), "--target_dir", str(target)],
+             "--local_dir", str(out / "ckpt" / f"global_step_{steps}" / "actor"), "--target_dir", str(staging)],
             stdout=handle, stderr=subprocess.STDOUT,
         )
     if done.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
         raise RuntimeError(f"merging the checkpoint failed (exit {done.returncode}); log {log} ends:\n{log.read_text()[-3000:]}")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
     return target
 
 
@@ -354,6 +368,49 @@ def input_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def write_json(path: Path, data: dict) -> None:
+    """Write `data` to a temporary file beside `path` and rename it: `path` is never half written."""
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    temporary.write_text(json.dumps(data, indent=2))
+    os.replace(temporary, path)
+
+
+def run_identity(args: argparse.Namespace, model: Path) -> dict:
+    """What makes two quickstart runs the same run (so resuming one's checkpoint is right)."""
+    return {
+        "model": str(model),
+        "data": [str(path.resolve()) for path in args.data] if args.data else "synthetic",
+        "steps": args.steps,
+        "seed": args.seed,
+        "baseline": args.baseline,
+        "overrides": list(args.overrides),
+    }
+
+
+def checkpoint_conflict(out: Path, identity: dict) -> str | None:
+    """Why this run cannot start in `out`: it holds a checkpoint of another run (None when it can)."""
+    checkpoints = sorted(str(p.relative_to(out)) for p in out.glob("*/ckpt/global_step_*"))
+    if not checkpoints:
+        return None
+    record = out / RUN_RECORD
+    fix = "pass another --output-dir, or --fresh to delete its checkpoints"
+    if not record.is_file():
+        return f"--output-dir {out} holds checkpoints ({checkpoints[-1]}) of a run it has no record of; {fix}"
+    earlier = json.loads(record.read_text())
+    changed = [key for key in identity if earlier.get(key) != identity[key]]
+    if not changed:
+        return None  # the same run: verl resumes its checkpoint
+    described = "; ".join(f"{key} {earlier.get(key)} (now {identity[key]})" for key in changed)
+    return f"--output-dir {out} holds the checkpoint of another run ({checkpoints[-1]}: {described}), which verl would resume; {fix}"
+
+
+def clear_previous_run(out: Path) -> None:
+    """Delete what an earlier quickstart run left in `out` that a new one would resume or merge into."""
+    for folder in [*out.glob("*/ckpt"), *out.glob("*/merged")]:
+        shutil.rmtree(folder)
+    (out / RUN_RECORD).unlink(missing_ok=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -373,6 +430,13 @@ def main(argv: list[str] | None = None) -> int:
             model = convert_smollm2()
         except (FileNotFoundError, ImportError) as error:
             parser.exit(2, f"fspo quickstart: {error}\n")
+    identity = run_identity(args, model)
+    if args.fresh:
+        clear_previous_run(out)
+    conflict = checkpoint_conflict(out, identity)
+    if conflict:
+        parser.exit(2, f"fspo quickstart: {conflict}\n")
+    write_json(out / RUN_RECORD, identity)
     if args.data:
         train_file, val_file = (path.resolve() for path in args.data)
     else:
@@ -394,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         "merged_model": str(merged),
         "runs": {name: run_summary(run) for name, run in runs.items()},
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json(out / "summary.json", summary)
     print(results_table(runs))
     print(f"\nsummary: {out / 'summary.json'}\ncurves:  {out / 'training_curves.png'}\nmerged model: {merged}")
     return 0

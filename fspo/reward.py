@@ -30,20 +30,25 @@ lists, so every sample reports every key below, and labels travel as a string.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import math
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from fspo.labels import encode_labels, labels_from_offsets, token_char_offsets
 from fspo.steps import Step, reasoning_span, reasoning_steps
+from fspo.time_limit import TimeLimitedScorer, custom_scorer, default_scorer
+from fspo.scores import METRIC_KEYS
+from fspo.verifiers.text import evidence_text
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +69,7 @@ STAT_KEYS = (
     "fspo_verifier_ray_gpu",  # 1 when the process that verified this rollout holds a GPU Ray assigned it
     "fspo_step_reward",  # weight * mean step label added to the outcome score
     "fspo_outcome_score",  # the scorer's score before the step reward
+    "fspo_scorer_timeout",  # 1 when the outcome scorer passed fspo.scorer_timeout_s (scored 0)
 )
 
 
@@ -77,6 +83,7 @@ class FSPOSettings:
     skip_non_claims: bool = False
     require_evidence: bool = False
     evidence_key: str = "evidence"
+    scorer_timeout_s: float = 10.0
 
     @classmethod
     def from_config(cls, block: Optional[Mapping]) -> "FSPOSettings":
@@ -88,27 +95,12 @@ class FSPOSettings:
             skip_non_claims=bool(block.get("skip_non_claims", False)),
             require_evidence=bool(block.get("require_evidence", False)),
             evidence_key=str(block.get("evidence_key", "evidence")),
+            scorer_timeout_s=float(block.get("scorer_timeout_s", 10.0) or 0.0),
         )
 
 
 class MissingEvidenceError(ValueError):
     """A row without evidence under ``fspo.require_evidence=true``."""
-
-
-def evidence_text(extra_info: Any, key: str = "evidence") -> str:
-    """The row's evidence as one string ("" when absent, NaN, or empty).
-
-    A list of paragraphs is joined with blank lines; anything else non-string counts as absent.
-    """
-    if not isinstance(extra_info, Mapping):
-        return ""
-    value = extra_info.get(key)
-    if isinstance(value, str):
-        return value.strip()
-    if isinstance(value, Sequence) or (hasattr(value, "tolist") and not isinstance(value, float)):
-        items = value.tolist() if hasattr(value, "tolist") else list(value)
-        return "\n\n".join(str(v).strip() for v in items if isinstance(v, str) and v.strip())
-    return ""
 
 
 def row_evidence(row: Mapping, key: str = "evidence") -> str:
@@ -149,6 +141,24 @@ def step_labels_for_response(
             labels.append(int(label_outside_reasoning))
     offsets = token_char_offsets(response_ids, tokenizer, skip_special_tokens=True, text=text)
     return labels_from_offsets(offsets, text, spans, labels)
+
+
+def scorer_factory(config, compute_score) -> Optional[Callable]:
+    """How the scorer's worker process rebuilds the outcome scorer, or None if it cannot.
+
+    verl hands the reward manager the function it loaded from ``reward.custom_reward_function``; the worker
+    loads the same one by path (a function from a file is not picklable).
+    """
+    from fspo.scores import compute_score as fspo_score
+
+    if compute_score is None or compute_score is fspo_score:
+        return default_scorer
+    reward = config.get("reward") if isinstance(config, Mapping) else None
+    custom = (reward or {}).get("custom_reward_function") or {}
+    if custom.get("path") and custom.get("name"):
+        kwargs = dict(custom.get("reward_kwargs") or {})
+        return functools.partial(custom_scorer, str(custom["path"]), str(custom["name"]), kwargs)
+    return None
 
 
 def output_response_ids(item) -> list[int]:
@@ -216,6 +226,16 @@ class FSPORewardManager(RewardManagerBase):
         self.compute_score = compute_score
         self.is_async_score = inspect.iscoroutinefunction(compute_score)
         self.settings = FSPOSettings.from_config(config.get("fspo"))
+        self.limited_scorer, self._score_thread = None, None
+        factory = scorer_factory(config, compute_score)
+        if self.settings.scorer_timeout_s > 0 and not self.is_async_score:
+            if factory is None:
+                logger.warning("fspo: the outcome scorer cannot be rebuilt in a worker process; it runs with no time limit")
+            else:
+                self.limited_scorer = TimeLimitedScorer(factory, timeout_s=self.settings.scorer_timeout_s)
+                # One thread feeds the one scorer process, so waiting calls do not hold the shared executor.
+                self._score_thread = ThreadPoolExecutor(1, thread_name_prefix="fspo-scorer")
+        self._outcome_keys: tuple = METRIC_KEYS  # filled with 0 for a rollout whose scorer timed out
         self.verifier = None
         if self.settings.enable:
             reward_model = config.get("reward", {}).get("reward_model", {}) or {}
@@ -223,17 +243,29 @@ class FSPORewardManager(RewardManagerBase):
                 config.fspo.get("verifier", {"name": "lexical"}), reward_router_address, reward_model.get("model_path")
             )
 
-    async def _outcome(self, data_source, response_str, ground_truth, extra_info) -> tuple[float, dict]:
+    async def _outcome(self, data_source, response_str, ground_truth, extra_info) -> tuple[float, dict, bool]:
+        """The scorer's (score, info, timed_out); a scorer past ``fspo.scorer_timeout_s`` scores 0."""
         kwargs = dict(
             data_source=data_source, solution_str=response_str, ground_truth=ground_truth, extra_info=extra_info
         )
-        if self.is_async_score:
-            result = await self.compute_score(**kwargs)
-        else:
-            result = await asyncio.get_running_loop().run_in_executor(None, lambda: self.compute_score(**kwargs))
+        limit = self.settings.scorer_timeout_s or None
+        try:
+            if self.is_async_score:
+                result = await asyncio.wait_for(self.compute_score(**kwargs), limit)
+            elif self.limited_scorer is not None:
+                call = functools.partial(self.limited_scorer, **kwargs)
+                result = await asyncio.get_running_loop().run_in_executor(self._score_thread, call)
+            else:
+                result = await asyncio.get_running_loop().run_in_executor(None, lambda: self.compute_score(**kwargs))
+        except TimeoutError as error:  # ScorerTimeout, asyncio's
+            logger.warning("fspo: the %s scorer gave no answer within %s s (%s); this rollout scores 0",
+                           data_source, limit, error)
+            return 0.0, dict.fromkeys(self._outcome_keys, 0.0), True
         if isinstance(result, Mapping):
-            return float(result["score"]), dict(result)
-        return float(result), {"acc": float(result)}
+            self._outcome_keys = tuple(result)
+            return float(result["score"]), dict(result), False
+        self._outcome_keys = ("acc",)
+        return float(result), {"acc": float(result)}, False
 
     async def run_single(self, data: DataProto) -> dict:
         outputs = [output_response_ids(data[i]) for i in range(len(data))]
@@ -246,9 +278,10 @@ class FSPORewardManager(RewardManagerBase):
             None, lambda: [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in outputs]
         )
         # As verl's managers: the outcome is the last output's (the run's final answer).
-        score, outcome_info = await self._outcome(data_source, texts[-1], ground_truth, extra_info)
+        score, outcome_info, timed_out = await self._outcome(data_source, texts[-1], ground_truth, extra_info)
         stats = dict.fromkeys(STAT_KEYS, 0.0)
         stats["fspo_outcome_score"] = score
+        stats["fspo_scorer_timeout"] = float(timed_out)
         labels = [[0] * len(ids) for ids in outputs]
         if self.settings.enable:
             evidence = row_evidence(item.non_tensor_batch, self.settings.evidence_key)

@@ -135,7 +135,8 @@ def score_span(answer: str, ground_truth, extra_info=None) -> dict:
 def score_contrastive(answer: str, ground_truth, extra_info=None) -> dict:
     """TruthfulQA/HaluEval/HalluQA generation: closer to a correct answer than to any incorrect one."""
     golds = gold_list(ground_truth)
-    incorrect = gold_list((extra_info or {}).get("incorrect_answers"))
+    # extra_info can be anything a parquet column holds (a string, NaN); only a mapping carries answers.
+    incorrect = gold_list(extra_info.get("incorrect_answers")) if isinstance(extra_info, Mapping) else []
     truth_f1 = max((token_f1(answer, gold) for gold in golds), default=0.0)
     false_f1 = max((token_f1(answer, wrong) for wrong in incorrect), default=0.0)
     em = max((exact_match(answer, gold) for gold in golds), default=0.0)
@@ -151,8 +152,9 @@ def last_number(text: str) -> float | None:
     text = unbox(text)
     # \frac{a}{b} in a numeric answer: let its value count.
     fraction = re.search(r"\\[dt]?frac\{(-?\d+)\}\{(\d+)\}\s*$", text)
-    if fraction and int(fraction.group(2)) != 0:
-        return int(fraction.group(1)) / int(fraction.group(2))
+    # float(), not int(): int() refuses more than 4,300 digits; a huge value just compares unequal.
+    if fraction and float(fraction.group(2)) != 0:
+        return float(fraction.group(1)) / float(fraction.group(2))
     matches = _NUMBER.findall(text)
     if not matches:
         return None
@@ -189,10 +191,18 @@ def score_gsm8k(answer: str, ground_truth, extra_info=None) -> dict:
     return _binary(correct)
 
 
+# Python refuses int() of more than 4,300 digits; an AIME answer is 0-999, so longer is simply wrong.
+_MAX_INT_DIGITS = 4000
+
+
+def _integer(digits: str) -> int | None:
+    return int(digits) if len(digits.lstrip("-")) <= _MAX_INT_DIGITS else None
+
+
 def score_aime(answer: str, ground_truth, extra_info=None) -> dict:
     integers = re.findall(r"-?\d+", unbox(answer).replace(",", ""))
-    predicted = int(integers[-1]) if integers else None
-    golds = {int(g) for g in (re.sub(r"\D", "", gold) for gold in gold_list(ground_truth)) if g}
+    predicted = _integer(integers[-1]) if integers else None
+    golds = {_integer(g) for g in (re.sub(r"\D", "", gold) for gold in gold_list(ground_truth)) if g} - {None}
     return _binary(predicted is not None and predicted in golds)
 
 

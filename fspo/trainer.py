@@ -137,6 +137,8 @@ def step_metrics(infos: Sequence[Mapping]) -> dict[str, float]:
         # Share of verified rollouts whose verifier ran in a process Ray gave a GPU (colocated / ray placement).
         "fspo/verifier_ray_gpu_frac": total("fspo_verifier_ray_gpu") / verified if verified else 0.0,
         "fspo/step_reward_mean": total("fspo_step_reward") / rollouts if rollouts else 0.0,
+        # Rollouts whose outcome scorer passed fspo.scorer_timeout_s (scored 0).
+        "fspo/scorer_timeouts": total("fspo_scorer_timeout"),
     }
 
 

@@ -7,6 +7,9 @@
 # latest_checkpointed_iteration.txt). STEP defaults to the latest checkpointed step. The merged model
 # goes to RUN_DIR/global_step_N/merged unless --target-dir is given. The last line printed is the
 # merged directory, so `model=$(scripts/merge_checkpoint.sh RUN_DIR | tail -1)` works.
+# The target must be new, empty, or an earlier output of this script (marked by .fspo_merged_from):
+# anything else (a base model's folder) is refused. The merge goes to a staging folder beside the
+# target and replaces it only once the result loads; a failure leaves nothing behind.
 # Environment: PYTHON (interpreter with verl and transformers) [.venv/bin/python if set up, else python].
 set -euo pipefail
 
@@ -55,13 +58,25 @@ if [[ ! -d "$actor_dir" ]]; then
     fail "no checkpoint for step $step: '$actor_dir' does not exist (steps in '$run_dir': ${available:-none})"
 fi
 target_dir=${target_dir:-$run_dir/global_step_$step/merged}
+target_dir=${target_dir%/}
+marker=.fspo_merged_from
+if [[ -e "$target_dir" && ! -d "$target_dir" ]]; then
+    fail "target '$target_dir' exists and is not a directory: pass a new or empty --target-dir"
+fi
+if [[ -d "$target_dir" && -n "$(ls -A "$target_dir")" && ! -f "$target_dir/$marker" ]]; then
+    fail "target '$target_dir' is not empty and was not written by merge_checkpoint.sh: pass a new or empty --target-dir"
+fi
+
+staging="$target_dir.merging.$$"
+trap 'rm -rf "$staging"' EXIT
+mkdir -p "$(dirname "$target_dir")"
 
 echo "merging $actor_dir -> $target_dir" >&2
 "$PYTHON" -m verl.model_merger merge --backend fsdp \
-    --local_dir "$actor_dir" --target_dir "$target_dir" "${trust_remote_code[@]}" >&2
+    --local_dir "$actor_dir" --target_dir "$staging" "${trust_remote_code[@]}" >&2
 
 # Check the result is a loadable Hugging Face model: config, tokenizer, and the weights on CPU.
-FSPO_MERGED_DIR="$target_dir" FSPO_TRUST_REMOTE_CODE=${#trust_remote_code[@]} "$PYTHON" - >&2 <<'PY'
+FSPO_MERGED_DIR="$staging" FSPO_TRUST_REMOTE_CODE=${#trust_remote_code[@]} "$PYTHON" - >&2 <<'PY'
 import os
 
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -74,4 +89,8 @@ model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust, devi
 parameters = sum(p.numel() for p in model.parameters())
 print(f"loaded {config.model_type} ({parameters:,} parameters, vocab {len(tokenizer)}) from {path}")
 PY
+echo "$actor_dir" > "$staging/$marker"
+# Only an empty folder or this script's own earlier output is replaced (checked above).
+rm -rf "$target_dir"
+mv "$staging" "$target_dir"
 echo "$target_dir"

@@ -116,3 +116,18 @@ def test_an_unknown_trainer_mode_is_named():
     with pytest.raises(ConfigError, match="trainer.v1.trainer_mode=fully_async is unknown to FSPO; use one of sync"):
         check_trainer_mode(OmegaConf.create({"trainer": {"device": "cuda", "v1": {"trainer_mode": "fully_async"}}}))
     check_trainer_mode(OmegaConf.create({"trainer": {"device": "cuda", "v1": {"trainer_mode": "separate_async"}}}))
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [("data.train_batch_size=-1", "data.train_batch_size=-1 must be a positive integer"),
+     ("data.train_batch_size=0", "data.train_batch_size=0 must be a positive integer"),
+     ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n=0 must be a positive integer")],
+)
+def test_a_non_positive_batch_size_is_named(override, message):
+    import os
+
+    env = {**os.environ, "FSPO_DRY_RUN": "1"}
+    result = run_main("actor_rollout_ref.model.path=x/y", "data.train_files=later.parquet", override, env=env)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr and "Traceback" not in result.stderr

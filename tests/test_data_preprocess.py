@@ -160,13 +160,13 @@ def test_missing_field_names_file_row_and_field(tmp_path, capsys):
     with pytest.raises(SourceFieldError, match=r"bad\.jsonl, row 1: missing field 'supporting_facts'"):
         run_cli(HOTPOT_SPEC, ["--input", str(source), "--output-dir", str(tmp_path), "--split", "test"])
     # The `fspo data` command prints the same message without a traceback.
-    assert data_main(["hotpotqa", "--input", str(source), "--output-dir", str(tmp_path)]) == 1
+    assert data_main(["hotpotqa", "--input", str(source), "--output-dir", str(tmp_path)]) == 2
     assert "bad.jsonl, row 1: missing field 'supporting_facts'" in capsys.readouterr().err
 
 
 def test_misnamed_field_in_gsm8k(tmp_path, capsys):
     source = write_jsonl(tmp_path / "test.jsonl", [{"question": "1+1?", "solution": "#### 2"}])
-    assert data_main(["gsm8k", "--input", str(source), "--output-dir", str(tmp_path)]) == 1
+    assert data_main(["gsm8k", "--input", str(source), "--output-dir", str(tmp_path)]) == 2
     assert "test.jsonl, row 0: missing field 'answer' (fields present: ['question', 'solution'])" in capsys.readouterr().err
 
 
@@ -408,5 +408,42 @@ def test_unreachable_hub_says_to_pass_input(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "empty-cache"))
-    assert data_main(["math500", "--output-dir", str(tmp_path)]) == 1
+    assert data_main(["math500", "--output-dir", str(tmp_path)]) == 2
     assert "pass --input" in capsys.readouterr().err
+
+
+# --- Bad sources get one line and exit 2; splits are written all-or-nothing (issue 12) ---
+
+GOOD_GSM8K = {"question": "1+1?", "answer": "#### 2"}
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("test.jsonl", '{"question": "1+1?", "answer": "#### 2"}\n{"question": \n', r"test\.jsonl, line 2: not valid JSON"),
+        ("test.txt", "question,answer\n", r"unsupported file type '\.txt'"),
+        ("test.jsonl", '{"question": "", "answer": ""}\n{"question": "Q", "answer": ""}\n', r"no usable rows .*2 records"),
+        ("test.jsonl", "\n\n", r"no usable rows .*0 records"),
+    ],
+)
+def test_an_unusable_source_file_is_one_line_and_exit_2(tmp_path, capsys, name, content, message):
+    source = tmp_path / name
+    source.write_text(content, encoding="utf-8")
+    assert data_main(["gsm8k", "--input", str(source), "--output-dir", str(tmp_path / "out"), "--split", "test"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and __import__("re").search(message, err), err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_failing_split_leaves_every_earlier_output_as_it_was(tmp_path, capsys):
+    source, out = tmp_path / "src", tmp_path / "out"
+    source.mkdir()
+    write_jsonl(source / "train.jsonl", [GOOD_GSM8K, GOOD_GSM8K])
+    (source / "test.jsonl").write_text('{"question": "broken\n', encoding="utf-8")
+    write_parquet([{"old": 1}], out / "train.parquet")
+    write_parquet([{"old": 2}], out / "test.parquet")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert data_main(["gsm8k", "--input", str(source), "--output-dir", str(out), "--split", "train", "--split", "test"]) == 2
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no new train beside an old test
+    assert data_main(["gsm8k", "--input", str(source), "--output-dir", str(out), "--split", "train"]) == 0
+    assert len(read_rows(out / "train.parquet")) == 2 and sorted(p.name for p in out.iterdir()) == ["test.parquet", "train.parquet"]

@@ -43,6 +43,8 @@ def test_grpo_actor_batch_carries_step_labels(grpo_run):
         assert metrics["fspo/labelled_frac"] > 0
         assert metrics["fspo/steps_per_response"] > 0
         assert metrics["fspo/verifier_failures"] == 0
+        # The outcome scorer (a file-path custom reward) ran in each reward worker's scorer process.
+        assert metrics["fspo/scorer_timeouts"] == 0
 
 
 def test_colocate_async_reinforce_plus_plus_on_two_logical_gpus_with_colocated_verifier(

@@ -113,3 +113,44 @@ def test_run_progress_announces_each_phase_and_keeps_talking_during_validation(t
     assert len(phases) == 8
     assert any(line.startswith("step   1  reward +0.500") for line in lines)
     assert all(line[0] in "[s" for line in lines)
+
+
+def _fake_model(path):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    return path
+
+
+def test_an_output_folder_with_another_runs_checkpoint_is_refused_naming_it(tmp_path, capsys):
+    # verl's resume_mode=auto would otherwise continue that checkpoint, whatever --model says.
+    first, second = _fake_model(tmp_path / "model_a"), _fake_model(tmp_path / "model_b")
+    data = [tmp_path / "train.parquet", tmp_path / "val.parquet"]
+    for path in data:
+        path.write_bytes(b"")
+    out = tmp_path / "out"
+    (out / "fspo" / "ckpt" / "global_step_3").mkdir(parents=True)
+    (out / "quickstart_run.json").write_text(json.dumps(
+        {"model": str(first), "data": [str(p) for p in data], "steps": 3, "seed": 0, "baseline": None, "overrides": []}
+    ))
+    argv = ["--model", str(second), "--data", *map(str, data), "--steps", "3", "--output-dir", str(out)]
+    with pytest.raises(SystemExit) as stopped:
+        quickstart(argv)
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2
+    assert "another run" in err and str(first) in err and "--fresh" in err
+    (out / "quickstart_run.json").unlink()  # a checkpoint nobody recorded is refused too
+    with pytest.raises(SystemExit):
+        quickstart(argv)
+    assert "no record" in capsys.readouterr().err
+    assert (out / "fspo" / "ckpt" / "global_step_3").is_dir()  # nothing was deleted
+
+
+def test_fresh_removes_only_the_quickstarts_own_outputs(tmp_path):
+    from fspo.quickstart import clear_previous_run
+
+    out = tmp_path / "out"
+    for folder in ("fspo/ckpt/global_step_1", "grpo/ckpt/global_step_1", "fspo/merged", "mine"):
+        (out / folder).mkdir(parents=True)
+    (out / "quickstart_run.json").write_text("{}")
+    clear_previous_run(out)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["fspo", "grpo", "mine"]

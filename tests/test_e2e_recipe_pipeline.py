@@ -150,6 +150,9 @@ def test_merge_writes_a_hugging_face_model(pipeline):
     assert (merged / "config.json").is_file()
     weights = list(merged.glob("*.safetensors")) + list(merged.glob("*.bin"))
     assert weights and all(path.stat().st_size > 0 for path in weights)
+    # Marked as the script's own output (a re-merge may replace it), staged beside it and renamed: no leftovers.
+    assert (merged / ".fspo_merged_from").read_text().strip().endswith("global_step_1/actor")
+    assert not [p.name for p in merged.parent.iterdir() if ".merging." in p.name]
 
 
 def test_results_table_has_one_row_per_model_and_a_column_per_benchmark(pipeline):

@@ -138,12 +138,17 @@ def test_results_table_has_one_row_per_model_and_column_per_benchmark(results):
 
 @given(st.from_regex(r"[A-Za-z0-9_]{1,10}", fullmatch=True), st.from_regex(r"[a-z]{1,8}", fullmatch=True))
 def test_named_path_splits_name_and_path(name, stem):
+    if "__" in name:  # the separator of <model>__<benchmark>.jsonl
+        with pytest.raises(Exception, match="not '__'"):
+            named_path(f"{name}=/x/{stem}.parquet")
+        return
     assert named_path(f"{name}=/x/{stem}.parquet") == (name, __import__("pathlib").Path(f"/x/{stem}.parquet"))
     assert named_path(f"/x/{stem}.parquet")[0] == stem
 
 
 def test_named_path_names_a_split_file_after_its_folder():
     assert named_path("data/gsm8k/test.parquet")[0] == "gsm8k"
+    assert named_path("run/global_step_2/merged")[0] == "global_step_2"
     with pytest.raises(Exception, match="may only hold"):
         named_path("a b=data/x.parquet")
 
@@ -176,3 +181,84 @@ def test_evaluation_accepts_the_released_and_verl_source_names():
     check_rows([{**row, "data_source": "GSM8K"}, {**row, "data_source": "openai/gsm8k"}])
     assert score_record({**row, "data_source": "GSM8K"}, ["<answer>18</answer>"])["acc"] == 1.0
     assert score_record({**row, "data_source": "openai/gsm8k"}, ["#### 18"])["acc"] == 1.0
+
+
+# --- Resume keyed by what produced the predictions; results accumulate (issue 12) ---
+
+
+@pytest.fixture(scope="module")
+def two_steps(tmp_path_factory):
+    """Two different models saved where scripts/merge_checkpoint.sh puts them: both named `merged`."""
+    from fspo.tiny_model import build_tiny_model
+
+    run = tmp_path_factory.mktemp("run")
+    return [build_tiny_model(run / f"global_step_{step}" / "merged", seed=step) for step in (1, 2)]
+
+
+def test_two_merged_checkpoints_are_not_confused(two_steps, bench, tmp_path):
+    out = tmp_path / "out"
+    common = ["--data", str(bench), "--output-dir", str(out), "--limit", "2", *FAST]
+    main(["--model", str(two_steps[0]), *common])
+    main(["--model", str(two_steps[1]), *common, "--prompt-format", "qwen-base"])
+    results = json.loads((out / "results.json").read_text())
+    assert set(results) == {"global_step_1", "global_step_2"}  # named after the step, both kept in the table
+    assert results["global_step_2"]["synth"]["generated"] == 2
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [(["--model", "m={step2}"], "model"), (["--max-new-tokens", "5"], "max_new_tokens"),
+     (["--prompt-format", "qwen-base"], "prompt_format"), (["--samples", "2"], "samples"),
+     (["--temperature", "0.7"], "temperature")],
+)
+def test_resume_refuses_predictions_made_otherwise(two_steps, bench, tmp_path, change, named):
+    out = tmp_path / "out"
+    common = ["--data", str(bench), "--output-dir", str(out), "--limit", "1"]
+    main(["--model", f"m={two_steps[0]}", *common, *FAST])
+    before = (out / "predictions" / "m__synth.jsonl").read_text()
+    changed = [c.format(step2=two_steps[1]) for c in change]
+    if changed[0] != "--model":
+        changed = ["--model", f"m={two_steps[0]}", *changed]
+    with pytest.raises(SystemExit, match=f"made with other settings.*{named}"):
+        main([*changed[:2], *common, *FAST, *changed[2:]])  # the change comes last: it wins over FAST
+    assert (out / "predictions" / "m__synth.jsonl").read_text() == before  # nothing lost
+    main(["--model", f"m={two_steps[0]}", *common, *FAST])  # unchanged: resumes
+    assert json.loads((out / "results.json").read_text())["m"]["synth"]["generated"] == 0
+
+
+def test_a_rebuilt_data_file_regenerates_only_the_rows_that_changed(tiny_dir, tmp_path):
+    data, out = tmp_path / "synth.parquet", tmp_path / "out"
+    rows = make_rows(3, seed=0, split="test")
+    write_parquet(rows, data)
+    main(["--model", f"m={tiny_dir}", "--data", str(data), "--output-dir", str(out), *FAST])
+    rows[1] = make_rows(3, seed=7, split="test")[1]
+    write_parquet(rows, data)
+    main(["--model", f"m={tiny_dir}", "--data", str(data), "--output-dir", str(out), *FAST])
+    assert json.loads((out / "results.json").read_text())["m"]["synth"]["generated"] == 1
+    records = read_records(out / "predictions" / "m__synth.jsonl")
+    assert sorted(r["index"] for r in records) == [0, 1, 2]  # the stale row 1 is gone, not duplicated
+
+
+def test_results_accumulate_and_rebuild_from_the_predictions(tiny_dir, bench, tmp_path):
+    from fspo.evaluation.report import results_from_predictions
+
+    out = tmp_path / "out"
+    for name in ("a", "b"):
+        main(["--model", f"{name}={tiny_dir}", "--data", str(bench), "--output-dir", str(out), "--limit", "1", *FAST])
+    results = json.loads((out / "results.json").read_text())
+    assert set(results) == {"a", "b"}
+    with open(out / "results.csv", newline="") as handle:
+        assert [row[0] for row in csv.reader(handle)][1:] == ["a", "b"]
+    rebuilt = results_from_predictions(out / "predictions")
+    assert rebuilt["a"]["synth"]["score"] == results["a"]["synth"]["score"] and rebuilt["b"]["synth"]["n"] == 1
+
+
+def test_a_model_folder_without_config_or_a_data_file_that_is_not_parquet_is_named(tiny_dir, bench, tmp_path):
+    empty = tmp_path / "empty_model"
+    empty.mkdir()
+    with pytest.raises(SystemExit, match="config.json"):
+        main(["--model", str(empty), "--data", str(bench), "--output-dir", str(tmp_path / "o")])
+    text = tmp_path / "rows.jsonl"
+    text.write_text('{"a": 1}\n')
+    with pytest.raises(SystemExit, match="not a parquet file"):
+        main(["--model", str(tiny_dir), "--data", str(text), "--output-dir", str(tmp_path / "o")])

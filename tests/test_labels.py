@@ -329,3 +329,15 @@ def test_codec_format_and_errors():
         decode_labels("1x3", length=4)
     with pytest.raises(ValueError, match="must be -1, 0 or 1"):
         encode_labels([0, 2])
+
+
+def test_a_huge_run_is_refused_before_it_is_allocated():
+    # "1x99999999999" once allocated 10^11 labels (MemoryError, which labels_tensor did not catch).
+    with pytest.raises(ValueError, match="expected 5"):
+        decode_labels("1x99999999999", length=5)
+    with pytest.raises(ValueError, match="expected 5"):
+        decode_labels("0x3,1x99999999999", length=5)
+    with pytest.raises(ValueError, match="expected 3"):
+        decode_labels("0x1," * 4 + "0x1", length=3)
+    labels, rejects = __import__("fspo.trainer", fromlist=["labels_tensor"]).labels_tensor(["1x99999999999"], [4])
+    assert rejects == 1 and labels.abs().sum() == 0

@@ -243,3 +243,26 @@ def test_merge_rejects_a_non_numeric_step_and_unknown_options(tmp_path):
     assert bad_step.returncode == 1 and "non-negative integer" in bad_step.stderr
     bad_option = run_merge("--output", str(tmp_path))
     assert bad_option.returncode == 2 and "unknown option --output" in bad_option.stderr
+
+
+def test_merge_refuses_a_non_empty_target_it_did_not_create(tmp_path):
+    (tmp_path / "global_step_1" / "actor").mkdir(parents=True)
+    base_model = tmp_path / "base_model"
+    base_model.mkdir()
+    (base_model / "config.json").write_text('{"model_type": "qwen2"}')
+    process = run_merge("--target-dir", str(base_model), str(tmp_path), "1")
+    assert process.returncode == 1
+    assert "not empty" in process.stderr and str(base_model) in process.stderr
+    assert [p.name for p in base_model.iterdir()] == ["config.json"]  # untouched
+
+
+def test_a_failed_merge_leaves_nothing_behind(tmp_path):
+    (tmp_path / "global_step_1" / "actor").mkdir(parents=True)  # no shards in it: the merger fails
+    process = run_merge(str(tmp_path), "1")
+    assert process.returncode != 0
+    assert sorted(p.name for p in (tmp_path / "global_step_1").iterdir()) == ["actor"]  # no empty merged/
+    empty_target = tmp_path / "empty_target"
+    empty_target.mkdir()
+    assert run_merge("--target-dir", str(empty_target), str(tmp_path), "1").returncode != 0
+    assert empty_target.is_dir() and not any(empty_target.iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty_target", "global_step_1"]

@@ -199,3 +199,22 @@ def test_own_names_match_in_any_case(name, upper):
     spelling = "".join(c.upper() if u else c.lower() for c, u in zip(name, upper * len(name)))
     expected = RELEASED_SOURCES.get(name, name)
     assert own_scorer_name(spelling) == expected
+
+
+def test_an_aime_answer_beyond_python_int_digit_limit_scores_zero():
+    # int() refuses strings of more than 4,300 digits (ValueError) since Python 3.11.
+    assert compute_score("aime2024", answer("9" * 5000), "7")["score"] == 0.0
+    assert compute_score("aime2024", answer("1" * 5000 + " so 7"), "7")["score"] == 1.0
+    assert compute_score("aime2025", answer("7"), "9" * 5000)["score"] == 0.0
+
+
+@pytest.mark.parametrize("data_source", ["truthfulqa_gen", "halueval_qa", "halluqa_gen"])
+@pytest.mark.parametrize("extra_info", ["a string", float("nan"), 3, ["list"], None])
+def test_contrastive_scorers_take_any_extra_info(data_source, extra_info):
+    result = compute_score(data_source, answer("Paris"), ["Paris"], extra_info)
+    assert result["score"] == 1.0
+
+
+def test_a_gsm8k_fraction_beyond_python_int_digit_limit_scores_zero():
+    assert compute_score("gsm8k", answer("\\frac{" + "9" * 5000 + "}{2}"), "3")["score"] == 0.0
+    assert compute_score("gsm8k", answer("\\frac{7}{2}"), "3.5")["score"] == 1.0

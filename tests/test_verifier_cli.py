@@ -84,3 +84,30 @@ def test_verify_bad_input_is_a_clear_error(tmp_path, capsys):
     assert "line 1" in capsys.readouterr().err
     assert fspo_main(["verify", str(_write(tmp_path, ROWS)), "--option", "nope=1"]) == 2
     assert "valid options" in capsys.readouterr().err
+
+
+# --- issue 12: odd inputs get a message, not silence or a hub error ---
+
+
+def test_verify_refuses_a_negative_limit(tmp_path, capsys):
+    try:
+        code = fspo_main(["verify", str(_write(tmp_path, ROWS)), "--limit", "-1"])
+    except SystemExit as stop:
+        code = stop.code
+    assert code == 2
+    assert "--limit must be >= 1" in capsys.readouterr().err
+
+
+def test_verify_treats_null_evidence_as_absent_like_training(tmp_path, capsys):
+    # Training labels nothing without evidence; verifying against the text "None" would mislead.
+    rows = [{"evidence": None, "response": "<think>None of it. None.</think> x"}]
+    assert fspo_main(["verify", str(_write(tmp_path, rows)), "--json"]) == 0
+    steps = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert steps and all(s["verdict"] == "UNVERIFIABLE" and s["score"] is None for s in steps)
+
+
+def test_verify_names_a_model_path_that_does_not_exist(tmp_path, capsys):
+    code = fspo_main(["verify", str(_write(tmp_path, ROWS)), "--verifier", "hhem", "--model-path", "/nonexistent"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--model-path /nonexistent does not exist" in err
+    assert "repo" not in err.lower()  # not the hub's repo-id error

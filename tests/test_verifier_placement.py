@@ -199,79 +199,70 @@ def test_a_cpu_only_cluster_gets_the_cpu_preset(ray_head):
     assert re.search(r"^  device: cpu$", process.stdout, re.M)
 
 
-def test_colocated_servers_take_the_free_share_of_every_gpu_bundle_of_verl_s_pool():
-    """verl's pool with its workers in place (1/3 GPU each), then FSPO's servers: one per bundle, on that GPU."""
-    import asyncio
-
+@pytest.fixture
+def verl_pool():
+    """A Ray cluster with two logical GPUs and verl's actor pool on it (one bundle per GPU, colocate count 3);
+    yields ``(placement_groups, occupy)``, where ``occupy(bundle, gpu)`` places an actor holding ``gpu`` of
+    that bundle's GPU and returns the GPU ids Ray gave it."""
     ray = pytest.importorskip("ray")
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
     from verl.single_controller.ray.base import RayResourcePool
 
-    from fspo.verifiers.ray_actor import ColocatedVerifier, start_colocated_servers
+    @ray.remote
+    class Occupant:  # stands in for verl's FSDP worker, or anything else in the bundle
+        def gpu(self):
+            return [str(i) for i in ray.get_gpu_ids()]
 
     ray.init(num_cpus=8, num_gpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        pool = RayResourcePool(process_on_nodes=[2], use_gpu=True, max_colocate_count=3, name_prefix="test_pool")
-        pgs = pool.get_placement_groups(device_name="cuda")
+        pgs = RayResourcePool(process_on_nodes=[2], max_colocate_count=3, name_prefix="test_pool").get_placement_groups()
+        occupants = []
 
-        @ray.remote
-        class Worker:  # stands in for verl's FSDP worker: 1/3 of its bundle's GPU
-            def gpu(self):
-                return ray.get_gpu_ids()
+        def occupy(bundle: int, gpu: float) -> list[str]:
+            strategy = PlacementGroupSchedulingStrategy(placement_group=pgs[0], placement_group_bundle_index=bundle)
+            occupants.append(Occupant.options(num_gpus=gpu, scheduling_strategy=strategy).remote())
+            return ray.get(occupants[-1].gpu.remote())
 
-        workers = [
-            Worker.options(
-                num_gpus=1 / 3,
-                scheduling_strategy=ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
-                    placement_group=pgs[0], placement_group_bundle_index=i
-                ),
-            ).remote()
-            for i in range(2)
-        ]
-        worker_gpus = ray.get([w.gpu.remote() for w in workers])
-        handles, infos = start_colocated_servers(pgs, {"name": "lexical"}, gpu_fraction=1 / 3, start_timeout_s=120)
-        assert len(handles) == 2
-        # Each server shares its bundle's GPU with the worker there.
-        assert sorted(tuple(info["ray_gpu_ids"]) for info in infos) == sorted(tuple(map(str, g)) for g in worker_gpus)
-
-        client = ColocatedVerifier("lexical")
-        pairs = [("Paris is the capital of France.", "Paris is the capital."), ("Paris is big.", "Rome is big.")]
-
-        async def rollouts():
-            return await asyncio.gather(*(client.ascore(pairs) for _ in range(6)))
-
-        assert asyncio.run(rollouts()) == [build_verifier({"name": "lexical"}).score(pairs)] * 6
-        assert client.ray_gpu_assigned
-        served = [info["requests"] for info in ray.get([h.describe.remote() for h in handles])]
-        assert sum(served) == 6 and all(served), served  # both servers took requests
+        yield pgs, occupy
     finally:
         ray.shutdown()
 
 
-def test_colocated_servers_that_cannot_be_placed_fail_clearly():
-    ray = pytest.importorskip("ray")
-    from verl.single_controller.ray.base import RayResourcePool
+def test_colocated_servers_take_the_free_share_of_every_gpu_bundle_of_verl_s_pool(verl_pool):
+    """verl's pool with its workers in place (1/3 GPU each), then FSPO's servers: one per bundle, on that GPU."""
+    import asyncio
+
+    import ray
+
+    from fspo.verifiers.ray_actor import ColocatedVerifier, start_colocated_servers
+
+    pgs, occupy = verl_pool
+    worker_gpus = [occupy(bundle, 1 / 3) for bundle in range(2)]
+    handles, infos = start_colocated_servers(pgs, {"name": "lexical"}, gpu_fraction=1 / 3, start_timeout_s=120)
+    assert len(handles) == 2
+    # Each server shares its bundle's GPU with the worker there.
+    assert sorted(info["ray_gpu_ids"] for info in infos) == sorted(worker_gpus)
+
+    client = ColocatedVerifier("lexical")
+    pairs = [("Paris is the capital of France.", "Paris is the capital."), ("Paris is big.", "Rome is big.")]
+
+    async def rollouts():
+        return await asyncio.gather(*(client.ascore(pairs) for _ in range(6)))
+
+    assert asyncio.run(rollouts()) == [build_verifier({"name": "lexical"}).score(pairs)] * 6
+    assert client.ray_gpu_assigned
+    served = [info["requests"] for info in ray.get([h.describe.remote() for h in handles])]
+    assert sum(served) == 6 and all(served), served  # both servers took requests
+
+
+def test_colocated_servers_that_cannot_be_placed_fail_clearly(verl_pool):
+    import ray
 
     from fspo.verifiers.ray_actor import start_colocated_servers
 
-    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
-    try:
-        pool = RayResourcePool(process_on_nodes=[1], use_gpu=True, max_colocate_count=3, name_prefix="full_pool")
-        pgs = pool.get_placement_groups(device_name="cuda")
-
-        @ray.remote
-        class Hog:  # something else already holds the bundle's whole GPU
-            def ready(self):
-                return True
-
-        hog = Hog.options(
-            num_gpus=1,
-            scheduling_strategy=ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
-                placement_group=pgs[0], placement_group_bundle_index=0
-            ),
-        ).remote()
-        ray.get(hog.ready.remote())
-        with pytest.raises(RuntimeError, match="1 of 1 colocated verifier servers did not start within 3 s"):
-            start_colocated_servers(pgs, {"name": "lexical"}, gpu_fraction=1 / 3, start_timeout_s=3)
-        assert not [n for n in ray.util.list_named_actors() if n.startswith("fspo_verifier")]  # killed, not left pending
-    finally:
-        ray.shutdown()
+    pgs, occupy = verl_pool
+    for bundle in range(2):
+        occupy(bundle, 1.0)  # something else already holds every bundle's whole GPU
+    with pytest.raises(RuntimeError, match="2 of 2 colocated verifier servers did not start within 3 s"):
+        start_colocated_servers(pgs, {"name": "lexical"}, gpu_fraction=1 / 3, start_timeout_s=3)
+    assert not [n for n in ray.util.list_named_actors() if n.startswith("fspo_verifier")]  # killed, not left pending

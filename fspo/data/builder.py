@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fspo.data.io import make_row, read_hub, read_records, source_files, write_parquet
+from fspo.data.io import SourceFileError, make_row, read_hub, read_records, source_files, write_parquet
 from fspo.data.templates import PROMPT_FORMATS, build_messages, count_prompt_tokens
 
 
@@ -171,9 +171,20 @@ def run_cli(spec: DatasetSpec, argv: list[str] | None = None) -> int:
     if args.size is not None and args.size <= 0:
         parser.error("--size must be positive")
     tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
+    # Every split is built before any is written: a failure leaves the output folder as it was.
+    built = {}
     for split in args.split or spec.splits:
         records = load_split(spec, split, args)
         rows = build_rows(spec, records, split, args, tokenizer)
-        path = write_parquet(rows, Path(args.output_dir) / f"{split}.parquet")
-        print(f"{spec.name} {split}: {len(rows)} rows (from {len(records)} records) -> {path}")
+        if not rows:
+            raise SourceFileError(
+                f"{spec.name} {split}: no usable rows in {len(records)} records from "
+                f"{args.input or 'the default source'} (empty questions or answers are skipped); check --input"
+            )
+        built[split] = (rows, len(records))
+    staged = {split: write_parquet(rows, Path(args.output_dir) / f".{split}.parquet.staged")
+              for split, (rows, _) in built.items()}
+    for split, staged_path in staged.items():
+        path = staged_path.replace(Path(args.output_dir) / f"{split}.parquet")
+        print(f"{spec.name} {split}: {len(built[split][0])} rows (from {built[split][1]} records) -> {path}")
     return 0

@@ -40,14 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     if name not in DATASETS:
         print(f"fspo data: unknown dataset {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    from fspo.data.io import SourceFieldError
+    from fspo.data.io import SourceFieldError, SourceFileError
 
     try:
         return int(importlib.import_module(DATASETS[name]).main(rest) or 0)
-    except (SourceFieldError, FileNotFoundError) as error:
+    except (SourceFieldError, SourceFileError, FileNotFoundError) as error:
         # Bad or missing source data: say what to fix, without a traceback.
         print(f"fspo data {name}: error: {error}", file=sys.stderr)
-        return 1
+        return 2
 
 
 if __name__ == "__main__":

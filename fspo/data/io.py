@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,10 @@ SOURCE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 class SourceFieldError(ValueError):
     """A source record lacks a field (or has it in an unusable form)."""
+
+
+class SourceFileError(ValueError):
+    """A source file that cannot be read as records (bad JSON, an unsupported type, no usable rows)."""
 
 
 def clean_text(value: Any) -> str:
@@ -109,7 +114,10 @@ def _without_null_types(data_type):
 
 
 def write_parquet(rows: Sequence[dict], path: str | Path) -> Path:
-    """Write `rows` as one parquet file (parent folders created); return the path."""
+    """Write `rows` as one parquet file (parent folders created); return the path.
+
+    The file is written under a temporary name and renamed, so `path` is never half written.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -121,7 +129,12 @@ def write_parquet(rows: Sequence[dict], path: str | Path) -> Path:
     table = table.cast(schema)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(table, temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
     return path
 
 
@@ -152,7 +165,7 @@ def read_source_file(path: str | Path) -> list[dict]:
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as error:
-                raise ValueError(f"{path}, line {line_number}: not valid JSON ({error.msg})") from None
+                raise SourceFileError(f"{path}, line {line_number}: not valid JSON ({error.msg})") from None
         return records
     if suffix == ".json":
         try:
@@ -165,7 +178,7 @@ def read_source_file(path: str | Path) -> list[dict]:
         return list(data)
     if suffix == ".csv":
         return list(csv.DictReader(text.splitlines()))
-    raise ValueError(f"{path}: unsupported file type {suffix!r}; use one of {', '.join(SOURCE_SUFFIXES)}")
+    raise SourceFileError(f"{path}: unsupported file type {suffix!r}; use one of {', '.join(SOURCE_SUFFIXES)}")
 
 
 def read_source_file_as_jsonl(path: Path, text: str) -> list[dict]:
@@ -175,7 +188,7 @@ def read_source_file_as_jsonl(path: Path, text: str) -> list[dict]:
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as error:
-                raise ValueError(f"{path}, line {line_number}: neither JSON nor JSON Lines ({error.msg})") from None
+                raise SourceFileError(f"{path}, line {line_number}: neither JSON nor JSON Lines ({error.msg})") from None
     return records
 
 

@@ -4,7 +4,10 @@
         --data data/gsm8k/test.parquet --data data/aime2025/test.parquet --output-dir eval_out \
         --temperature 0.6 --top-p 0.95 --max-new-tokens 2048 --samples 1
 
-Each ``--model``/``--data`` is ``PATH`` or ``NAME=PATH`` (the name defaults to the directory or file stem).
+Each ``--model``/``--data`` is ``PATH`` or ``NAME=PATH`` (the name defaults to the directory or file stem;
+a checkpoint's ``global_step_N/merged`` is named ``global_step_N``). Predictions resume only for the same
+model, prompt format and sampling settings (otherwise the run stops, naming what changed), and the results
+table keeps every model evaluated into ``--output-dir``.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ from pathlib import Path
 from fspo.data.templates import PROMPT_FORMATS
 from fspo.verifiers import VERIFIER_NAMES
 from fspo.evaluation.generation import GenerationSettings, build_generator
-from fspo.evaluation.pipeline import SUPPORT_THRESHOLD, check_rows, evaluate_model
-from fspo.evaluation.report import write_results
+from fspo.evaluation.pipeline import SUPPORT_THRESHOLD, ProvenanceError, check_rows, evaluate_model
+from fspo.evaluation.report import accumulated_results, write_results
 
 
 SPLIT_NAMES = {"train", "test", "val", "validation", "dev"}
+# Folder names that say nothing about which model is inside: name it after its parent (global_step_N).
+GENERIC_MODEL_DIRS = {"merged", "huggingface", "hf", "actor", "model"}
 
 
 def named_path(spec: str) -> tuple[str, Path]:
@@ -32,9 +37,12 @@ def named_path(spec: str) -> tuple[str, Path]:
     name, sep, path = spec.partition("=")
     if not sep:
         resolved = Path(spec).resolve()
-        name, path = resolved.parent.name if resolved.stem in SPLIT_NAMES else resolved.stem, spec
-    if not re.fullmatch(r"[\w.+-]+", name):
-        raise argparse.ArgumentTypeError(f"name {name!r} in {spec!r} may only hold letters, digits, '.', '+', '-', '_'")
+        generic = resolved.stem in SPLIT_NAMES or resolved.name in GENERIC_MODEL_DIRS
+        name, path = resolved.parent.name if generic else resolved.stem, spec
+    if not re.fullmatch(r"[\w.+-]+", name) or "__" in name:
+        raise argparse.ArgumentTypeError(
+            f"name {name!r} in {spec!r} may only hold letters, digits, '.', '+', '-', '_' (not '__')"
+        )
     return name, Path(path)
 
 
@@ -79,9 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     for _, path in args.data:
         if not path.is_file():
             raise SystemExit(f"fspo evaluate: benchmark file {path} does not exist (build it with `fspo data`)")
+    for _, path in args.data:
+        if path.suffix.lower() != ".parquet":
+            raise SystemExit(f"fspo evaluate: {path} is not a parquet file: build the benchmark with `fspo data`")
     for _, path in args.model:
         if not path.is_dir():
             raise SystemExit(f"fspo evaluate: model directory {path} does not exist")
+        if not (path / "config.json").is_file():
+            raise SystemExit(
+                f"fspo evaluate: {path} has no config.json: give a Hugging Face model folder (for a training "
+                "checkpoint, merge it first: scripts/merge_checkpoint.sh)"
+            )
     if args.limit is not None and args.limit < 1:
         raise SystemExit("fspo evaluate: --limit must be >= 1")
     benchmarks = {name: read_rows(path)[: args.limit] for name, path in args.data}
@@ -112,19 +128,22 @@ def main(argv: list[str] | None = None) -> int:
     for model_name, model_dir in args.model:
         generator = build_generator(model_dir, settings, args.backend, tensor_parallel_size=args.tensor_parallel_size)
         for bench_name, rows in benchmarks.items():
-            metrics = evaluate_model(
-                model_dir, rows, predictions_path=predictions_dir / f"{model_name}__{bench_name}.jsonl",
-                prompt_format=args.prompt_format, batch_size=args.batch_size, verifier=verifier,
-                threshold=args.threshold, generator=generator, description=f"{model_name} · {bench_name}",
-                evidence_key=args.evidence_key,
-            )
+            try:
+                metrics = evaluate_model(
+                    model_dir, rows, predictions_path=predictions_dir / f"{model_name}__{bench_name}.jsonl",
+                    prompt_format=args.prompt_format, batch_size=args.batch_size, verifier=verifier,
+                    threshold=args.threshold, generator=generator, description=f"{model_name} · {bench_name}",
+                    evidence_key=args.evidence_key,
+                )
+            except ProvenanceError as error:
+                raise SystemExit(f"fspo evaluate: {error}") from None
             generated = metrics["generated"]
             results.setdefault(model_name, {})[bench_name] = metrics
             rate = metrics.get("supported_step_rate")
             print(f"{model_name} {bench_name}: score={metrics['score']:.4f} n={metrics['n']} generated={generated}"
                   + ("" if rate is None else f" supported_step_rate={'nan' if math.isnan(rate) else f'{rate:.4f}'}"))
         del generator  # free the model before loading the next one
-    paths = write_results(results, args.output_dir)
+    paths = write_results(accumulated_results(args.output_dir, results), args.output_dir)
     print(paths["markdown"].read_text(encoding="utf-8"))
     for kind, path in paths.items():
         print(f"{kind}: {path}")

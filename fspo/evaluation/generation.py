@@ -79,6 +79,7 @@ class VLLMGenerator:
     """Generation with `vllm.LLM` (GPU)."""
 
     def __init__(self, model_dir: str | Path, settings: GenerationSettings, tensor_parallel_size: int = 1):
+        self.settings = settings
         from vllm import LLM, SamplingParams
 
         self.llm = LLM(model=str(model_dir), tensor_parallel_size=tensor_parallel_size, seed=settings.seed)

@@ -1,13 +1,18 @@
 """Generate, score and (optionally) fact-check the responses of one model on one benchmark.
 
 Predictions go to a JSONL file, one line per row with all its samples, appended as each batch finishes:
-an interrupted evaluation resumes from that file and never generates a finished row again.
+an interrupted evaluation resumes from that file and never generates a finished row again. Beside it,
+``<file>.provenance.json`` records what produced them (the model's fingerprint, prompt format, sampling
+settings, backend): resuming with anything else is refused, naming what changed, and each record carries
+its row's fingerprint, so a row whose data changed is generated again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,6 +22,77 @@ from fspo.evaluation.generation import GenerationSettings, Generator, build_gene
 from fspo.scores import METRIC_KEYS as METRICS
 
 SUPPORT_THRESHOLD = 0.5
+# Files up to this size are hashed whole (configs, tokenizer, weight index); larger ones (the weights)
+# count by name, size and modification time, so fingerprinting a 15 GB model reads a few MB.
+SMALL_FILE_BYTES = 1 << 22
+# Seconds one scorer call may take (math-verify can spin for minutes on a hostile answer).
+SCORER_TIMEOUT_S = 10.0
+
+
+class ProvenanceError(ValueError):
+    """Predictions on disk were produced by another model or other settings than the ones asked for."""
+
+
+def model_fingerprint(model_dir: str | Path) -> str:
+    """A short hash identifying a model folder's contents without reading its weights."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(model_dir).rglob("*") if p.is_file()):
+        stat = path.stat()
+        digest.update(str(path.relative_to(model_dir)).encode())
+        if stat.st_size <= SMALL_FILE_BYTES:
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        else:
+            digest.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:16]
+
+
+def row_fingerprint(row: dict) -> str:
+    """A short hash of what a row's predictions depend on: its prompt, source, ground truth and extra_info."""
+    content = {key: row.get(key) for key in ("prompt", "data_source", "reward_model", "extra_info")}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def write_atomically(path: str | Path, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it over `path` (never half a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def provenance_path(predictions_path: str | Path) -> Path:
+    predictions_path = Path(predictions_path)
+    return predictions_path.with_name(predictions_path.stem + ".provenance.json")
+
+
+# Keys of a provenance that must match to resume; `model_dir` is kept for people, a moved folder still resumes.
+PROVENANCE_KEYS = ("model", "prompt_format", "backend", "temperature", "top_p", "max_new_tokens", "samples", "seed")
+
+
+def check_provenance(predictions_path: str | Path, provenance: dict) -> None:
+    """Record `provenance` beside new predictions, or raise :class:`ProvenanceError` if old ones differ."""
+    predictions_path, sidecar = Path(predictions_path), provenance_path(predictions_path)
+    if sidecar.exists():
+        stored = json.loads(sidecar.read_text(encoding="utf-8"))
+        changed = [key for key in PROVENANCE_KEYS if stored.get(key) != provenance.get(key)]
+        if not changed:
+            return
+        differences = ", ".join(f"{key} {stored.get(key)!r} -> {provenance.get(key)!r}" for key in changed)
+        raise ProvenanceError(
+            f"{predictions_path} holds predictions made with other settings ({differences}; they came from "
+            f"{stored.get('model_dir')}): name this model differently (NAME=PATH), use another --output-dir, "
+            "or delete that file and its .provenance.json to start over"
+        )
+    if read_records(predictions_path):
+        raise ProvenanceError(
+            f"{predictions_path} holds predictions with no record of what produced them (an older fspo wrote "
+            "it): use another --output-dir, or delete that file to start over"
+        )
+    write_atomically(sidecar, json.dumps(provenance, indent=2) + "\n")
 
 
 def _evidence_text(row: dict, evidence_key: str = "evidence") -> str:
@@ -47,14 +123,28 @@ def check_rows(rows: Sequence[dict], where: str = "rows") -> None:
         _ground_truth(row)
 
 
-def score_record(row: dict, responses: Sequence[str]) -> dict:
-    """Score each sampled response with `fspo.scores.compute_score`; the row's metrics are their means."""
-    from fspo.scores import compute_score
+def score_record(row: dict, responses: Sequence[str], scorer=None) -> dict:
+    """Score each sampled response; the row's metrics are their means.
 
-    extra_info = dict(row.get("extra_info") or {})
-    per_sample = [compute_score(row["data_source"], text, _ground_truth(row), extra_info) for text in responses]
+    Args:
+        scorer: A `fspo.time_limit.TimeLimitedScorer` (a response it gives up on scores 0 and is counted in
+            ``scorer_timeouts``); None scores in this process with `fspo.scores.compute_score`, unlimited.
+    """
+    from fspo.scores import compute_score
+    from fspo.time_limit import ScorerTimeout
+
+    extra_info = row.get("extra_info") or {}
+    per_sample, timeouts = [], 0
+    for text in responses:
+        kwargs = dict(data_source=row["data_source"], solution_str=text, ground_truth=_ground_truth(row),
+                      extra_info=extra_info)
+        try:
+            per_sample.append((scorer or compute_score)(**kwargs))
+        except ScorerTimeout:
+            timeouts += 1
+            per_sample.append(dict.fromkeys(METRICS, 0.0))
     means = {name: sum(float(s[name]) for s in per_sample) / len(per_sample) for name in METRICS}
-    return {**means, "sample_scores": [float(s["score"]) for s in per_sample]}
+    return {**means, "sample_scores": [float(s["score"]) for s in per_sample], "scorer_timeouts": timeouts}
 
 
 def read_records(path: str | Path) -> list[dict]:
@@ -118,6 +208,7 @@ def evaluate_benchmark(
     batch_size: int = 8,
     description: str = "evaluating",
     evidence_key: str = "evidence",
+    scorer=None,
 ) -> tuple[list[dict], int]:
     """Generate and score the rows not yet in `predictions_path`, appending their records to it.
 
@@ -130,11 +221,21 @@ def evaluate_benchmark(
         batch_size: Rows generated between two appends to the JSONL.
         description: Progress bar label.
         evidence_key: Where a row's evidence is: ``extra_info[evidence_key]`` or that column (as in training).
+        scorer: See `score_record`.
 
     Returns:
         All records of `rows` in row order, and how many rows were generated by this call.
     """
-    done = {r["index"]: r for r in read_records(predictions_path)} if predictions_path else {}
+    keys = [row_fingerprint(row) for row in rows]
+    stored = read_records(predictions_path) if predictions_path else []
+    # A record counts only for the row it was made from: a rebuilt data file regenerates its changed rows.
+    def stale(record: dict) -> bool:
+        return record["index"] < len(rows) and record.get("row_key") != keys[record["index"]]
+
+    done = {r["index"]: r for r in stored if r["index"] < len(rows) and not stale(r)}
+    if predictions_path and any(stale(r) for r in stored):
+        kept = [r for r in stored if not stale(r)]
+        write_atomically(predictions_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
     todo = [i for i in range(len(rows)) if i not in done]
     prompts = render_prompts(tokenizer, [rows[i] for i in todo], prompt_format) if todo else []
     if predictions_path:
@@ -148,12 +249,13 @@ def evaluate_benchmark(
                 new_records.append(
                     {
                         "index": index,
+                        "row_key": keys[index],
                         "data_source": row["data_source"],
                         "prompt": prompt,
                         "ground_truth": _ground_truth(row),
                         "evidence": _evidence_text(row, evidence_key),
                         "responses": list(responses),
-                        **score_record(row, responses),
+                        **score_record(row, responses, scorer),
                     }
                 )
             if predictions_path:
@@ -162,6 +264,18 @@ def evaluate_benchmark(
             done.update((r["index"], r) for r in new_records)
             bar.update(len(new_records))
     return [done[i] for i in range(len(rows)) if i in done], len(todo)
+
+
+def provenance(model_dir: str | Path, prompt_format: str | None, generator) -> dict:
+    """What the predictions of `generator` on `model_dir` depend on (see `PROVENANCE_KEYS`)."""
+    settings = getattr(generator, "settings", None)
+    return {
+        "model": model_fingerprint(model_dir),
+        "model_dir": str(Path(model_dir).resolve()),
+        "prompt_format": prompt_format,
+        "backend": type(generator).__name__,
+        **{key: getattr(settings, key, None) for key in ("temperature", "top_p", "max_new_tokens", "samples", "seed")},
+    }
 
 
 def evaluate_model(
@@ -187,18 +301,31 @@ def evaluate_model(
 
     Returns:
         Mean ``score``, ``acc``, ``em``, ``f1``, ``format_ok`` over rows (pass@1 averaged over `samples`),
-        ``n`` rows, ``generated`` (rows generated by this call, the rest came from `predictions_path`), and
-        with a `verifier` the ``supported_step_rate`` of the reasoning on evidence-carrying rows.
+        ``n`` rows, ``generated`` (rows generated by this call, the rest came from `predictions_path`),
+        ``scorer_timeouts`` (responses scored 0 because the scorer passed its time limit), and with a
+        `verifier` the ``supported_step_rate`` of the reasoning on evidence-carrying rows.
+
+    Raises:
+        ProvenanceError: `predictions_path` holds predictions of another model, prompt format or settings.
     """
+    from fspo.time_limit import TimeLimitedScorer
+
     check_rows(rows)
     if generator is None:
         settings = GenerationSettings(temperature, top_p, max_new_tokens, samples, batch_size, seed)
         generator = build_generator(model_dir, settings, backend)
-    records, generated = evaluate_benchmark(
-        generator, generator.tokenizer, rows, predictions_path, prompt_format, batch_size,
-        description=description or Path(model_dir).name, evidence_key=evidence_key,
-    )
-    metrics = {**score_records(records), "generated": generated}
+    if predictions_path:
+        check_provenance(predictions_path, provenance(model_dir, prompt_format, generator))
+    scorer = TimeLimitedScorer(timeout_s=SCORER_TIMEOUT_S)
+    try:
+        records, generated = evaluate_benchmark(
+            generator, generator.tokenizer, rows, predictions_path, prompt_format, batch_size,
+            description=description or Path(model_dir).name, scorer=scorer, evidence_key=evidence_key,
+        )
+    finally:
+        scorer.close()
+    metrics = {**score_records(records), "generated": generated,
+               "scorer_timeouts": sum(int(r.get("scorer_timeouts", 0)) for r in records)}
     if verifier is not None:
         metrics.update(supported_step_rate(records, verifier, threshold))
     return metrics

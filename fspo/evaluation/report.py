@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import os
 from pathlib import Path
+
+from fspo.evaluation.pipeline import read_records, score_records, write_atomically
 
 
 def _benchmarks(results: dict[str, dict[str, dict]]) -> list[str]:
@@ -55,8 +59,13 @@ def _plot(header: list[str], rows: list[list], path: Path, title: str) -> None:
     axes.set_title(title)
     axes.legend(fontsize="small")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
+    try:
+        figure.savefig(temporary, dpi=120)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+        plt.close(figure)
 
 
 def write_results(results: dict[str, dict[str, dict]], output_dir: str | Path, stem: str = "results") -> dict[str, Path]:
@@ -82,17 +91,57 @@ def write_results(results: dict[str, dict[str, dict]], output_dir: str | Path, s
     markdown = "## Mean score (%)\n\n" + _markdown(header, rows)
     if any("supported_step_rate" in m for per in results.values() for m in per.values()):
         markdown += "\n## Supported step rate (%)\n\n" + _markdown(*results_table(results, "supported_step_rate"))
-    paths["markdown"].write_text(markdown, encoding="utf-8")
+    write_atomically(paths["markdown"], markdown)
 
     # JSON has no NaN: write null instead so any parser reads it.
     clean = {m: {b: {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()}
                  for b, metrics in per.items()} for m, per in results.items()}
-    paths["json"].write_text(json.dumps(clean, indent=2) + "\n", encoding="utf-8")
+    write_atomically(paths["json"], json.dumps(clean, indent=2) + "\n")
 
-    with open(paths["csv"], "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(header)
-        writer.writerows([[row[0]] + ["" if math.isnan(v) else f"{v:.6f}" for v in row[1:]] for row in rows])
+    table = io.StringIO(newline="")
+    writer = csv.writer(table)
+    writer.writerow(header)
+    writer.writerows([[row[0]] + ["" if math.isnan(v) else f"{v:.6f}" for v in row[1:]] for row in rows])
+    write_atomically(paths["csv"], table.getvalue())
 
     _plot(header, rows, paths["png"], "Mean score per benchmark")
     return paths
+
+
+def results_from_predictions(predictions_dir: str | Path) -> dict[str, dict[str, dict]]:
+    """``{model: {benchmark: metrics}}`` recomputed from every ``<model>__<benchmark>.jsonl`` in the folder.
+
+    The score metrics and ``n`` come from the records themselves; what needs a model or a verifier
+    (``supported_step_rate``) is not recomputed.
+    """
+    results: dict[str, dict[str, dict]] = {}
+    for path in sorted(Path(predictions_dir).glob("*__*.jsonl")):
+        model, _, benchmark = path.stem.partition("__")
+        records = read_records(path)
+        if records:
+            results.setdefault(model, {})[benchmark] = score_records(records)
+    return results
+
+
+def accumulated_results(output_dir: str | Path, current: dict[str, dict[str, dict]]) -> dict[str, dict[str, dict]]:
+    """Every model evaluated into `output_dir`: this run's metrics over the earlier table's over the files'.
+
+    Models keep the order they were first evaluated in; the earlier ``results.json`` supplies the metrics a
+    prediction file cannot (the supported step rate), the prediction files the scores.
+    """
+    previous_path = Path(output_dir) / "results.json"
+    previous = json.loads(previous_path.read_text(encoding="utf-8")) if previous_path.exists() else {}
+    from_files = results_from_predictions(Path(output_dir) / "predictions")
+    order = [*previous, *(m for m in current if m not in previous)]
+    order += sorted(m for m in from_files if m not in order)
+    merged: dict[str, dict[str, dict]] = {}
+    for model in order:
+        benchmarks = [*previous.get(model, {}), *current.get(model, {}), *from_files.get(model, {})]
+        for benchmark in dict.fromkeys(benchmarks):
+            metrics = {
+                **{k: (math.nan if v is None else v) for k, v in previous.get(model, {}).get(benchmark, {}).items()},
+                **from_files.get(model, {}).get(benchmark, {}),
+                **current.get(model, {}).get(benchmark, {}),
+            }
+            merged.setdefault(model, {})[benchmark] = metrics
+    return merged

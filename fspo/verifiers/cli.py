@@ -15,8 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Iterable
+
+from fspo.verifiers.text import evidence_text
 
 # Verifier options exposed as flags (``--model-path`` -> ``model_path``); anything else via ``--option``.
 _FLAG_OPTIONS = {
@@ -118,10 +121,9 @@ def read_rows(
             raise ValueError(
                 f"line {number}: expected an object with {evidence_key!r} and {response_key!r} keys"
             )
-        evidence = row[evidence_key]
-        if isinstance(evidence, list):
-            evidence = "\n".join(map(str, evidence))
-        rows.append((str(evidence), str(row[response_key])))
+        # As training reads it: a list joined with blank lines; null or a non-string counts as absent ("").
+        evidence = evidence_text({evidence_key: row[evidence_key]}, evidence_key)
+        rows.append((evidence, str(row[response_key])))
     return rows
 
 
@@ -141,8 +143,23 @@ def verdict(score: float, threshold: float) -> str:
     return "SUPPORTED" if score >= threshold else "UNSUPPORTED"
 
 
+def missing_model_path(path: str | None) -> str | None:
+    """A --model-path that names a local folder that is not there (an `org/name` hub id is left to the hub)."""
+    if path is None or os.path.exists(os.path.expanduser(path)):
+        return None
+    looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "~", "/"))
+    return None if looks_like_hub_id else f"--model-path {path} does not exist: give a model folder or an org/name hub id"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        parser.error(f"--limit must be >= 1, got {args.limit}")
+    problem = missing_model_path(args.model_path)
+    if problem:
+        print(f"fspo verify: {problem}", file=sys.stderr)
+        return 2
     from fspo.verifiers import build_verifier
 
     config: dict = {"name": args.verifier, "threshold": args.threshold}
@@ -165,12 +182,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fspo verify: {error}", file=sys.stderr)
         return 2
     steps = [response_steps(response, args.claims_only) for _, response in rows]
+    # Steps of a row without evidence are not verified (training labels them 0): they print as unverifiable.
     pairs = [
         (evidence, step.text)
         for (evidence, _), row_steps in zip(rows, steps)
+        if evidence
         for step in row_steps
     ]
-    scores = iter(verifier.score(pairs))
+    verified = iter(verifier.score(pairs))
+    scores = iter([next(verified) if evidence else math.nan for (evidence, _), row_steps in zip(rows, steps)
+                   for _ in row_steps])
     counts = {"SUPPORTED": 0, "UNSUPPORTED": 0, "UNVERIFIABLE": 0}
     for number, row_steps in enumerate(steps, 1):
         if not args.json:

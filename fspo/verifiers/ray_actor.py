@@ -156,6 +156,7 @@ class ColocatedVerifier(Verifier):
         self.threshold = threshold
         self.discover_timeout_s = discover_timeout_s
         self._servers: list = []
+        self._discovery: asyncio.Task | None = None  # one lookup shared by the rollouts that arrive first
         self._in_flight: list[int] = []
         self._turn = itertools.count()
         self.server_infos: list[dict] = []
@@ -191,7 +192,9 @@ class ColocatedVerifier(Verifier):
         if not pairs:
             return []
         if not self._servers:
-            await self._discover()
+            if self._discovery is None or self._discovery.done():
+                self._discovery = asyncio.ensure_future(self._discover())
+            await asyncio.shield(self._discovery)
         # Least in-flight requests first; ties rotate so that idle servers share the load.
         start = next(self._turn)
         order = sorted(range(len(self._servers)), key=lambda i: (self._in_flight[i], (i - start) % len(self._servers)))

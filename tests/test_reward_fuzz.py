@@ -1,0 +1,80 @@
+"""The real reward manager against hostile rollouts: a scorer that never returns, and a seeded fuzz.
+
+What a policy can emit is arbitrary text; whatever it is, the reward manager must return a finite reward,
+labels covering the response exactly, and the same keys for every rollout, and it must return in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from fuzz_reward import fuzz_cases, fuzz_reward_manager  # noqa: E402 - the benchmark's generator, shared with its larger run
+
+from fspo.labels import decode_labels
+from fspo.reward import FSPORewardManager
+from fspo.trainer import step_metrics
+
+EVIDENCE = "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell."
+
+
+def manager(tokenizer, **fspo):
+    block = {"enable": True, "threshold": 0.5, "verifier": {"name": "lexical"}, **fspo}
+    return FSPORewardManager(OmegaConf.create({"fspo": block}), tokenizer, compute_score=None)
+
+
+def one_rollout(tokenizer, response: str, data_source: str, ground_truth, extra_info):
+    from verl import DataProto
+
+    ids = tokenizer(response, add_special_tokens=False)["input_ids"] or [tokenizer.pad_token_id or 0]
+    prompt = tokenizer("Question?", add_special_tokens=False)["input_ids"]
+    data = DataProto.from_single_dict(
+        {
+            "prompts": torch.tensor([prompt]),
+            "responses": torch.tensor([ids]),
+            "attention_mask": torch.ones(1, len(prompt) + len(ids), dtype=torch.long),
+            "data_source": np.array([data_source], dtype=object),
+            "reward_model": np.array([{"ground_truth": ground_truth, "style": "rule"}], dtype=object),
+            "extra_info": np.array([extra_info], dtype=object),
+        }
+    )
+    return data, len(ids)
+
+
+def test_a_scorer_that_never_returns_scores_zero_and_is_counted(qwen_tokenizer):
+    reward_manager = manager(qwen_tokenizer, scorer_timeout_s=1.0)
+    tower, tower_len = one_rollout(
+        qwen_tokenizer, "<think> Big. </think><answer>$9^{9^{9^{9}}}$</answer>", "math500", "3", {"evidence": EVIDENCE}
+    )
+    fine, _ = one_rollout(qwen_tokenizer, "<think> Easy. </think><answer>3</answer>", "math500", "3", {})
+
+    async def both():
+        return await asyncio.gather(reward_manager.run_single(tower), reward_manager.run_single(fine))
+
+    started = time.perf_counter()
+    stuck, ok = asyncio.run(both())
+    assert time.perf_counter() - started < 10
+    assert stuck["reward_score"] == 0.0 and ok["reward_score"] == 1.0
+    assert stuck["reward_extra_info"]["fspo_scorer_timeout"] == 1.0
+    assert ok["reward_extra_info"]["fspo_scorer_timeout"] == 0.0
+    assert set(stuck["reward_extra_info"]) == set(ok["reward_extra_info"])  # verl stacks them
+    assert len(decode_labels(stuck["reward_extra_info"]["fspo_labels"], tower_len)) == tower_len
+    infos = [stuck["reward_extra_info"], ok["reward_extra_info"]]
+    assert step_metrics(infos)["fspo/scorer_timeouts"] == 1.0
+
+
+def test_fuzzed_rollouts_never_crash_or_mislabel(qwen_tokenizer):
+    # The benchmark (benchmarks/fuzz_reward.py) runs the same generator at 20,000 rollouts with power towers.
+    cases = fuzz_cases(seed=1234, count=2000, vocab_size=len(qwen_tokenizer))
+    counts, examples = fuzz_reward_manager(manager(qwen_tokenizer, scorer_timeout_s=10.0), qwen_tokenizer, cases)
+    assert counts["rollouts"] == 2000
+    found = {kind: counts[kind] for kind in ("crashes", "bad_labels", "non_finite_rewards", "key_mismatches")}
+    assert found == dict.fromkeys(found, 0), examples
