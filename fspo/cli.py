@@ -13,6 +13,7 @@ SUBCOMMANDS = {
     "train": ("fspo.main", "train with verl (Hydra overrides follow)"),
     "quickstart": ("fspo.quickstart", "a short FSPO run on CPU with before/after evaluation"),
     "verify": ("fspo.verifiers.cli", "score each reasoning step of JSONL rows {evidence, response}"),
+    "verifier": ("fspo.verifiers.finetune", "verifier train: fine-tune a cross-encoder verifier on labelled claims"),
     "data": ("fspo.data.cli", "build a training or evaluation set as verl parquet; `data check FILE...` checks files"),
     "evaluate": ("fspo.evaluation.cli", "evaluate model directories on prepared benchmarks"),
 }

@@ -220,7 +220,8 @@ def run_overrides(setup: dict, out: Path, steps: int) -> list[str]:
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
         "actor_rollout_ref.actor.optim.lr=2e-5",
         # The lexical verifier scores the share of a step's content words found in the evidence:
-        # a step naming anything the context does not mention is unsupported.
+        # a step naming anything the context does not mention is unsupported. 1.0 is the calibrated
+        # threshold: the best balanced accuracy on held-out synthetic facts (`fspo verify --labelled synthetic`).
         "fspo.verifier.name=lexical",
         "fspo.verifier.threshold=1.0",
         "fspo.step_reward_weight=0.0",

@@ -181,7 +181,8 @@ def scorer_extra_info(non_tensor_batch: Mapping) -> dict:
     (from ``__num_turns__``) and ``rollout_reward_scores`` (from ``reward_scores``), so a custom
     scorer written for verl's managers reads the same keys under FSPO.
     """
-    extra_info = dict(non_tensor_batch.get("extra_info") or {})
+    raw = non_tensor_batch.get("extra_info")
+    extra_info = dict(raw) if isinstance(raw, Mapping) else {}  # a malformed row (NaN, a string) has none
     tool_extra_fields = non_tensor_batch.get("tool_extra_fields")
     if tool_extra_fields is not None:
         extra_info.update(tool_extra_fields.items())

@@ -97,6 +97,7 @@ FSPO_GPU_OVERRIDES=(
     fspo.enable=true
     fspo.flip=true
     fspo.verifier.name=hhem
+    fspo.verifier.threshold=0.5                                 # Vectara's published operating point for HHEM-2.1-Open (not calibrated here: HHEM cannot load offline; calibrate with `fspo verify --labelled`)
     fspo.verifier.placement=colocated                           # one HHEM per GPU, in verl's GPU bundles (what `auto` picks on GPUs)
     trainer.total_epochs="${TOTAL_EPOCHS:-3}"                    # GUESS
     trainer.val_before_train=true

@@ -90,6 +90,7 @@ def test_gpu_recipe_carries_the_paper_settings(dry_runs, name):
     assert config["data"]["max_response_length"] == 2048
     assert config["data"]["train_files"] == ["data/hotpotqa/train.parquet", "data/simplerl_math/train.parquet"]
     assert config["fspo"]["verifier"]["name"] == "hhem"
+    assert config["fspo"]["verifier"]["threshold"] == 0.5  # HHEM's published operating point
     assert actor_rollout_ref["model"]["path"] == "/nonexistent/model"
 
 
@@ -139,6 +140,7 @@ def test_cpu_recipe_uses_the_cpu_preset(dry_runs):
     assert config["trainer"]["device"] == "cpu"
     assert config["actor_rollout_ref"]["rollout"]["name"] == "hf"
     assert config["fspo"]["verifier"]["name"] == "lexical"
+    assert config["fspo"]["verifier"]["threshold"] == 1.0  # calibrated on held-out synthetic facts
     assert config["data"]["train_batch_size"] == 2
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -125,14 +126,71 @@ def _question(kind: str, w: dict) -> tuple[str, str, list[str], list[str]]:
 QUESTION_KINDS = ("birth_country", "employer_city", "employer_year", "employer_country", "mentor_birthplace")
 
 
-def make_example(rng: random.Random) -> Example:
-    """One question over a fresh fictional world: 2-3 gold facts and 1-3 distractors, shuffled (3-6 facts)."""
+def _example_and_world(rng: random.Random) -> tuple[Example, dict]:
     kind = rng.choice(QUESTION_KINDS)
-    question, answer, gold, distractors = _question(kind, _world(rng))
+    world = _world(rng)
+    question, answer, gold, distractors = _question(kind, world)
     chosen = rng.sample(distractors, rng.randint(1, min(3, len(distractors), 6 - len(gold))))
     facts = gold + chosen
     rng.shuffle(facts)
-    return Example(question=question, ground_truth=answer, evidence=" ".join(facts), gold_facts=gold)
+    return Example(question=question, ground_truth=answer, evidence=" ".join(facts), gold_facts=gold), world
+
+
+def make_example(rng: random.Random) -> Example:
+    """One question over a fresh fictional world: 2-3 gold facts and 1-3 distractors, shuffled (3-6 facts)."""
+    return _example_and_world(rng)[0]
+
+
+def _false_counterpart(fact: str, world: dict, rng: random.Random) -> str:
+    """``fact`` with its object swapped for another entity of the same kind from the same world.
+
+    Every relation is a function of its subject (one birthplace, one employer, one mentor, ...), so the
+    swapped sentence is false in the world. The new object often appears in the evidence through a
+    distractor fact, so word overlap alone cannot tell the two apart.
+    """
+    for entities in world.values():
+        names = [str(e) for e in entities]
+        for name in names:
+            if fact.endswith(f" {name}."):
+                others = [n for n in names if n != name and n not in fact]
+                return fact[: -len(name) - 1] + rng.choice(others) + "."
+    raise ValueError(f"no entity of the world ends the fact {fact!r}")
+
+
+# Each relation sentence restated in other words, as a reasoning step would (subject, object order kept).
+_RESTATEMENTS = (
+    (re.compile(r"(.+) was born in (.+)\.$"), "{0}'s birthplace is {1}."),
+    (re.compile(r"(.+) is a city in (.+)\.$"), "{0} lies in {1}."),
+    (re.compile(r"(.+) works for (.+)\.$"), "{0} is employed by {1}."),
+    (re.compile(r"(.+) is headquartered in (.+)\.$"), "The headquarters of {0} are in {1}."),
+    (re.compile(r"(.+) was founded in (.+)\.$"), "{0} was established in {1}."),
+    (re.compile(r"(.+) was mentored by (.+)\.$"), "{1} was the mentor of {0}."),
+)
+
+
+def restate(fact: str) -> str:
+    """A relation sentence in other words ("A works for B." -> "A is employed by B.")."""
+    for pattern, template in _RESTATEMENTS:
+        match = pattern.match(fact)
+        if match:
+            return template.format(*match.groups())
+    raise ValueError(f"not a relation sentence of the synthetic world: {fact!r}")
+
+
+def labelled_facts(rng: random.Random, restated: bool = False) -> tuple[Example, list[tuple[str, int]]]:
+    """A world's example and verifier claims about it: each gold fact (label 1) and its false counterpart (label 0).
+
+    The claims are checked against ``example.evidence``, the gold and distractor facts a model reads.
+    ``restated`` puts both in other words: a gold fact copied from the evidence is caught by exact match
+    alone, a restated one needs the verifier to read.
+    """
+    example, world = _example_and_world(rng)
+    claims = []
+    for fact in example.gold_facts:
+        claims += [(fact, 1), (_false_counterpart(fact, world, rng), 0)]
+    if restated:
+        claims = [(restate(claim), label) for claim, label in claims]
+    return example, claims
 
 
 def make_rows(

@@ -4,8 +4,15 @@ Reads JSONL rows ``{"evidence": ..., "response": ...}`` (evidence may be a strin
 cuts each response's ``<think>`` reasoning into steps with `fspo.steps`, scores every step of every row
 in one batched call, and prints each step with its score and verdict.
 
+With ``--labelled`` it measures the verifier instead: on rows ``{evidence, claim, label}`` (a JSONL or
+parquet file, or the built-in ``halueval`` / ``synthetic`` / ``synthetic-restated`` sources) it prints AUROC, balanced accuracy at
+``--threshold``, the threshold that maximises balanced accuracy (the calibrated one), per-class counts
+and pairs/s, and can draw a reliability chart.
+
 Example:
     fspo verify rows.jsonl --verifier lexical
+    fspo verify --labelled halueval --verifier embedding --chart reliability.png
+    fspo verify --labelled my_claims.parquet --verifier nli --model-path ./verifier
     fspo verify rows.jsonl --verifier hhem --device cuda --evidence-top-k 3
     fspo verify rows.jsonl --verifier llm_judge --url http://localhost:8000/v1 --model Qwen/Qwen3-8B
 """
@@ -17,9 +24,11 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Iterable
 
 from fspo.verifiers.text import evidence_text
+from fspo.verifiers.labelled import SOURCES, SPLITS
 
 # Verifier options exposed as flags (``--model-path`` -> ``model_path``); anything else via ``--option``.
 _FLAG_OPTIONS = {
@@ -46,8 +55,20 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "input", help="JSONL file with {evidence, response} rows ('-' reads stdin)"
+        "input", nargs="?", help="JSONL file with {evidence, response} rows ('-' reads stdin)"
     )
+    parser.add_argument(
+        "--labelled",
+        metavar="SOURCE",
+        help="measure the verifier on labelled claims: halueval, synthetic, synthetic-restated, or a JSONL/parquet file "
+        "of {evidence, claim, label} rows (label 1 = supported)",
+    )
+    parser.add_argument(
+        "--split", default="heldout", choices=SPLITS,
+        help="--labelled with a built-in source: which split (default heldout)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="--labelled: seed of the train/heldout split")
+    parser.add_argument("--chart", metavar="PNG", help="--labelled: write a reliability chart here")
     parser.add_argument(
         "--verifier",
         default="lexical",
@@ -151,6 +172,84 @@ def missing_model_path(path: str | None) -> str | None:
     return None if looks_like_hub_id else f"--model-path {path} does not exist: give a model folder or an org/name hub id"
 
 
+def reliability_chart(bins: list[dict], path: str, title: str) -> None:
+    """Mean score against the supported rate of each score bin; a calibrated verifier follows the diagonal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(4.5, 4.5))
+    axes.plot([0, 1], [0, 1], color="grey", linestyle=":", label="calibrated")
+    axes.plot([b["mean_score"] for b in bins], [b["supported_rate"] for b in bins], marker="o", label="verifier")
+    for b in bins:
+        axes.annotate(str(b["count"]), (b["mean_score"], b["supported_rate"]), fontsize=7,
+                      textcoords="offset points", xytext=(3, 3))
+    axes.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean score of the bin", ylabel="share of supported claims", title=title)
+    axes.legend(loc="upper left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def format_quality(figures: dict) -> list[str]:
+    """The lines ``fspo verify --labelled`` prints for one verifier's [`~fspo.verifiers.quality.summarise`]."""
+    lines = [
+        f"{figures['pairs']} pairs: {figures['supported']} supported, {figures['unsupported']} unsupported, "
+        f"{figures['unverifiable']} unverifiable (left out)",
+        f"AUROC                              {figures['auroc']:.3f}",
+        f"balanced accuracy at {figures['threshold']:<13.3g} {figures['balanced_accuracy']:.3f}",
+        f"calibrated threshold               {figures['best_threshold']:.3f} "
+        f"(balanced accuracy {figures['best_balanced_accuracy']:.3f})",
+        f"pairs/s                            {figures['pairs_per_s']:.1f}",
+        "reliability (score bin: pairs, mean score, share supported):",
+    ]
+    lines += [
+        f"  [{b['low']:.1f}, {b['high']:.1f}): {b['count']:>6} {b['mean_score']:.3f} {b['supported_rate']:.3f}"
+        for b in figures["reliability"]
+    ]
+    return lines
+
+
+def run_labelled(args) -> int:
+    """``--labelled``: score every labelled pair in one call and print the verifier's quality figures."""
+    from fspo.verifiers import build_verifier
+    from fspo.verifiers.labelled import load_labelled
+    from fspo.verifiers.quality import summarise
+
+    config: dict = {"name": args.verifier, "threshold": args.threshold}
+    config.update({k: getattr(args, k) for k in _FLAG_OPTIONS if getattr(args, k) is not None})
+    try:
+        config.update(parse_option(text) for text in args.option)
+        pairs = load_labelled(args.labelled, args.split, args.seed)
+        if args.limit is not None and args.limit >= 0:
+            pairs = pairs[: args.limit]
+        labels = [p.label for p in pairs]
+        if len(set(labels)) < 2:
+            raise ValueError(
+                f"{args.labelled}: need both supported (1) and unsupported (0) rows, got labels {sorted(set(labels))}"
+            )
+        verifier = build_verifier(config)
+    except (OSError, ValueError) as error:
+        print(f"fspo verify: {error}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    scores = verifier.score([(p.evidence, p.claim) for p in pairs])
+    seconds = time.perf_counter() - started
+    verifier.close()
+    figures = summarise(scores, labels, args.threshold)
+    figures.update(source=args.labelled, verifier=args.verifier, pairs_per_s=len(pairs) / max(seconds, 1e-9))
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        print(f"verifier {args.verifier} on {args.labelled}" + (f" ({args.split})" if args.labelled in SOURCES else ""))
+        print("\n".join(format_quality(figures)))
+    if args.chart:
+        reliability_chart(figures["reliability"], args.chart, f"{args.verifier} on {args.labelled}")
+        print(f"reliability chart -> {args.chart}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -160,6 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"fspo verify: {problem}", file=sys.stderr)
         return 2
+    if args.labelled is not None:
+        if args.input is not None:
+            parser.error("give either an input file of responses or --labelled, not both")
+        return run_labelled(args)
+    if args.input is None:
+        parser.error("give an input file of {evidence, response} rows, or --labelled SOURCE")
     from fspo.verifiers import build_verifier
 
     config: dict = {"name": args.verifier, "threshold": args.threshold}
