@@ -6,7 +6,9 @@
    ``--data``.
 2. Trains ``--steps`` FSPO steps with verl's real trainer (``python -m fspo.main``, the config a GPU
    run uses, with the CPU preset and the offline ``lexical`` verifier), validating on the held-out
-   split before and after training (greedy answers: answer F1 and the verifier's supported-step rate).
+   split before and after training (greedy answers: answer F1, the verifier's supported-step rate, and
+   on synthetic questions the independent world judge's hallucinated-step rate and the copy rate, see
+   :mod:`fspo.evaluation.step_report`).
 3. Merges the final checkpoint into a Hugging Face directory.
 4. Prints one line per step and a before/after table, and writes ``summary.json`` and
    ``training_curves.png`` to ``--output-dir``.
@@ -99,13 +101,95 @@ def _progress(record: dict) -> None:
     )
 
 
-def prepare_data(root: Path, seed: int) -> tuple[Path, Path]:
+def say(started: float, message: str) -> None:
+    """Prints ``message`` after the time elapsed since ``started`` (``[mm:ss]``)."""
+    minutes, seconds = divmod(int(time.time() - started), 60)
+    print(f"[{minutes:02d}:{seconds:02d}] {message}", flush=True)
+
+
+class RunProgress:
+    """Prints a training run's phases as they start, so minutes of silence never look like a hang.
+
+    The trainer runs in a subprocess: a validation pass starts when FSPO's trainer logs that it does,
+    and ends, like each training step, when its metrics record arrives. A validation pass on a CPU is
+    one long batched ``generate``; while it runs a line every ``heartbeat_s`` seconds says how long.
+
+    Args:
+        name: the run's name, printed in front of its lines.
+        log_path: the trainer's log (read as it grows).
+        steps: training steps of the run.
+        questions: held-out questions per validation pass.
+        started: the clock the elapsed times count from (``time.time()``).
+        heartbeat_s: seconds between the progress lines during validation.
+    """
+
+    # fspo.trainer.VALIDATION_BEGINS, which FSPO's trainer prints as a validation pass starts (not
+    # imported: fspo.trainer loads verl and torch, seconds before `fspo quickstart --help` could answer).
+    VALIDATION_MARK = "fspo: validation begins"
+
+    def __init__(self, name: str, log_path: Path, steps: int, questions: int, started: float, heartbeat_s: float = 30.0):
+        self.name, self.log_path, self.steps, self.questions = name, log_path, steps, questions
+        self.started, self.heartbeat_s = started, heartbeat_s
+        self.read_to = 0
+        self.pending = ""
+        self.trained = 0
+        self.validating_since: float | None = None
+        self.validated = False
+        self.last_line_at = 0.0
+
+    def say(self, message: str) -> None:
+        say(self.started, f"[{self.name}] {message}")
+        self.last_line_at = time.time()
+
+    def start(self) -> None:
+        self.say(f"starting Ray, the rollout server and the actor; {self.steps} training steps follow "
+                 f"(log: {self.log_path})")
+
+    def poll(self) -> None:
+        """Reads the log's new lines; called about once a second while the trainer runs."""
+        for line in self._new_lines():
+            if self.VALIDATION_MARK in line and self.validating_since is None:
+                self.validating_since = time.time()
+                # verl validates after a step's update and logs both in that step's record.
+                when = f"after step {self.trained + 1}" if self.validated else "before training"
+                self.say(f"validating on {self.questions} held-out questions {when} (greedy answers)")
+                return
+        if self.validating_since is not None and time.time() - self.last_line_at >= self.heartbeat_s:
+            self.say(f"  validation still generating: {time.time() - self.validating_since:.0f} s so far")
+
+    def on_record(self, record: dict) -> None:
+        """Reports a metrics record: a validation pass done, a training step done and the next begun."""
+        data = record["data"]
+        if any(key.startswith("val") for key in data):
+            self.validating_since, self.validated = None, True
+            figures = validation_figures(record)
+            self.say(f"validation done: answer F1 {figures['answer_f1']:.3f}, "
+                     f"supported-step rate {figures['supported_step_rate']:.3f}")
+        if "training/global_step" in data:
+            self.trained = int(record["step"])
+            _progress(record)
+        if self.trained < self.steps and (self.trained or any(key.startswith("val") for key in data)):
+            self.say(f"training step {self.trained + 1}/{self.steps}: rollouts, verifier, update")
+
+    def _new_lines(self) -> list[str]:
+        if not self.log_path.is_file():
+            return []
+        with open(self.log_path, encoding="utf-8", errors="replace") as log:
+            log.seek(self.read_to)
+            text = log.read()
+            self.read_to = log.tell()
+        lines = (self.pending + text).split("\n")
+        self.pending = lines.pop()  # a line still being written
+        return lines
+
+
+def prepare_data(root: Path, seed: int, val_rows: int = VAL_ROWS) -> tuple[Path, Path]:
     """Synthetic multi-hop QA with the quickstart instruction: (train parquet, held-out parquet)."""
     from fspo.data.io import write_parquet
     from fspo.data.synthetic import make_rows
 
     paths = []
-    for split, size in (("train", TRAIN_ROWS), ("test", VAL_ROWS)):
+    for split, size in (("train", TRAIN_ROWS), ("test", val_rows)):
         rows = make_rows(size, seed=seed, split=split)
         for row in rows:
             row["prompt"] = [{"role": "system", "content": INSTRUCTION}, *(m for m in row["prompt"] if m["role"] != "system")]
@@ -146,12 +230,32 @@ def run_overrides(setup: dict, out: Path, steps: int) -> list[str]:
         f"trainer.test_freq={steps}",
         f"trainer.save_freq={steps}",
         f"trainer.default_local_dir={out / 'ckpt'}",
+        # verl writes each validation's answers to <step>.jsonl here; the world judge reads them.
+        f"trainer.validation_data_dir={out / 'validation'}",
         f"fspo.dump_dir={out / 'dump'}",
     ]
 
 
-def train(name: str, setup: dict, out: Path, steps: int, seed: int, extra: list[str]) -> dict:
-    """One training run with validation before and after; returns its records and figures."""
+def judged_figures(dump: Path, val_file: Path) -> dict[str, float | None]:
+    """The world judge's hallucinated-step rate and the copy rate of one validation pass's answers.
+
+    Both are None when the dump is missing or the held-out rows are not synthetic-world questions.
+    """
+    from fspo.data.io import read_rows
+    from fspo.evaluation.step_report import step_report, validation_samples
+
+    samples = validation_samples(dump, read_rows(val_file)) if dump.is_file() else []
+    report = step_report(samples, verifiers=())
+    return {"hallucinated_step_rate": report["hallucinated_step_rate"], "copy_rate": report["copy_rate"]}
+
+
+def train(
+    name: str, setup: dict, out: Path, steps: int, seed: int, extra: list[str], clock: float | None = None
+) -> dict:
+    """One training run with validation before and after; returns its records and figures.
+
+    ``clock``: the ``time.time()`` the printed elapsed times count from (default: this run's start).
+    """
     overrides = run_overrides(setup, out, steps) + [
         f"trainer.experiment_name={name}",
         f"data.seed={seed}",
@@ -159,14 +263,55 @@ def train(name: str, setup: dict, out: Path, steps: int, seed: int, extra: list[
         *extra,
     ]
     out.mkdir(parents=True, exist_ok=True)
-    print(f"[{name}] training {steps} steps; log: {out / 'train.log'}", flush=True)
     started = time.time()
-    records = launch(overrides, out / "train.log", out / "metrics.jsonl", on_step=_progress)
+    progress = RunProgress(name, out / "train.log", steps, _row_count(setup["val"]), clock or started)
+    progress.start()
+    records = launch(overrides, out / "train.log", out / "metrics.jsonl", on_step=progress.on_record,
+                     on_poll=progress.poll)
     seconds = time.time() - started
     validation, training = _split_records(records)
     before = validation_figures(validation[0]) if validation else {}
     after = validation_figures(validation[-1]) if len(validation) > 1 else {}
-    return {"records": training, "seconds": seconds, "before": before, "after": after}
+    dumps = {"before": out / "validation" / "0.jsonl", "after": out / "validation" / f"{steps}.jsonl"}
+    progress.say("judging the validation answers' steps against the synthetic world")
+    for when, figures in (("before", before), ("after", after)):
+        if figures:
+            figures.update(judged_figures(dumps[when], setup["val"]))
+    return {"records": training, "seconds": seconds, "before": before, "after": after, "validation_dumps": dumps}
+
+
+def _row_count(parquet: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(parquet).metadata.num_rows
+
+
+def run_summary(run: dict) -> dict:
+    """One run's entry of ``summary.json``: its validation figures before and after, and its seconds."""
+    return {"before": run["before"], "after": run["after"], "seconds": round(run["seconds"], 1)}
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def results_table(runs: dict[str, dict]) -> str:
+    """The before/after table: answer F1, the training verifier's supported-step rate, and beside it the
+    independent world judge's hallucinated-step rate and the share of steps copied from the evidence."""
+    lines = [
+        "",
+        "               answer F1   supported-step rate   hallucinated-step rate   copied steps",
+        "                           (training verifier)            (world judge)",
+    ]
+    for name, run in runs.items():
+        for when in ("before", "after"):
+            figures = run[when]
+            lines.append(
+                f"{name:>5} {when:<6} {figures.get('answer_f1', 0.0):11.3f}   "
+                f"{figures.get('supported_step_rate', 0.0):19.3f}   "
+                f"{_rate(figures.get('hallucinated_step_rate')):>22}   {_rate(figures.get('copy_rate')):>12}"
+            )
+    return "\n".join(lines)
 
 
 def merge(out: Path, steps: int) -> Path:
@@ -281,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from fspo.smollm2 import convert_smollm2
 
-        print("SmolLM2-135M-Instruct: converting its GGUF file on first use (then cached) ...", flush=True)
+        say(started, "SmolLM2-135M-Instruct: converting its GGUF file on first use (then cached) ...")
         try:
             model = convert_smollm2()
         except (FileNotFoundError, ImportError) as error:
@@ -300,9 +445,11 @@ def main(argv: list[str] | None = None) -> int:
     setup = {"model": model, "train": train_file, "val": val_file}
     print(f"model: {model}\ndata:  {train_file} (train), {val_file} (held out)", flush=True)
 
-    runs = {"fspo": train("fspo", setup, out / "fspo", args.steps, args.seed, args.overrides)}
+    runs = {"fspo": train("fspo", setup, out / "fspo", args.steps, args.seed, args.overrides, started)}
     if args.baseline == "grpo":
-        runs["grpo"] = train("grpo", setup, out / "grpo", args.steps, args.seed, ["fspo.flip=false", *args.overrides])
+        runs["grpo"] = train("grpo", setup, out / "grpo", args.steps, args.seed,
+                             ["fspo.flip=false", *args.overrides], started)
+    say(started, "merging the FSPO checkpoint into a Hugging Face directory")
     merged = merge(out / "fspo", args.steps)
     plot(runs, out / "training_curves.png")
 
@@ -310,16 +457,10 @@ def main(argv: list[str] | None = None) -> int:
         "steps": args.steps,
         "seconds": round(time.time() - started, 1),
         "merged_model": str(merged),
-        **{f"{name}_{when}": run[when] for name, run in runs.items() for when in ("before", "after")},
-        "before": runs["fspo"]["before"],
-        "after": runs["fspo"]["after"],
+        "runs": {name: run_summary(run) for name, run in runs.items()},
     }
     write_json(out / "summary.json", summary)
-    print("\n            answer F1   supported-step rate")
-    for name, run in runs.items():
-        for when in ("before", "after"):
-            figures = run[when]
-            print(f"{name:>5} {when:<6} {figures.get('answer_f1', 0.0):9.3f}   {figures.get('supported_step_rate', 0.0):19.3f}")
+    print(results_table(runs))
     print(f"\nsummary: {out / 'summary.json'}\ncurves:  {out / 'training_curves.png'}\nmerged model: {merged}")
     return 0
 

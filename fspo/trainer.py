@@ -79,6 +79,10 @@ def rows_labels_and_stats(
     return texts, counted, rejects
 
 
+# Printed as each validation pass starts (see FSPOAdvantageMixin.on_validate_begin).
+VALIDATION_BEGINS = "fspo: validation begins"
+
+
 def dump_file_name(global_step: int, parameter_sync_step: int, local_step: int) -> str:
     """``step_<N>.pt``, or ``step_<N>_<k>.pt`` for the k-th of ``parameter_sync_step`` actor updates of step N."""
     return f"step_{global_step}.pt" if parameter_sync_step == 1 else f"step_{global_step}_{local_step}.pt"
@@ -204,6 +208,12 @@ class FSPOAdvantageMixin:
     def _setup(self):
         super()._setup()
         self.fspo_verifier_servers = start_verifier_servers(self.config, self.resource_pool_manager)
+
+    def on_validate_begin(self):
+        # verl's V1 trainers validate silently for minutes on a CPU; this line in the log is what
+        # `fspo quickstart` announces the validation pass by.
+        print(f"{VALIDATION_BEGINS} (global step {self.global_steps})", flush=True)
+        super().on_validate_begin()
 
     def _compute_advantage(self, batch, metrics: dict):
         batch = super()._compute_advantage(batch, metrics=metrics)

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from fspo.data.io import read_rows
+from fspo.evaluation.step_report import validation_samples
 from fspo.quickstart import main as quickstart
 
 @pytest.mark.e2e
@@ -18,14 +20,30 @@ def test_quickstart_one_step_writes_its_files(tiny_reasoner, tmp_path, capsys):
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 1 and summary["seconds"] > 0
+    assert set(summary) == {"steps", "seconds", "merged_model", "runs"} and set(summary["runs"]) == {"fspo"}
+    run = summary["runs"]["fspo"]
+    held_out = read_rows(tiny_reasoner["val"])
+    assert run["seconds"] > 0
     for when in ("before", "after"):
-        assert set(summary[when]) == {"answer_f1", "supported_step_rate"}
-        assert 0.0 <= summary[when]["supported_step_rate"] <= 1.0
+        figures = run[when]
+        assert set(figures) == {"answer_f1", "supported_step_rate", "hallucinated_step_rate", "copy_rate"}
+        assert 0.0 <= figures["supported_step_rate"] <= 1.0
+        # The tiny model's validation answers are synthetic-world questions: the world judge scores them
+        # from verl's validation dump, independently of the verifier the run trained against.
+        dump = out / "fspo" / "validation" / ("0.jsonl" if when == "before" else "1.jsonl")
+        assert len(validation_samples(dump, held_out)) == len(held_out)
+        for key in ("hallucinated_step_rate", "copy_rate"):
+            assert figures[key] is None or 0.0 <= figures[key] <= 1.0
     assert (out / "training_curves.png").stat().st_size > 1000
     merged = out / "fspo" / "merged"
     assert (merged / "config.json").exists() and (merged / "model.safetensors").exists()
     printed = capsys.readouterr().out
     assert "step   1  reward" in printed and "supported-step rate" in printed
+    assert "hallucinated-step rate" in printed and "(world judge)" in printed
+    # each phase announced as it starts
+    for phase in ("[fspo] starting Ray", "validating on 8 held-out questions before training",
+                  "training step 1/1", "validating on 8 held-out questions after step 1", "merging the FSPO checkpoint"):
+        assert phase in printed, phase
 
 
 def test_quickstart_data_carries_the_evidence_and_the_worked_example(tmp_path):
@@ -58,6 +76,43 @@ def test_bad_options_stop_before_training_with_a_clear_message(tmp_path, capsys,
     assert stopped.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_run_progress_announces_each_phase_and_keeps_talking_during_validation(tmp_path, capsys):
+    from fspo.quickstart import RunProgress
+    from fspo.trainer import VALIDATION_BEGINS
+
+    assert RunProgress.VALIDATION_MARK == VALIDATION_BEGINS
+
+    log = tmp_path / "train.log"
+    log.write_text("Started a local Ray instance.\n")
+    progress = RunProgress("fspo", log, steps=2, questions=32, started=0.0, heartbeat_s=0.0)
+    progress.start()
+    progress.poll()
+    with open(log, "a") as handle:
+        handle.write("(TaskRunner pid=1) fspo: validation begins (global step 0)\n(TaskRunner pid=1) fspo: valid")
+    progress.poll()
+    progress.poll()  # no new line: a progress line, since the heartbeat is 0 s
+    progress.on_record({"step": 0, "data": {"val-core/x/f1/mean@1": 0.25}})
+    progress.poll()  # validation is over: no progress line
+    progress.on_record({"step": 1, "data": {"training/global_step": 1, "critic/score/mean": 0.5}})
+    with open(log, "a") as handle:
+        handle.write("ation begins (global step 1)\n")  # the half-written line completes
+    progress.poll()
+    progress.on_record({"step": 2, "data": {"training/global_step": 2, "val-core/x/f1/mean@1": 0.5}})
+    lines = capsys.readouterr().out.splitlines()
+    phases = [line.split("] ", 1)[1] for line in lines if line.startswith("[")]
+    assert phases[0].startswith("[fspo] starting Ray")
+    assert phases[1] == "[fspo] validating on 32 held-out questions before training (greedy answers)"
+    assert phases[2].startswith("[fspo]   validation still generating:")
+    assert phases[3] == "[fspo] validation done: answer F1 0.250, supported-step rate 0.000"
+    assert phases[4] == "[fspo] training step 1/2: rollouts, verifier, update"
+    assert phases[5] == "[fspo] training step 2/2: rollouts, verifier, update"
+    assert phases[6] == "[fspo] validating on 32 held-out questions after step 2 (greedy answers)"
+    assert phases[7] == "[fspo] validation done: answer F1 0.500, supported-step rate 0.000"
+    assert len(phases) == 8
+    assert any(line.startswith("step   1  reward +0.500") for line in lines)
+    assert all(line[0] in "[s" for line in lines)
 
 
 def _fake_model(path):

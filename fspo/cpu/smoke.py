@@ -72,11 +72,13 @@ def launch(
     metrics_path: str | Path,
     timeout: int = 1800,
     on_step: Callable[[dict], None] | None = None,
+    on_poll: Callable[[], None] | None = None,
 ) -> list[dict]:
     """Run ``python -m fspo.main`` with ``overrides``; return the metrics it logged, one dict per step.
 
     Each record is ``{"step": N, "data": {metric: value}}`` from verl's file logger; ``on_step`` is
-    called with each record as soon as the trainer writes it. Raises ``RuntimeError`` with the end
+    called with each record as soon as the trainer writes it, ``on_poll`` about once a second while it
+    runs (to report progress from its log). Raises ``RuntimeError`` with the end
     of the log when the run fails or outlasts ``timeout`` seconds.
     """
     log_path, metrics_path = Path(log_path), Path(metrics_path)
@@ -95,6 +97,8 @@ def launch(
         while True:
             finished = process.poll() is not None
             records = _read_new_records(metrics_path, records, on_step)
+            if on_poll is not None:
+                on_poll()
             if finished:
                 break
             if time.monotonic() > deadline:

@@ -1,0 +1,99 @@
+"""Per-run step figures on synthetic-world answers: the independent judge next to the training verifiers.
+
+A policy trained against a verifier learns to please it; copying evidence sentences verbatim pleases the
+``lexical`` verifier without any reasoning. So a run is reported by three views of the same steps:
+
+- ``hallucinated_step_rate``: the share of claim steps the world judge
+  (:mod:`fspo.evaluation.world_judge`) finds contradicted by the world's facts;
+- ``supported_step_rate`` per verifier (``lexical`` at the quickstart's threshold 1.0, ``embedding`` at
+  0.5): the share of steps each scores as supported;
+- ``copy_rate``: the share of steps that are verbatim substrings of the evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from fspo.data.synthetic import DATA_SOURCE
+from fspo.evaluation.world_judge import CONTRADICTED, NOT_A_CLAIM, SUPPORTED, build_world, judge_step
+from fspo.steps import reasoning_steps
+
+# The thresholds of the verifiers as the quickstart trains with `lexical` and the config's default.
+VERIFIER_THRESHOLDS = {"lexical": 1.0, "embedding": 0.5}
+
+
+def is_copy(step: str, evidence: str) -> bool:
+    """Whether a step is a verbatim piece of the evidence (ignoring a trailing period and outer spaces)."""
+    text = step.strip().rstrip(".").strip()
+    return bool(text) and text in evidence
+
+
+def judge_counts(samples: Iterable[dict]) -> dict[str, int]:
+    """Steps by the world judge's verdict, and verbatim copies, over ``{response, evidence, gold_facts}`` samples."""
+    counts = {SUPPORTED: 0, CONTRADICTED: 0, NOT_A_CLAIM: 0, "copies": 0, "steps": 0}
+    for sample in samples:
+        world = build_world(sample["evidence"], sample.get("gold_facts") or ())
+        for step in reasoning_steps(sample["response"]):
+            counts[judge_step(step.text, world).verdict] += 1
+            counts["copies"] += is_copy(step.text, sample["evidence"])
+            counts["steps"] += 1
+    return counts
+
+
+def verifier_supported_rate(name: str, samples: Sequence[dict], threshold: float | None = None) -> float | None:
+    """The share of steps verifier ``name`` scores at or above its threshold (unverifiable steps left out)."""
+    from fspo.verifiers import build_verifier
+
+    pairs = [(s["evidence"], step.text) for s in samples for step in reasoning_steps(s["response"])]
+    if not pairs:
+        return None
+    verifier = build_verifier({"name": name})
+    try:
+        scores = [x for x in verifier.score(pairs) if not math.isnan(x)]
+    finally:
+        verifier.close()
+    limit = VERIFIER_THRESHOLDS.get(name, 0.5) if threshold is None else threshold
+    return sum(x >= limit for x in scores) / len(scores) if scores else None
+
+
+def step_report(samples: Sequence[dict], verifiers: Sequence[str] = ("lexical", "embedding")) -> dict:
+    """The run's step figures (see the module docstring); a rate is None where there is nothing to divide.
+
+    Args:
+        samples: one dict per answer: ``response`` (the decoded text), ``evidence`` and ``gold_facts``
+            (the synthetic row's ``extra_info``).
+        verifiers: the training verifiers to report a supported-step rate for.
+    """
+    counts = judge_counts(samples)
+    claims = counts[SUPPORTED] + counts[CONTRADICTED]
+    report = {
+        "answers": len(samples),
+        "steps": counts["steps"],
+        "judged_claims": claims,
+        "hallucinated_step_rate": counts[CONTRADICTED] / claims if claims else None,
+        "copy_rate": counts["copies"] / counts["steps"] if counts["steps"] else None,
+    }
+    for name in verifiers:
+        report[f"{name}_supported_step_rate"] = verifier_supported_rate(name, samples)
+    return report
+
+
+def validation_samples(dump: str | Path, rows: Sequence[dict]) -> list[dict]:
+    """Pairs verl's validation dump (``trainer.validation_data_dir/<step>.jsonl``) with the rows it answered.
+
+    A dumped record carries the decoded prompt, not the row, so each is matched to the synthetic row whose
+    evidence its prompt contains. Records of other data (no synthetic-world row) are left out.
+    """
+    worlds = [r["extra_info"] for r in rows if r.get("data_source") == DATA_SOURCE and r.get("extra_info")]
+    samples = []
+    for line in Path(dump).read_text().splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        row = next((info for info in worlds if info["evidence"] and info["evidence"] in record["input"]), None)
+        if row is not None:
+            samples.append({"response": record["output"], "evidence": row["evidence"], "gold_facts": list(row["gold_facts"])})
+    return samples
