@@ -87,6 +87,7 @@ class _Worker:
             close_fds=True,
         )
         self.ready = False
+        self.prepared: set = set()  # data sources this process has prepared for
         self._send((factory, tuple(warm_modules), cpu_cap_s))
 
     def _send(self, message) -> None:
@@ -112,9 +113,13 @@ class _Worker:
         self.ready = True
 
     def call(self, kwargs: dict, timeout_s: float, prepare_timeout_s: float):
-        # First the scorer's preparation (one-off imports for a new kind of source), outside the limit;
-        # one request in flight at a time, so a reply never waits in the pipe's read buffer.
-        for kind, limit in (("prepare", prepare_timeout_s), ("call", timeout_s)):
+        # A source new to this process is first prepared (one-off imports), outside the limit; one request
+        # in flight at a time, so a reply never waits in the pipe's read buffer.
+        source = kwargs.get("data_source")
+        steps = [("call", timeout_s)]
+        if not isinstance(source, str) or source not in self.prepared:
+            steps.insert(0, ("prepare", prepare_timeout_s))
+        for kind, limit in steps:
             try:
                 self._send((kind, kwargs))
             except (BrokenPipeError, OSError):
@@ -122,6 +127,8 @@ class _Worker:
             status, payload = self._receive(limit)
             if status == "error":
                 raise payload
+            if kind == "prepare" and isinstance(source, str):
+                self.prepared.add(source)
         return payload
 
     def kill(self) -> None:
