@@ -121,10 +121,10 @@ def write_results(results: dict[str, dict[str, dict]], output_dir: str | Path, s
     markdown = "## Mean score (%)\n\n" + _markdown(header, rows)
     if any("supported_step_rate" in m for per in results.values() for m in per.values()):
         markdown += "\n## Supported step rate (%)\n\n" + _markdown(*results_table(results, "supported_step_rate"))
-    header, judged_rows = judge_table(results)
+    judge_header, judged_rows = judge_table(results)
     if judged_rows:
         markdown += ("\n## LLM judge (%, over judged rows; HalluQA's truthful = free of hallucination)\n\n"
-                     + _markdown(header, judged_rows))
+                     + _markdown(judge_header, judged_rows))
     write_atomically(paths["markdown"], markdown)
 
     # JSON has no NaN: write null instead so any parser reads it.
