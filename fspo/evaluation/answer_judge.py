@@ -131,13 +131,19 @@ def judged_aspects(data_source) -> tuple[str, ...]:
     return ASPECTS_OF_SOURCE.get(own_scorer_name(data_source) or "", ())
 
 
+def _texts(value) -> list[str]:
+    """A string, a list or an array of answers (rows read by pandas hold arrays) as a list of strings."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]
+
+
 def _references(row: dict) -> tuple[str, list[str], list[str]]:
     """(question, correct answers, incorrect answers) of a benchmark row built by `fspo data`."""
     extra_info = row.get("extra_info") or {}
     question = extra_info.get("question") or str(row["prompt"][-1]["content"])
     ground_truth = (row.get("reward_model") or {}).get("ground_truth")
-    correct = [ground_truth] if isinstance(ground_truth, str) else list(ground_truth or [])
-    return question, [str(a) for a in correct], [str(a) for a in extra_info.get("incorrect_answers") or []]
+    return question, _texts(ground_truth), _texts(extra_info.get("incorrect_answers"))
 
 
 def read_verdicts(path: str | Path | None) -> dict[str, bool]:
