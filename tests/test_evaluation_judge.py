@@ -23,12 +23,14 @@ from fspo.evaluation.answer_judge import (
     judgment_key,
     judgments_path,
     parse_yes_no,
+    read_verdicts,
 )
 from fspo.evaluation.report import results_from_predictions
 
 FAST = ["--max-new-tokens", "4", "--batch-size", "8"]
-# Judge client settings that keep a timing-out request short: one try of 0.3 s against a 1 s sleep.
-QUICK_JUDGE = ["--judge-timeout", "0.3", "--judge-retries", "0", "--judge-concurrency", "4"]
+# Judge client settings that keep a timing-out request short: one try of 1.5 s against a 5 s sleep (the
+# margin keeps an answered request from timing out on a loaded 2-core CI machine).
+QUICK_JUDGE = ["--judge-timeout", "1.5", "--judge-retries", "0", "--judge-concurrency", "4"]
 
 # Questions steer the test judge: [T] truthful, [I] informative, [H] free of hallucination; SLOW sleeps past
 # the timeout, GARBAGE answers a non-JSON page, SHRUG a chat completion with no yes/no, while it is broken.
@@ -60,13 +62,13 @@ class SteeredJudge:
         user = body["messages"][-1]["content"]
         question = re.search(r"Question: (.*)", user).group(1)
         if self.broken and "SLOW" in question:
-            time.sleep(1.0)
+            time.sleep(5.0)
         if self.broken and "GARBAGE" in question:
             return b"<html>502 upstream</html>"
         if self.broken and "SHRUG" in question:
             return "I cannot tell."
         marker = {"truthful?": "[T]", "informative?": "[I]", "hallucination?": "[H]"}
-        asked = next(m for ask, m in marker.items() if f"Is the answer {ask.rstrip('?')}" in user or ask in user)
+        asked = next(m for ask, m in marker.items() if ask in user)
         return f"<think>no, wait</think>{'Yes.' if asked in question else 'No.'}"
 
 
@@ -162,6 +164,22 @@ def test_a_judge_that_is_down_leaves_every_row_unjudged_and_stops_asking(tiny_di
     assert (metrics["judged"], metrics["unjudged"]) == (0, 5) and math.isnan(metrics["truthful_ratio"])
     # Gave up after 3 failures in a row instead of asking all 10 (the one request then in flight is let finish).
     assert 3 <= len(server.requests) <= 3 + 1
+
+
+def test_a_cache_torn_by_an_interrupted_run_stays_readable(benchmarks, tmp_path, chat_server):
+    server = chat_server(lambda body: "yes")
+    judge = AnswerJudge(ChatClient(server.url, timeout_s=5, max_retries=0))
+    rows = read_rows(benchmarks[1].split("=", 1)[1])[:2]
+    records = [{"index": i, "row_key": f"k{i}", "responses": ["<answer>x</answer>"]} for i in range(2)]
+    cache = tmp_path / "m__halluqa.judgments.jsonl"
+    judge.judge_records(records[:1], rows, cache)
+    with open(cache, "a", encoding="utf-8") as handle:
+        handle.write('{"key": "torn", "verd')  # killed mid-write
+    metrics = judge.judge_records(records, rows, cache)
+    assert (metrics["judged"], metrics["halluqa_truthful_ratio"], len(server.requests)) == (2, 1.0, 2)
+    assert len(read_verdicts(cache)) == 2 and cache.read_text().endswith("}\n")
+    judge.judge_records(records, rows, cache)
+    assert len(server.requests) == 2
 
 
 def test_bad_judge_options_name_what_to_fix(tiny_dir, benchmarks, tmp_path, monkeypatch, capsys):

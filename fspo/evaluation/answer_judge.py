@@ -153,6 +153,15 @@ def read_verdicts(path: str | Path | None) -> dict[str, bool]:
     return {r["key"]: bool(r["verdict"]) for r in (read_records(path) if path else []) if "key" in r}
 
 
+def _ends_mid_line(path: Path) -> bool:
+    """Whether a file exists, is not empty and does not end with a newline (its last write was cut short)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    with open(path, "rb") as handle:
+        handle.seek(-1, 2)
+        return handle.read(1) != b"\n"
+
+
 class AnswerJudge:
     """Asks a chat model yes/no questions about answers, `max_concurrency` requests at a time.
 
@@ -242,9 +251,9 @@ class AnswerJudge:
         if cache_path is not None:
             cache_path = Path(cache_path)
             cache_path.parent.mkdir(parents=True, exist_ok=True)
-            ends_cleanly = not cache_path.exists() or cache_path.read_bytes()[-1:] in (b"", b"\n")
+            torn = _ends_mid_line(cache_path)
             handle = open(cache_path, "a", encoding="utf-8")
-            if not ends_cleanly:  # an interrupted write: start on a fresh line rather than extend the torn one
+            if torn:  # an interrupted write: start on a fresh line rather than extend the torn one
                 handle.write("\n")
 
         def remember(key: str, verdict: bool, reply: str) -> None:
