@@ -60,6 +60,7 @@ class ChatServer(ThreadingHTTPServer):
     """Serves on 127.0.0.1 in a daemon thread from construction until `close`."""
 
     daemon_threads = True
+    request_queue_size = 128  # the default backlog (5) resets connections under a burst of concurrent clients
 
     def __init__(self, answer: Answer):
         super().__init__(("127.0.0.1", 0), _Handler)
