@@ -205,7 +205,8 @@ class AnswerJudge:
                         on_verdict(futures[future], verdict, reply)
                     elif (in_a_row := in_a_row + 1) >= self.give_up_after:
                         logger.warning("evaluation judge: %d requests in a row got no verdict; the %d not yet "
-                                       "answered are dropped and left unjudged (run again to retry)", in_a_row,
+                                       "answered are dropped and left unjudged (check --judge and --judge-model; run "
+                                       "again to retry)", in_a_row,
                                        sum(not f.done() for f in futures))
                         break
         finally:

@@ -193,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{model_name} {bench_name}: score={metrics['score']:.4f} n={metrics['n']} generated={generated}"
                   + ("" if rate is None else f" supported_step_rate={'nan' if math.isnan(rate) else f'{rate:.4f}'}")
                   + judged_summary(metrics))
+            if judge is not None and "judged" not in metrics:
+                print(f"{model_name} {bench_name}: not judged (the judge grades TruthfulQA and HalluQA generation "
+                      "rows: truthfulqa_gen, halluqa_gen; `fspo data halluqa --form generation` builds the latter)")
         del generator  # free the model before loading the next one
     paths = write_results(accumulated_results(args.output_dir, results), args.output_dir)
     print(paths["markdown"].read_text(encoding="utf-8"))
