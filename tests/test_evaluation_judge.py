@@ -186,7 +186,7 @@ def test_bad_judge_options_name_what_to_fix(tiny_dir, benchmarks, tmp_path, monk
     base = ["evaluate", "--model", str(tiny_dir), "--data", benchmarks[0], "--output-dir", str(tmp_path)]
     monkeypatch.delenv("NO_SUCH_JUDGE_KEY", raising=False)
     for options, message in [
-        (["--judge-model", "x"], "--judge-model need --judge URL"),
+        (["--judge-model", "x"], "--judge-model: only with --judge URL"),
         (["--judge", "localhost:8000"], "is not an http(s) URL"),
         (["--judge", "http://h", "--judge-api-key-env", "NO_SUCH_JUDGE_KEY"], "NO_SUCH_JUDGE_KEY"),
         (["--judge", "http://h", "--judge-timeout", "0"], "timeout_s > 0"),

@@ -108,7 +108,7 @@ def build_judge(parser: argparse.ArgumentParser, args: argparse.Namespace):
              if name.startswith("judge_") and getattr(args, name) != parser.get_default(name)]
     if args.judge is None:
         if given:
-            parser.error(f"{' and '.join(given)} need --judge URL (the judge server)")
+            parser.error(f"{' and '.join(given)}: only with --judge URL (the judge server)")
         return None
     if not re.match(r"https?://", args.judge):
         parser.error(f"--judge {args.judge!r} is not an http(s) URL, e.g. http://localhost:8000/v1")
