@@ -11,6 +11,8 @@
 #   AIME_SAMPLES [16]        pass@1 on AIME is averaged over this many samples at TEMPERATURE
 #   TEMPERATURE [0.6] TOP_P [0.95] MAX_NEW_TOKENS [2048] BATCH_SIZE [256 with vLLM, else 8]
 #   VERIFIER []              e.g. hhem: also report the supported step rate of the reasoning
+#   JUDGE [] JUDGE_MODEL []  an OpenAI-compatible server (and its model name): LLM-judge TruthfulQA / HalluQA
+#                            answers (fspo evaluate --judge; more --judge-* options after --)
 set -euo pipefail
 
 models=()
@@ -29,6 +31,8 @@ common=(--temperature "${TEMPERATURE:-0.6}" --top-p "${TOP_P:-0.95}" --max-new-t
         --batch-size "${BATCH_SIZE:-$default_batch}")
 [[ -n "${PROMPT_FORMAT:-}" ]] && common+=(--prompt-format "$PROMPT_FORMAT")
 [[ -n "${VERIFIER:-}" ]] && common+=(--verifier "$VERIFIER")
+[[ -n "${JUDGE:-}" ]] && common+=(--judge "$JUDGE")  # AIME rows are not judged: its run asks nothing
+[[ -n "${JUDGE_MODEL:-}" ]] && common+=(--judge-model "$JUDGE_MODEL")
 
 plain=(); aime=()
 for name in $BENCHMARKS; do

@@ -80,3 +80,22 @@ def released_schema():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture
+def chat_server():
+    """Start real local chat-completions servers (tests/chat_server.py): ``chat_server(answer)`` → server."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("chat_server", Path(__file__).parent / "chat_server.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    servers = []
+
+    def start(answer):
+        servers.append(module.ChatServer(answer))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import math
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import ClassVar
 
 import pytest
 from hypothesis import given
@@ -17,84 +13,37 @@ from fspo.verifiers import build_verifier
 from fspo.verifiers.llm_judge import chat_url, parse_verdict
 
 
-def _completion(content: str) -> bytes:
-    return json.dumps(
-        {
-            "id": "x",
-            "object": "chat.completion",
-            "model": "judge",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
-                }
-            ],
-        }
-    ).encode()
-
-
-class JudgeHandler(BaseHTTPRequestHandler):
+def evidence_judge():
     """A judge that calls a claim SUPPORTED when its words all appear in the evidence.
 
-    Claims steer the server: "SLOW" sleeps past the client's timeout, "GARBAGE" answers non-JSON,
+    Claims steer it: "SLOW" sleeps past the client's timeout, "GARBAGE" answers non-JSON,
     "SHRUG" answers a chat completion without a verdict, "BUSY" fails with 503 on its first request.
     """
+    busy_seen: set[str] = set()
 
-    requests: ClassVar[list] = []
-    busy_seen: ClassVar[set] = set()
-
-    def log_message(self, *args):  # keep pytest output clean
-        pass
-
-    def do_POST(self):
-        if self.path != "/v1/chat/completions":
-            self.send_error(404)
-            return
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append(
-            {"body": body, "auth": self.headers.get("Authorization")}
-        )
+    def answer(body: dict):
         user = body["messages"][-1]["content"]
         evidence = user.split("EVIDENCE:\n", 1)[1].split("\n\nCLAIM:\n", 1)[0]
         claim = user.split("\n\nCLAIM:\n", 1)[1].split("\n\nVerdict", 1)[0]
         if "SLOW" in claim:
             time.sleep(1.0)
-        if "BUSY" in claim and claim not in self.busy_seen:
-            self.busy_seen.add(claim)
-            self.send_error(503)
-            return
+        if "BUSY" in claim and claim not in busy_seen:
+            busy_seen.add(claim)
+            return 503
         if "GARBAGE" in claim:
-            payload = b"<html>502 upstream</html>"
-        elif "SHRUG" in claim:
-            payload = _completion("I cannot tell.")
-        else:
-            facts = [w for w in claim.split() if w not in ("SLOW", "BUSY")]
-            verdict = (
-                "SUPPORTED" if all(w in evidence for w in facts) else "UNSUPPORTED"
-            )
-            payload = _completion(
-                f"<think>Is it SUPPORTED? Let me check.</think>\nVerdict: {verdict}"
-            )
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
-            pass
+            return b"<html>502 upstream</html>"
+        if "SHRUG" in claim:
+            return "I cannot tell."
+        facts = [w for w in claim.split() if w not in ("SLOW", "BUSY")]
+        verdict = "SUPPORTED" if all(w in evidence for w in facts) else "UNSUPPORTED"
+        return f"<think>Is it SUPPORTED? Let me check.</think>\nVerdict: {verdict}"
+
+    return answer
 
 
-@pytest.fixture(scope="module")
-def judge_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), JudgeHandler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
+@pytest.fixture
+def judge_server(chat_server):
+    return chat_server(evidence_judge())
 
 
 def test_judge_scores_verdicts_and_unverifiable_pairs_without_crashing(
@@ -104,7 +53,7 @@ def test_judge_scores_verdicts_and_unverifiable_pairs_without_crashing(
     verifier = build_verifier(
         {
             "name": "llm_judge",
-            "url": judge_server,
+            "url": judge_server.url,
             "model": "judge",
             "timeout_s": 0.3,
             "max_retries": 1,
@@ -133,7 +82,7 @@ def test_judge_scores_verdicts_and_unverifiable_pairs_without_crashing(
     assert (
         elapsed < 3.0
     )  # the slow pair cost two timeouts, not the server's sleep, and ran concurrently
-    sent = JudgeHandler.requests
+    sent = judge_server.requests
     assert all(
         r["auth"] == "Bearer sk-test" and r["body"]["model"] == "judge" for r in sent
     )
@@ -207,7 +156,7 @@ def test_a_slow_request_does_not_hold_up_other_rollouts(judge_server):
     import asyncio
 
     verifier = build_verifier(
-        {"name": "llm_judge", "url": judge_server, "timeout_s": 5, "max_retries": 0, "max_concurrency": 4}
+        {"name": "llm_judge", "url": judge_server.url, "timeout_s": 5, "max_retries": 0, "max_concurrency": 4}
     )
     evidence = "Paris is the capital of France"
     finished: dict[str, float] = {}
@@ -232,7 +181,7 @@ def test_requests_in_flight_are_bounded_by_max_concurrency(judge_server):
     import asyncio
 
     verifier = build_verifier(
-        {"name": "llm_judge", "url": judge_server, "timeout_s": 5, "max_retries": 0, "max_concurrency": 2}
+        {"name": "llm_judge", "url": judge_server.url, "timeout_s": 5, "max_retries": 0, "max_concurrency": 2}
     )
 
     async def many():

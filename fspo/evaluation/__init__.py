@@ -9,6 +9,7 @@ write_results({"merged": {"gsm8k": metrics}}, "eval_out")
 ```
 """
 
+from fspo.evaluation.answer_judge import AnswerJudge
 from fspo.evaluation.generation import GenerationSettings, build_generator, render_prompts
 from fspo.evaluation.pipeline import (
     evaluate_benchmark,
@@ -19,6 +20,7 @@ from fspo.evaluation.pipeline import (
 from fspo.evaluation.report import results_table, write_results
 
 __all__ = [
+    "AnswerJudge",
     "GenerationSettings",
     "build_generator",
     "evaluate_benchmark",

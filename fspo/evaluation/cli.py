@@ -8,6 +8,9 @@ Each ``--model``/``--data`` is ``PATH`` or ``NAME=PATH`` (the name defaults to t
 a checkpoint's ``global_step_N/merged`` is named ``global_step_N``). Predictions resume only for the same
 model, prompt format and sampling settings (otherwise the run stops, naming what changed), and the results
 table keeps every model evaluated into ``--output-dir``.
+
+``--judge URL`` (an OpenAI-compatible server, e.g. ``vllm serve``) also grades TruthfulQA and HalluQA
+answers with an LLM judge (`fspo.evaluation.answer_judge`); its verdicts are cached beside the predictions.
 """
 
 from __future__ import annotations
@@ -70,14 +73,61 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verifier-option", action="append", default=[], metavar="KEY=VALUE",
                         help="a verifier option, as in fspo.verifier.* (repeatable), e.g. model_path=/models/hhem")
     parser.add_argument("--threshold", type=float, default=SUPPORT_THRESHOLD, help="support score threshold")
+    judge = parser.add_argument_group("LLM judge of TruthfulQA / HalluQA answers (fspo.evaluation.answer_judge)")
+    judge.add_argument("--judge", metavar="URL", default=None,
+                       help="OpenAI-compatible server (root, /v1 or full chat-completions URL), e.g. a vLLM server")
+    judge.add_argument("--judge-model", default="default", help="model name sent to the judge (and part of the cache key)")
+    judge.add_argument("--judge-api-key-env", metavar="VAR", default=None,
+                       help="environment variable holding the judge's API key (sent as a Bearer token)")
+    judge.add_argument("--judge-concurrency", type=int, default=8, help="judge requests in flight at once")
+    judge.add_argument("--judge-timeout", type=float, default=60.0, help="seconds per judge request")
+    judge.add_argument("--judge-retries", type=int, default=3,
+                       help="retries of a judge request after a timeout, connection error or 408/429/5xx")
+    judge.add_argument("--judge-max-tokens", type=int, default=16,
+                       help="the judge's reply budget (raise it for a reasoning judge that thinks first)")
     parser.add_argument("--evidence-key", default="evidence",
                         help="where a row's evidence is: extra_info[KEY] or a column KEY, as fspo.evidence_key "
                              "(the released FSPO files: knowledge)")
     return parser
 
 
+def judged_summary(metrics: dict) -> str:
+    """`` truthful_ratio=0.7500 ... judged=3 unjudged=1`` for a judged benchmark, "" otherwise."""
+    from fspo.evaluation.answer_judge import METRICS_OF_SOURCE
+
+    if "judged" not in metrics:
+        return ""
+    names = [name for per_source in METRICS_OF_SOURCE.values() for name in per_source if name in metrics]
+    ratios = "".join(f" {name}={metrics[name]:.4f}" for name in names)
+    return f"{ratios} judged={metrics['judged']} unjudged={metrics['unjudged']}"
+
+
+def build_judge(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """The `AnswerJudge` the ``--judge*`` options describe, None without ``--judge``; bad options exit 2."""
+    given = [f"--{name.replace('_', '-')}" for name in vars(args)
+             if name.startswith("judge_") and getattr(args, name) != parser.get_default(name)]
+    if args.judge is None:
+        if given:
+            parser.error(f"{' and '.join(given)}: only with --judge URL (the judge server)")
+        return None
+    if not re.match(r"https?://", args.judge):
+        parser.error(f"--judge {args.judge!r} is not an http(s) URL, e.g. http://localhost:8000/v1")
+    from fspo.chat_client import ChatClient
+    from fspo.evaluation.answer_judge import AnswerJudge
+
+    try:
+        client = ChatClient(args.judge, args.judge_model, args.judge_api_key_env, timeout_s=args.judge_timeout,
+                            max_retries=args.judge_retries, max_tokens=args.judge_max_tokens,
+                            log_name="evaluation judge")
+        return AnswerJudge(client, max_concurrency=args.judge_concurrency)
+    except ValueError as error:
+        parser.error(f"--judge options: {error}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    judge = build_judge(parser, args)
     from fspo.data.io import read_rows
 
     for flag, specs in (("--model", args.model), ("--data", args.data)):
@@ -133,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                     model_dir, rows, predictions_path=predictions_dir / f"{model_name}__{bench_name}.jsonl",
                     prompt_format=args.prompt_format, batch_size=args.batch_size, verifier=verifier,
                     threshold=args.threshold, generator=generator, description=f"{model_name} · {bench_name}",
-                    evidence_key=args.evidence_key,
+                    evidence_key=args.evidence_key, judge=judge,
                 )
             except ProvenanceError as error:
                 raise SystemExit(f"fspo evaluate: {error}") from None
@@ -141,7 +191,11 @@ def main(argv: list[str] | None = None) -> int:
             results.setdefault(model_name, {})[bench_name] = metrics
             rate = metrics.get("supported_step_rate")
             print(f"{model_name} {bench_name}: score={metrics['score']:.4f} n={metrics['n']} generated={generated}"
-                  + ("" if rate is None else f" supported_step_rate={'nan' if math.isnan(rate) else f'{rate:.4f}'}"))
+                  + ("" if rate is None else f" supported_step_rate={'nan' if math.isnan(rate) else f'{rate:.4f}'}")
+                  + judged_summary(metrics))
+            if judge is not None and "judged" not in metrics:
+                print(f"{model_name} {bench_name}: not judged (the judge grades TruthfulQA and HalluQA generation "
+                      "rows: truthfulqa_gen, halluqa_gen; `fspo data halluqa --form generation` builds the latter)")
         del generator  # free the model before loading the next one
     paths = write_results(accumulated_results(args.output_dir, results), args.output_dir)
     print(paths["markdown"].read_text(encoding="utf-8"))

@@ -40,6 +40,36 @@ def _markdown(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Columns of the judge table: (header, metric keys in order of preference). HalluQA's judged figure is its
+# hallucination-free ratio, which the paper reports as its truthful ratio: it shares the "truthful" column.
+JUDGE_COLUMNS = (
+    ("string-match score", ("score",)),
+    ("truthful", ("truthful_ratio", "halluqa_truthful_ratio")),
+    ("informative", ("informative_ratio",)),
+    ("truthful & informative", ("truthful_informative_ratio",)),
+    ("judged", ("judged",)),
+    ("unjudged", ("unjudged",)),
+)
+
+
+def judge_table(results: dict[str, dict[str, dict]]) -> tuple[list[str], list[list]]:
+    """One row per (model, benchmark) the LLM judge graded: its ratios beside the string-match score.
+
+    Ratios are floats (NaN where a benchmark has no such figure), ``judged`` / ``unjudged`` row counts ints.
+    """
+    rows = []
+    for model, per_benchmark in results.items():
+        for benchmark, metrics in per_benchmark.items():
+            if "judged" not in metrics:
+                continue
+            row: list = [model, benchmark]
+            for header, keys in JUDGE_COLUMNS:
+                value = next((metrics[k] for k in keys if metrics.get(k) is not None), math.nan)
+                row.append(int(value) if header in ("judged", "unjudged") and not math.isnan(value) else float(value))
+            rows.append(row)
+    return ["model", "benchmark", *(header for header, _ in JUDGE_COLUMNS)], rows
+
+
 def _plot(header: list[str], rows: list[list], path: Path, title: str) -> None:
     import matplotlib
 
@@ -78,7 +108,7 @@ def write_results(results: dict[str, dict[str, dict]], output_dir: str | Path, s
 
     Returns:
         The written paths: ``{"markdown", "json", "csv", "png"}``. The JSON keeps every metric; the Markdown
-        adds a supported-step-rate table when a verifier was used.
+        adds a supported-step-rate table when a verifier was used, and the LLM judge's table when one was.
     """
     if not results:
         raise ValueError("no results to write")
@@ -91,6 +121,10 @@ def write_results(results: dict[str, dict[str, dict]], output_dir: str | Path, s
     markdown = "## Mean score (%)\n\n" + _markdown(header, rows)
     if any("supported_step_rate" in m for per in results.values() for m in per.values()):
         markdown += "\n## Supported step rate (%)\n\n" + _markdown(*results_table(results, "supported_step_rate"))
+    judge_header, judged_rows = judge_table(results)
+    if judged_rows:
+        markdown += ("\n## LLM judge (%, over judged rows; HalluQA's truthful = free of hallucination)\n\n"
+                     + _markdown(judge_header, judged_rows))
     write_atomically(paths["markdown"], markdown)
 
     # JSON has no NaN: write null instead so any parser reads it.
@@ -116,6 +150,8 @@ def results_from_predictions(predictions_dir: str | Path) -> dict[str, dict[str,
     """
     results: dict[str, dict[str, dict]] = {}
     for path in sorted(Path(predictions_dir).glob("*__*.jsonl")):
+        if path.name.endswith(".judgments.jsonl"):  # the LLM judge's verdict cache, not predictions
+            continue
         model, _, benchmark = path.stem.partition("__")
         records = read_records(path)
         if records:

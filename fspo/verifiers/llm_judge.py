@@ -5,26 +5,21 @@ Prompt (``JUDGE_SYSTEM_PROMPT`` + ``JUDGE_USER_TEMPLATE``): the judge sees the e
 from the reply after dropping any ``<think>...</think>`` block: the last ``SUPPORTED`` /
 ``UNSUPPORTED`` / ``NOT SUPPORTED`` word wins (case-insensitive) and maps to 1.0 / 0.0. A reply with no
 verdict, a malformed response, an HTTP error that survives the retries or a timeout scores NaN
-(unverifiable) and the run goes on.
+(unverifiable) and the run goes on. Requests, retries and timeouts are `fspo.chat_client.ChatClient`'s,
+shared with the evaluation judge (`fspo evaluate --judge`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
-import os
-import random
 import re
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from fspo.chat_client import ChatClient, chat_url, without_thinking
 from fspo.verifiers.base import UNVERIFIABLE, Pair, PairPipeline
 
-logger = logging.getLogger(__name__)
+__all__ = ["JUDGE_SYSTEM_PROMPT", "JUDGE_USER_TEMPLATE", "LLMJudgeVerifier", "chat_url", "parse_verdict"]
 
 JUDGE_SYSTEM_PROMPT = (
     "You are a strict fact checker. You are given EVIDENCE and a CLAIM taken from someone's reasoning. "
@@ -36,31 +31,19 @@ JUDGE_USER_TEMPLATE = (
     "EVIDENCE:\n{evidence}\n\nCLAIM:\n{claim}\n\nVerdict (SUPPORTED or UNSUPPORTED):"
 )
 
-_THINK_RE = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
 _VERDICT_RE = re.compile(
     r"\b(UNSUPPORTED|NOT[\s_-]+SUPPORTED|SUPPORTED)\b", re.IGNORECASE
 )
-_RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 def parse_verdict(reply: str) -> float:
     """1.0 for SUPPORTED, 0.0 for UNSUPPORTED / NOT SUPPORTED, NaN when the reply holds no verdict."""
     if not isinstance(reply, str):
         return UNVERIFIABLE
-    verdicts = _VERDICT_RE.findall(_THINK_RE.sub(" ", reply))
+    verdicts = _VERDICT_RE.findall(without_thinking(reply))
     if not verdicts:
         return UNVERIFIABLE
     return 1.0 if verdicts[-1].upper() == "SUPPORTED" else 0.0
-
-
-def chat_url(url: str) -> str:
-    """Accepts a server root, a ``/v1`` base or the full chat-completions URL."""
-    url = url.rstrip("/")
-    if url.endswith("/chat/completions"):
-        return url
-    return url + (
-        "/chat/completions" if url.endswith("/v1") else "/v1/chat/completions"
-    )
 
 
 class LLMJudgeVerifier(PairPipeline):
@@ -96,99 +79,26 @@ class LLMJudgeVerifier(PairPipeline):
         cache_size: int = 0,
     ):
         super().__init__(evidence_top_k=evidence_top_k, cache_size=cache_size)
-        if max_concurrency < 1 or timeout_s <= 0 or max_retries < 0 or backoff_s < 0:
-            raise ValueError(
-                "max_concurrency >= 1, timeout_s > 0, max_retries >= 0 and backoff_s >= 0 are required"
-            )
-        self.url = chat_url(url)
-        self.model = model
-        self.headers = {"Content-Type": "application/json"}
-        if api_key_env:
-            key = os.environ.get(api_key_env)
-            if not key:
-                raise ValueError(
-                    f"api_key_env={api_key_env!r} but that environment variable is not set"
-                )
-            self.headers["Authorization"] = f"Bearer {key}"
-        self.timeout_s, self.max_retries, self.backoff_s = (
-            timeout_s,
-            max_retries,
-            backoff_s,
-        )
-        self.max_tokens, self.temperature = max_tokens, temperature
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency >= 1 is required")
+        self.client = ChatClient(url, model, api_key_env, timeout_s, max_retries, backoff_s, max_tokens,
+                                 temperature, log_name="llm_judge")
+        self.url, self.model = self.client.url, self.client.model
         self._pool = ThreadPoolExecutor(
             max_workers=max_concurrency, thread_name_prefix="llm-judge"
         )
 
-    def request_body(self, evidence: str, claim: str) -> dict:
-        return {
-            "model": self.model,
-            "messages": [
-                {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
-                {
-                    "role": "user",
-                    "content": JUDGE_USER_TEMPLATE.format(
-                        evidence=evidence, claim=claim
-                    ),
-                },
-            ],
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-        }
-
-    def _post(self, body: dict) -> dict:
-        request = urllib.request.Request(
-            self.url,
-            data=json.dumps(body).encode(),
-            headers=self.headers,
-            method="POST",
-        )
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            return json.loads(response.read())
+    @staticmethod
+    def messages(evidence: str, claim: str) -> list[dict]:
+        return [
+            {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
+            {"role": "user", "content": JUDGE_USER_TEMPLATE.format(evidence=evidence, claim=claim)},
+        ]
 
     def judge(self, pair: Pair) -> float:
-        """One pair's verdict, with retries; NaN when no verdict could be had."""
-        body = self.request_body(*pair)
-        for attempt in range(self.max_retries + 1):
-            try:
-                reply = self._post(body)["choices"][0]["message"]["content"]
-                return parse_verdict(
-                    reply
-                )  # a garbage answer is not retried: the judge said it
-            except urllib.error.HTTPError as error:
-                if error.code not in _RETRY_STATUS:
-                    logger.warning(
-                        "llm_judge: HTTP %s from %s, pair unverifiable",
-                        error.code,
-                        self.url,
-                    )
-                    return UNVERIFIABLE
-                failure = f"HTTP {error.code}"
-            except (
-                TimeoutError,
-                urllib.error.URLError,
-                ConnectionError,
-                OSError,
-            ) as error:
-                failure = repr(error)
-            except (
-                ValueError,
-                KeyError,
-                IndexError,
-                TypeError,
-            ):  # not JSON / not a chat completion
-                logger.warning(
-                    "llm_judge: malformed response from %s, pair unverifiable", self.url
-                )
-                return UNVERIFIABLE
-            if attempt < self.max_retries:
-                time.sleep(self.backoff_s * 2**attempt * (0.5 + random.random() / 2))
-        logger.warning(
-            "llm_judge: %s after %d attempts, pair unverifiable",
-            failure,
-            self.max_retries + 1,
-        )
-        return UNVERIFIABLE
+        """One pair's verdict, with the client's retries; NaN when no verdict could be had."""
+        reply = self.client.reply(self.messages(*pair))
+        return UNVERIFIABLE if reply is None else parse_verdict(reply)
 
     def _score_unique(self, pairs: list[Pair]) -> list[float]:
         return list(self._pool.map(self.judge, pairs))
