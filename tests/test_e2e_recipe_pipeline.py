@@ -91,7 +91,7 @@ def pipeline(tiny_reasoner, released_schema, tmp_path_factory):
             f"fspo.dump_dir={out / 'dump'}",
             # The recipe runs from the repository root: keep Hydra's run folder out of it.
             f"hydra.run.dir={out / 'hydra'}",
-            # The sizes of fspo.cpu.smoke.tiny_run_overrides: the recipe's own fit a real small model.
+            # The sizes of fspo_testing.tiny_run.tiny_run_overrides: the recipe's own fit a real small model.
             "data.max_prompt_length=192",
             "data.max_response_length=40",
             # The evaluation below generates on held-out rows; the trainer's own validation would repeat it.
