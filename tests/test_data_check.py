@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fspo.data.check import main, scan_file
-from fspo.data.cli import main as data_main
+from fspo.data.registry import main as data_main
 
 PROMPT = "A conversation between User and Assistant.\n\nUser: Where did he study?\nAssistant: Let me solve this step by step. <think>"
 
