@@ -128,7 +128,7 @@ def build_rollout(tokenizer, case: dict, rng: random.Random):
 
 def fuzz_reward_manager(reward_manager, tokenizer, cases: list[dict], seed: int = 0, concurrency: int = 64):
     """Run every case through ``reward_manager.run_single``; returns (Counter of findings, examples)."""
-    from fspo.labels import decode_labels
+    from fspo.label_codec import decode_labels
 
     rng = random.Random(seed)
     counts: Counter = Counter()

@@ -11,7 +11,7 @@ import time
 
 from omegaconf import OmegaConf
 
-from fspo.labels import decode_labels
+from fspo.label_codec import decode_labels
 from fspo.reward import FSPORewardManager
 from fspo.trainer import step_metrics
 from fspo_testing.fuzz import fuzz_cases, fuzz_reward_manager  # the benchmark's generator, shared with its larger run

@@ -14,7 +14,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from fspo.labels import decode_labels
+from fspo.label_codec import decode_labels
 from fspo.reward import OUTPUT_SEPARATOR, STAT_KEYS, FSPORewardManager, MissingEvidenceError
 from fspo_testing.rollouts import single_rollout
 
