@@ -5,7 +5,8 @@
 - :mod:`fspo_testing.tiny_run`: a tiny model taught the answer format, synthetic data, and the overrides
   of a short CPU run of the real trainer;
 - :mod:`fspo_testing.rollouts`: rollouts as verl's reward loop hands them to a reward manager;
-- :mod:`fspo_testing.fuzz`: seeded hostile rollouts for the reward path.
+- :mod:`fspo_testing.fuzz`: seeded hostile rollouts for the reward path;
+- :mod:`fspo_testing.released_schema`: rows in the schema of the paper's released parquet files.
 
 It is installed with the project (so that ``python benchmarks/...`` and pytest import it without
 ``sys.path`` edits) and needs the ``test`` extra.

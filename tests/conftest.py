@@ -70,10 +70,7 @@ def varied_reward_overrides() -> list[str]:
 
 @pytest.fixture(scope="session")
 def released_schema():
-    """tests/released_schema.py: rows in the paper's released parquet schema (loaded by path: tests is no package)."""
-    import importlib.util
+    """fspo_testing.released_schema: rows in the paper's released parquet schema."""
+    from fspo_testing import released_schema
 
-    spec = importlib.util.spec_from_file_location("released_schema", Path(__file__).parent / "released_schema.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return released_schema

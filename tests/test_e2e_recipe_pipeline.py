@@ -3,7 +3,7 @@
 One step of `recipes/run_cpu.sh` on the session's tiny model, `scripts/merge_checkpoint.sh` on its
 checkpoint, then `fspo evaluate` comparing the merged model with the starting one on a few rows of
 two synthetic benchmarks. The step trains on rows in the schema of the paper's released parquet files
-(tests/released_schema.py): data_source `HotpotQA`, the evidence in a top-level `knowledge` column, the
+(fspo_testing/released_schema.py): data_source `HotpotQA`, the evidence in a top-level `knowledge` column, the
 prompt already rendered to text in one user message (the passthrough chat template).
 """
 
