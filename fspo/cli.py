@@ -11,7 +11,7 @@ import importlib
 import sys
 from collections.abc import Callable, Mapping
 
-Command = tuple["str | Callable[[list[str]], int | None]", str]
+Command = tuple[str | Callable[[list[str]], int | None], str]
 
 SUBCOMMANDS: dict[str, Command] = {
     "train": ("fspo.main", "train with verl (Hydra overrides follow)"),
