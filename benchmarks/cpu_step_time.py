@@ -18,7 +18,8 @@ from pathlib import Path
 
 import psutil
 
-from fspo.cpu.smoke import build_tiny_reasoner, launch, tiny_run_overrides
+from fspo.launch import launch
+from fspo_testing.tiny_run import build_tiny_reasoner, tiny_run_overrides
 
 
 class PeakMemory:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -156,8 +155,7 @@ def released_labels(ids: list[int], tokenizer, steps, verdicts) -> list[int]:
 
 
 def qwen_tokenizer():
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from conftest import qwen_tokenizer_dir
+    from fspo_testing.tiny_model import qwen_tokenizer_dir
 
     return AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))
 

@@ -21,11 +21,8 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fspo.verifiers import build_verifier
 from fspo.verifiers.labelled import SOURCES, load_labelled

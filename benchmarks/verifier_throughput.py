@@ -31,8 +31,6 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 from fspo.verifiers import build_verifier
 
 ARCHS = {

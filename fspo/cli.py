@@ -1,41 +1,55 @@
-"""The `fspo` command: one entry point, one subcommand per job.
+"""The `fspo` command: one entry point, one subcommand per job, and the dispatcher `fspo data` shares.
 
-Each subcommand lives in its own module exposing ``main(argv: list[str] | None) -> int``;
-they are imported lazily so that `fspo verify` does not pay for importing verl and Ray.
+A command is ``(runner, one line of help)``. The runner is a module name, whose ``main(argv) -> int`` is
+imported only when the command runs (so that `fspo verify` does not pay for importing verl and Ray), or a
+callable taking ``argv``.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable, Mapping
 
-SUBCOMMANDS = {
+Command = tuple[str | Callable[[list[str]], int | None], str]
+
+SUBCOMMANDS: dict[str, Command] = {
     "train": ("fspo.main", "train with verl (Hydra overrides follow)"),
     "quickstart": ("fspo.quickstart", "a short FSPO run on CPU with before/after evaluation"),
     "verify": ("fspo.verifiers.cli", "score each reasoning step of JSONL rows {evidence, response}"),
     "verifier": ("fspo.verifiers.finetune", "verifier train: fine-tune a cross-encoder verifier on labelled claims"),
-    "data": ("fspo.data.cli", "build a training or evaluation set as verl parquet; `data check FILE...` checks files"),
+    "data": ("fspo.data.registry", "build a training or evaluation set as verl parquet; `data check FILE...` checks files"),
     "evaluate": ("fspo.evaluation.cli", "evaluate model directories on prepared benchmarks"),
 }
 
 
-def _usage() -> str:
-    lines = ["usage: fspo <command> [args]", "", "commands:"]
-    lines += [f"  {name:<11} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+def usage(prog: str, commands: Mapping[str, Command], noun: str = "command") -> str:
+    width = max(len(name) for name in commands) + 1
+    lines = [f"usage: {prog} <{noun}> [args]", "", f"{noun}s:"]
+    lines += [f"  {name:<{width}} {help_}" for name, (_, help_) in commands.items()]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def dispatch(prog: str, commands: Mapping[str, Command], argv: list[str] | None, noun: str = "command") -> int:
+    """Run the command named by ``argv[0]`` with the rest of ``argv``; its exit status.
+
+    No name or ``-h``/``--help`` prints the commands (0); an unknown name prints them on stderr (2).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
+        print(usage(prog, commands, noun))
         return 0
     name, rest = argv[0], argv[1:]
-    if name not in SUBCOMMANDS:
-        print(f"fspo: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+    if name not in commands:
+        print(f"{prog}: unknown {noun} {name!r}\n\n{usage(prog, commands, noun)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(SUBCOMMANDS[name][0])
-    return int(module.main(rest) or 0)
+    runner = commands[name][0]
+    run = importlib.import_module(runner).main if isinstance(runner, str) else runner
+    return int(run(rest) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch("fspo", SUBCOMMANDS, argv)
 
 
 if __name__ == "__main__":

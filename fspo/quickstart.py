@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from fspo.cpu.smoke import launch
+from fspo.launch import launch
 
 # The instruction of every quickstart prompt. The paper's instruction alone leaves a 135M model
 # answering in free text; one worked example shows it the step-by-step format FSPO labels.

@@ -13,8 +13,9 @@ For each finished rollout it
 2. cuts the ``<think>`` reasoning into steps (:func:`fspo.steps.reasoning_steps`) and has the
    verifier score each step against the row's evidence; rollouts that reach the verifier together
    are verified in one batched call (:meth:`fspo.verifiers.Verifier.ascore`);
-3. lays the verdicts on the response tokens (:func:`fspo.labels.token_labels`) and returns them
-   run-length encoded in ``reward_extra_info["fspo_labels"]``, for :class:`fspo.trainer.FSPOTrainer`
+3. lays the verdicts on the response tokens (:func:`step_labels_for_response`, through
+   :func:`fspo.labels.token_char_offsets` and :func:`fspo.labels.labels_from_offsets`) and returns them
+   run-length encoded (:func:`fspo.label_codec.encode_labels`) in ``reward_extra_info["fspo_labels"]``, for :class:`fspo.trainer.FSPOTrainer`
    to apply after the advantage estimator.
 
 An agent run that yields several outputs (turns) reaches the manager as one ``DataProto`` row per
@@ -44,7 +45,8 @@ from typing import Optional
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
-from fspo.labels import encode_labels, labels_from_offsets, token_char_offsets
+from fspo.label_codec import encode_labels
+from fspo.labels import labels_from_offsets, token_char_offsets
 from fspo.steps import Step, reasoning_span, reasoning_steps
 from fspo.time_limit import TimeLimitedScorer, custom_scorer, default_scorer
 from fspo.scores import METRIC_KEYS

@@ -20,7 +20,7 @@ from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
 from verl.workers.utils.padding import response_to_nested
 
 from fspo.advantage import apply_step_labels, flip_stats
-from fspo.labels import decode_labels
+from fspo.label_codec import decode_labels
 from fspo.reward import LABELS_KEY, OUTPUT_SEPARATOR
 
 logger = logging.getLogger(__name__)

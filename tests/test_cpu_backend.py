@@ -81,7 +81,7 @@ def test_left_pad_and_trim():
 def tiny_lm(tmp_path_factory):
     from transformers import AutoModelForCausalLM
 
-    from fspo.tiny_model import build_tiny_model
+    from fspo_testing.tiny_model import build_tiny_model
 
     path = build_tiny_model(tmp_path_factory.mktemp("tiny"))
     return AutoModelForCausalLM.from_pretrained(path)

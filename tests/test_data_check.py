@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fspo.data.check import main, scan_file
-from fspo.data.cli import main as data_main
+from fspo.data.registry import main as data_main
 
 PROMPT = "A conversation between User and Assistant.\n\nUser: Where did he study?\nAssistant: Let me solve this step by step. <think>"
 
@@ -85,7 +85,7 @@ def test_require_evidence_names_the_rows_without(files, capsys):
 
 
 def test_token_counts_with_a_tokenizer(files, qwen_tokenizer):
-    from fspo.tiny_model import qwen_tokenizer_dir
+    from fspo_testing.tiny_model import qwen_tokenizer_dir
 
     report = scan_file(files["released"], "knowledge", tokenizer=qwen_tokenizer, prompt_format="passthrough",
                        max_prompt_length=10)
@@ -107,7 +107,7 @@ def run_main(*overrides, env=None):
 
 
 def test_the_trainer_stops_before_ray_on_what_data_check_reports(files, tmp_path):
-    from fspo.tiny_model import build_tiny_model
+    from fspo_testing.tiny_model import build_tiny_model
 
     model = build_tiny_model(tmp_path / "model")
     base = [f"actor_rollout_ref.model.path={model}", f"data.val_files={files['fspo']}"]

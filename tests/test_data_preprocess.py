@@ -8,12 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fspo.data.aime2024 import SPEC as AIME2024_SPEC
 from fspo.data.builder import run_cli
-from fspo.data.cli import main as data_main
-from fspo.data.halluqa import SPEC as HALLUQA_SPEC
-from fspo.data.hotpotqa import SPEC as HOTPOT_SPEC
 from fspo.data.io import SourceFieldError, read_rows, write_parquet
+from fspo.data.registry import DATASETS
+from fspo.data.registry import main as data_main
 from fspo.scores import compute_score
 
 EXTRA_INFO_KEYS = {"index", "split", "question", "evidence", "gold_facts", "incorrect_answers"}
@@ -158,7 +156,7 @@ def test_nan_evidence_from_a_parquet_source(tmp_path):
 def test_missing_field_names_file_row_and_field(tmp_path, capsys):
     source = write_jsonl(tmp_path / "bad.jsonl", [HOTPOT_HUB, {"question": "Q?", "answer": "A", "context": []}])
     with pytest.raises(SourceFieldError, match=r"bad\.jsonl, row 1: missing field 'supporting_facts'"):
-        run_cli(HOTPOT_SPEC, ["--input", str(source), "--output-dir", str(tmp_path), "--split", "test"])
+        run_cli(DATASETS["hotpotqa"], ["--input", str(source), "--output-dir", str(tmp_path), "--split", "test"])
     # The `fspo data` command prints the same message without a traceback.
     assert data_main(["hotpotqa", "--input", str(source), "--output-dir", str(tmp_path)]) == 2
     assert "bad.jsonl, row 1: missing field 'supporting_facts'" in capsys.readouterr().err
@@ -206,7 +204,7 @@ def test_math500_and_aime_fixtures(tmp_path):
 
 def test_aime_non_integer_answer_is_an_error(tmp_path):
     with pytest.raises(SourceFieldError, match="aime.jsonl, row 0: AIME answer '1/2' is not an integer"):
-        run_cli(AIME2024_SPEC, ["--input", str(write_jsonl(tmp_path / "aime.jsonl", [{"problem": "P", "answer": "1/2"}])),
+        run_cli(DATASETS["aime2024"], ["--input", str(write_jsonl(tmp_path / "aime.jsonl", [{"problem": "P", "answer": "1/2"}])),
                                 "--output-dir", str(tmp_path)])
 
 
@@ -322,11 +320,8 @@ def test_gsm8k_and_aime2025_offline_package(tmp_path):
 def test_halluqa_without_input_or_package_says_what_to_pass(tmp_path):
     import dataclasses
 
-    from fspo.data.builder import run_cli
-    from fspo.data.halluqa import SPEC
-
     with pytest.raises(FileNotFoundError, match="pass --input"):
-        run_cli(dataclasses.replace(SPEC, offline=None), ["--output-dir", str(tmp_path)])
+        run_cli(dataclasses.replace(DATASETS["halluqa"], offline=None), ["--output-dir", str(tmp_path)])
 
 
 # --- token filter -------------------------------------------------------------------------------
@@ -392,7 +387,7 @@ def test_halluqa_fixtures_both_forms(tmp_path):
     bad = dict(mc, answer="A or B")
     source.write_text(json.dumps([bad], ensure_ascii=False), encoding="utf-8")
     with pytest.raises(SourceFieldError, match="HalluQA.json, row 0: field 'answer'"):
-        run_cli(HALLUQA_SPEC,
+        run_cli(DATASETS["halluqa"],
                 ["--input", str(source), "--output-dir", str(tmp_path), "--form", "mc"])
 
 

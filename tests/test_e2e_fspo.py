@@ -13,7 +13,8 @@ import re
 import pytest
 import torch
 
-from fspo.cpu.smoke import launch, tiny_run_overrides
+from fspo.launch import launch
+from fspo_testing.tiny_run import tiny_run_overrides
 
 pytestmark = pytest.mark.e2e
 

@@ -3,7 +3,7 @@
 One step of `recipes/run_cpu.sh` on the session's tiny model, `scripts/merge_checkpoint.sh` on its
 checkpoint, then `fspo evaluate` comparing the merged model with the starting one on a few rows of
 two synthetic benchmarks. The step trains on rows in the schema of the paper's released parquet files
-(tests/released_schema.py): data_source `HotpotQA`, the evidence in a top-level `knowledge` column, the
+(fspo_testing/released_schema.py): data_source `HotpotQA`, the evidence in a top-level `knowledge` column, the
 prompt already rendered to text in one user message (the passthrough chat template).
 """
 
@@ -91,7 +91,7 @@ def pipeline(tiny_reasoner, released_schema, tmp_path_factory):
             f"fspo.dump_dir={out / 'dump'}",
             # The recipe runs from the repository root: keep Hydra's run folder out of it.
             f"hydra.run.dir={out / 'hydra'}",
-            # The sizes of fspo.cpu.smoke.tiny_run_overrides: the recipe's own fit a real small model.
+            # The sizes of fspo_testing.tiny_run.tiny_run_overrides: the recipe's own fit a real small model.
             "data.max_prompt_length=192",
             "data.max_response_length=40",
             # The evaluation below generates on held-out rows; the trainer's own validation would repeat it.

@@ -22,7 +22,7 @@ FAST = ["--max-new-tokens", "4", "--batch-size", "2"]
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    from fspo.tiny_model import build_tiny_model
+    from fspo_testing.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
@@ -189,7 +189,7 @@ def test_evaluation_accepts_the_released_and_verl_source_names():
 @pytest.fixture(scope="module")
 def two_steps(tmp_path_factory):
     """Two different models saved where scripts/merge_checkpoint.sh puts them: both named `merged`."""
-    from fspo.tiny_model import build_tiny_model
+    from fspo_testing.tiny_model import build_tiny_model
 
     run = tmp_path_factory.mktemp("run")
     return [build_tiny_model(run / f"global_step_{step}" / "merged", seed=step) for step in (1, 2)]

@@ -1,5 +1,5 @@
 """`fspo evaluate --judge`: a real tiny model, real TruthfulQA/HalluQA parquet built by `fspo data`, and a real
-local chat-completions server as the judge (tests/chat_server.py)."""
+local chat-completions server as the judge (fspo_testing/chat_server.py)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fspo import labels as labels_module
-from fspo.labels import decode_labels, encode_labels, token_char_offsets, token_labels
+from fspo.label_codec import decode_labels, encode_labels
+from fspo.labels import token_char_offsets, token_labels
 from fspo.steps import reasoning_steps, split_steps
 
 PIECES = [

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fspo.labels import encode_labels
+from fspo.label_codec import encode_labels
 from fspo.reward import evidence_text, step_labels_for_response, verdicts_from_scores
 from fspo.steps import reasoning_steps
 from fspo.trainer import (

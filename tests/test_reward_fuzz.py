@@ -7,21 +7,15 @@ labels covering the response exactly, and the same keys for every rollout, and i
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
-from pathlib import Path
 
-import numpy as np
-import pytest
-import torch
 from omegaconf import OmegaConf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from fuzz_reward import fuzz_cases, fuzz_reward_manager  # noqa: E402 - the benchmark's generator, shared with its larger run
-
-from fspo.labels import decode_labels
+from fspo.label_codec import decode_labels
 from fspo.reward import FSPORewardManager
 from fspo.trainer import step_metrics
+from fspo_testing.fuzz import fuzz_cases, fuzz_reward_manager  # the benchmark's generator, shared with its larger run
+from fspo_testing.rollouts import single_rollout
 
 EVIDENCE = "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell."
 
@@ -32,21 +26,7 @@ def manager(tokenizer, **fspo):
 
 
 def one_rollout(tokenizer, response: str, data_source: str, ground_truth, extra_info):
-    from verl import DataProto
-
-    ids = tokenizer(response, add_special_tokens=False)["input_ids"] or [tokenizer.pad_token_id or 0]
-    prompt = tokenizer("Question?", add_special_tokens=False)["input_ids"]
-    data = DataProto.from_single_dict(
-        {
-            "prompts": torch.tensor([prompt]),
-            "responses": torch.tensor([ids]),
-            "attention_mask": torch.ones(1, len(prompt) + len(ids), dtype=torch.long),
-            "data_source": np.array([data_source], dtype=object),
-            "reward_model": np.array([{"ground_truth": ground_truth, "style": "rule"}], dtype=object),
-            "extra_info": np.array([extra_info], dtype=object),
-        }
-    )
-    return data, len(ids)
+    return single_rollout(tokenizer, response, data_source=data_source, ground_truth=ground_truth, extra_info=extra_info)
 
 
 def test_a_scorer_that_never_returns_scores_zero_and_is_counted(qwen_tokenizer):

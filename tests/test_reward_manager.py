@@ -14,8 +14,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from fspo.labels import decode_labels
+from fspo.label_codec import decode_labels
 from fspo.reward import OUTPUT_SEPARATOR, STAT_KEYS, FSPORewardManager, MissingEvidenceError
+from fspo_testing.rollouts import single_rollout
 
 EVIDENCE = "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell."
 GOOD = " Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell.\n</think> <answer> Piobrdell </answer>"
@@ -28,25 +29,10 @@ def manager(tokenizer, **fspo):
 
 
 def rollout(tokenizer, response: str, evidence=EVIDENCE, pad_to: int = 80):
-    from verl import DataProto
-
+    """A synthetic-world rollout padded to ``pad_to`` response tokens (cut there when longer)."""
     ids = tokenizer(response, add_special_tokens=False)["input_ids"][:pad_to]
-    prompt = tokenizer("Question?", add_special_tokens=False)["input_ids"]
-    responses = torch.full((1, pad_to), tokenizer.pad_token_id or 0)
-    responses[0, : len(ids)] = torch.tensor(ids)
-    attention = torch.cat([torch.ones(1, len(prompt)), torch.zeros(1, pad_to)], dim=1).long()
-    attention[0, len(prompt) : len(prompt) + len(ids)] = 1
-    data = DataProto.from_single_dict(
-        {
-            "prompts": torch.tensor([prompt]),
-            "responses": responses,
-            "attention_mask": attention,
-            "data_source": np.array(["synthetic_multihop"], dtype=object),
-            "reward_model": np.array([{"ground_truth": "Piobrdell", "style": "rule"}], dtype=object),
-            "extra_info": np.array([{"index": 7, "split": "train", "evidence": evidence}], dtype=object),
-        }
-    )
-    return data, len(ids)
+    return single_rollout(tokenizer, ids, data_source="synthetic_multihop", ground_truth="Piobrdell",
+                          extra_info={"index": 7, "split": "train", "evidence": evidence}, padding=pad_to - len(ids))
 
 
 def score(reward_manager, data):
@@ -131,22 +117,8 @@ def test_embedding_verifier_through_config(qwen_tokenizer):
 def released_rollout(tokenizer, response: str, data_source="HotpotQA", ground_truth="Piobrdell", **columns):
     """A rollout of a row in the released FSPO files' schema: evidence in a top-level column, extra_info
     with only index and split (github nusnlp/FSPO, data/hotpot/*/train.parquet)."""
-    from verl import DataProto
-
-    ids = tokenizer(response, add_special_tokens=False)["input_ids"]
-    prompt = tokenizer("Question?", add_special_tokens=False)["input_ids"]
-    data = DataProto.from_single_dict(
-        {
-            "prompts": torch.tensor([prompt]),
-            "responses": torch.tensor([ids]),
-            "attention_mask": torch.ones(1, len(prompt) + len(ids), dtype=torch.long),
-            "data_source": np.array([data_source], dtype=object),
-            "reward_model": np.array([{"ground_truth": ground_truth, "style": "rule"}], dtype=object),
-            "extra_info": np.array([{"index": 3, "split": "train"}], dtype=object),
-            **{name: np.array([value], dtype=object) for name, value in columns.items()},
-        }
-    )
-    return data, len(ids)
+    return single_rollout(tokenizer, response, data_source=data_source, ground_truth=ground_truth,
+                          extra_info={"index": 3, "split": "train"}, **columns)
 
 
 def test_evidence_in_a_top_level_column_labels_steps(qwen_tokenizer):

@@ -1,6 +1,6 @@
 """Datasets of the FSPO recipe as verl RL parquet (see `fspo.data.io` for the row format).
 
-`fspo data <name>` (or `python -m fspo.data.<module>`) builds one set; `fspo.data.synthetic.make_rows`
-generates the synthetic multi-hop set in memory; `fspo.data.templates.chat_template` gives the Jinja
-template verl needs for a prompt format.
+`fspo data <name>` (or `python -m fspo.data <name>`) builds one set of `fspo.data.registry.DATASETS`;
+`fspo.data.synthetic.make_rows` generates the synthetic multi-hop set in memory;
+`fspo.data.templates.chat_template` gives the Jinja template verl needs for a prompt format.
 """

