@@ -96,10 +96,6 @@ class LLMJudgeVerifier(PairPipeline):
         cache_size: int = 0,
     ):
         super().__init__(evidence_top_k=evidence_top_k, cache_size=cache_size)
-        if max_concurrency < 1 or timeout_s <= 0 or max_retries < 0 or backoff_s < 0:
-            raise ValueError(
-                "max_concurrency >= 1, timeout_s > 0, max_retries >= 0 and backoff_s >= 0 are required"
-            )
         self.url = chat_url(url)
         self.model = model
         self.headers = {"Content-Type": "application/json"}
