@@ -117,8 +117,7 @@ class VerifierConfig(BaseConfig):
         ("llm_judge",))
 
     def __post_init__(self):
-        if self.name not in VERIFIER_NAMES:
-            raise ConfigError(f"unknown fspo.verifier.name {self.name!r}; valid names: {', '.join(VERIFIER_NAMES)}")
+        check_name(self.name)
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"fspo.verifier.placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
         if self.dtype is not None and self.dtype not in DTYPES:
@@ -182,6 +181,11 @@ _LOWER_BOUNDS = (
 )
 
 
+def check_name(name) -> None:
+    if name not in VERIFIER_NAMES:
+        raise ConfigError(f"unknown fspo.verifier.name {name!r}; valid names: {', '.join(VERIFIER_NAMES)}")
+
+
 def _require(ok: bool, key: str, value, meaning: str) -> None:
     if not ok:
         raise ConfigError(f"fspo.verifier.{key} must be {meaning}, got {value!r}")
@@ -198,8 +202,7 @@ def verifier_config(config: Mapping) -> VerifierConfig:
         return config
     if isinstance(config, Mapping):
         name = config.get("name", VerifierConfig.name)
-        if name not in VERIFIER_NAMES:
-            raise ConfigError(f"unknown fspo.verifier.name {name!r}; valid names: {', '.join(VERIFIER_NAMES)}")
+        check_name(name)
         # The unknown-option message lists what the chosen backend takes, not every field.
         known = {f.name for f in fields(VerifierConfig)}
         unknown = sorted(str(key) for key in config if key not in known)
