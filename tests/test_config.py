@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from fspo.checks import ConfigError
@@ -142,3 +144,28 @@ def test_the_config_crosses_process_boundaries():
     assert fspo_config(resolved) == settings
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.flip = False
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    flip=st.booleans(),
+    weight=st.floats(min_value=0, max_value=1e6, allow_nan=False),
+    outside=st.sampled_from([0, 1, -1]),
+    key=st.text(min_size=1, max_size=12).filter(lambda text: "$" not in text),
+    name=st.sampled_from(["lexical", "embedding", "hhem", "nli", "llm_judge"]),
+    threshold=st.floats(min_value=0, max_value=1),
+    top_k=st.one_of(st.none(), st.integers(min_value=1, max_value=64)),
+    label=st.one_of(st.none(), st.integers(min_value=0, max_value=3), st.sampled_from(["entailment", "yes"])),
+)
+def test_any_valid_block_converts_to_the_same_config_as_its_yaml_text(
+    flip, weight, outside, key, name, threshold, top_k, label
+):
+    """A block written out as YAML text (what reaches a worker) reads back as the same dataclass."""
+    block = {"flip": flip, "step_reward_weight": weight, "label_outside_reasoning": outside, "evidence_key": key,
+             "verifier": {"name": name, "threshold": threshold, "evidence_top_k": top_k, "entailment_label": label}}
+    settings_ = fspo_config({"fspo": block})
+    assert (settings_.flip, settings_.step_reward_weight, settings_.evidence_key) == (flip, weight, key)
+    assert (settings_.verifier.name, settings_.verifier.evidence_top_k, settings_.verifier.entailment_label) == (
+        name, top_k, label)
+    text = OmegaConf.to_yaml(OmegaConf.create({"fspo": block}))
+    assert fspo_config(OmegaConf.create(text)) == settings_
