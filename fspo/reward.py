@@ -43,6 +43,7 @@ from typing import Optional
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
+from fspo.config import fspo_config
 from fspo.labels import encode_labels, labels_from_offsets, token_char_offsets
 from fspo.steps import Step, reasoning_span, reasoning_steps
 from fspo.time_limit import TimeLimitedScorer, custom_scorer, default_scorer
@@ -200,8 +201,6 @@ class FSPORewardManager(RewardManagerBase):
             compute_score = default_score
         self.compute_score = compute_score
         self.is_async_score = inspect.iscoroutinefunction(compute_score)
-        from fspo.config import fspo_config
-
         # The fspo block, converted in this reward worker from the config verl hands it.
         self.settings = fspo_config(config)
         self.limited_scorer, self._score_thread = None, None

@@ -20,6 +20,7 @@ from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
 from verl.workers.utils.padding import response_to_nested
 
 from fspo.advantage import apply_step_labels, flip_stats
+from fspo.config import fspo_config
 from fspo.labels import decode_labels
 from fspo.reward import LABELS_KEY, OUTPUT_SEPARATOR
 
@@ -193,8 +194,6 @@ class FSPOAdvantageMixin:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        from fspo.config import fspo_config
-
         # The fspo block, converted in this process (the task runner's) from the config verl hands it.
         self.fspo = fspo_config(self.config)
         self.fspo_dump_dir: Optional[Path] = Path(self.fspo.dump_dir) if self.fspo.dump_dir else None
