@@ -157,15 +157,16 @@ def test_the_config_crosses_process_boundaries():
     top_k=st.one_of(st.none(), st.integers(min_value=1, max_value=64)),
     label=st.one_of(st.none(), st.integers(min_value=0, max_value=3), st.sampled_from(["entailment", "yes"])),
 )
-def test_any_valid_block_converts_to_the_same_config_as_its_yaml_text(
+def test_any_valid_block_converts_alike_in_the_driver_and_in_a_worker(
     flip, weight, outside, key, name, threshold, top_k, label
 ):
-    """A block written out as YAML text (what reaches a worker) reads back as the same dataclass."""
+    """The DictConfig Ray pickles to verl's workers converts there to the dataclass the driver checked."""
     block = {"flip": flip, "step_reward_weight": weight, "label_outside_reasoning": outside, "evidence_key": key,
              "verifier": {"name": name, "threshold": threshold, "evidence_top_k": top_k, "entailment_label": label}}
     settings_ = fspo_config({"fspo": block})
     assert (settings_.flip, settings_.step_reward_weight, settings_.evidence_key) == (flip, weight, key)
     assert (settings_.verifier.name, settings_.verifier.evidence_top_k, settings_.verifier.entailment_label) == (
         name, top_k, label)
-    text = OmegaConf.to_yaml(OmegaConf.create({"fspo": block}))
-    assert fspo_config(OmegaConf.create(text)) == settings_
+    shipped = pickle.loads(pickle.dumps(OmegaConf.create({"fspo": block})))
+    assert fspo_config(shipped) == settings_
+    assert pickle.loads(pickle.dumps(settings_)) == settings_
