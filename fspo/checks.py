@@ -64,17 +64,18 @@ def check_data_files(key: str, files, config: DictConfig | None = None, only_exi
     paths = _as_list(files)
     if not paths:
         raise ConfigError(f"{key} is empty: give one or more parquet files (see `fspo data --help`)")
-    block = (config.get("fspo") if config is not None else None) or {}
-    fspo_on = bool(block.get("enable", True))
+    from fspo.config import fspo_config
+
+    settings = fspo_config(config)
     for path in paths:
         if only_existing and not Path(os.path.expanduser(path)).exists():
             continue
         report = scan_file(
             path,
-            str(block.get("evidence_key", "evidence")),
+            settings.evidence_key,
             check_scorers=config is None or uses_fspo_scorer(config),
-            check_evidence=fspo_on,
-            require_evidence=fspo_on and bool(block.get("require_evidence", False)),
+            check_evidence=settings.enable,
+            require_evidence=settings.enable and settings.require_evidence,
         )
         if report.problems:
             raise ConfigError(f"{key}: {path} " + "; ".join(report.problems) + " (`fspo data check` reports the file)")
@@ -156,34 +157,14 @@ def check_dataclasses(config: DictConfig) -> None:
             raise ConfigError(f"{path} does not validate as {node.get('_target_')}: {error}") from error
 
 
-def _threshold_moved(value) -> ConfigError:
-    return ConfigError(
-        f"fspo.threshold={value} is no longer read: the support threshold is fspo.verifier.threshold "
-        "(it belongs to the verifier's calibration); set that instead"
-    )
-
-
 def check_overrides(overrides: list[str]) -> None:
     """Command-line overrides of keys FSPO no longer has, which Hydra would reject without naming the new key."""
     for override in overrides:
         key, _, value = override.partition("=")
         if key.lstrip("+~") == "fspo.threshold":
-            raise _threshold_moved(value)
+            from fspo.config.fspo_config import threshold_moved
 
-
-def check_verifier(config: DictConfig) -> None:
-    """Check the ``fspo`` block's values and the verifier's name and options without loading a model."""
-    block = config.get("fspo")
-    if block is not None and "threshold" in block:
-        raise _threshold_moved(block.get("threshold"))
-    if block is None or not block.get("enable", True):
-        return
-    from fspo.verifiers import validate_verifier_config
-
-    try:
-        validate_verifier_config(block.get("verifier") or {})
-    except ValueError as error:
-        raise ConfigError(str(error)) from error
+            raise threshold_moved(value)
 
 
 def check_trainer_mode(config: DictConfig) -> None:

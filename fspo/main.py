@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 
 import hydra
 import ray
@@ -27,59 +28,63 @@ def _verl_task_runner():
     return TaskRunnerV1.__ray_actor_class__
 
 
+@contextmanager
+def fspo_trainers_registered():
+    """verl's trainer registry with FSPO's trainer of each ``trainer.v1.trainer_mode``, for the ``with`` block.
+
+    verl's ``TaskRunnerV1.run`` picks its trainer with ``get_trainer_cls(mode)`` from
+    ``verl.trainer.ppo.v1``'s ``TRAINER_REGISTRY`` and compares the mode string in several places, so
+    FSPO cannot register a mode of its own, and ``register_trainer`` refuses to rebind a mode. The task
+    runner is a Ray actor of its own, so rebinding the modes in its process (and restoring them after)
+    reaches no other run.
+    """
+    from verl.trainer.ppo.v1 import trainer_base
+
+    from fspo.trainer import TRAINER_MODES, fspo_trainer_class
+
+    registry = trainer_base.TRAINER_REGISTRY
+    saved = dict(registry)
+    fspo_classes = {mode: fspo_trainer_class(mode) for mode in TRAINER_MODES}
+    registry.update(fspo_classes)
+    try:
+        yield fspo_classes
+    finally:
+        registry.clear()
+        registry.update(saved)
+
+
 @ray.remote
 class FSPOTaskRunner(_verl_task_runner()):
-    """verl's ``TaskRunnerV1`` building the FSPO trainer of the configured ``trainer.v1.trainer_mode``.
+    """verl's ``TaskRunnerV1``, building the FSPO trainer of the configured ``trainer.v1.trainer_mode``.
 
-    verl picks its trainer from a registry keyed by the mode and compares the mode string in several
-    places, so FSPO cannot register itself under a mode of its own; it builds
-    :func:`fspo.trainer.fspo_trainer_class` of the configured mode here instead. The agent-loop
-    manager is verl's (``init_agent_loop_manager``).
+    Only the trainer class changes (:func:`fspo_trainers_registered`); verl's ``run`` does the rest
+    (TransferQueue, its agent-loop manager, the tracker's exit code). The reward manager comes from
+    the config (``reward.reward_manager``), the colocated verifier servers from the trainer's ``_setup``.
     """
 
     def run(self, config: DictConfig) -> None:
-        import transfer_queue as tq
-        from verl.utils.logging_utils import configure_verl_logging
-
         from fspo.cpu.plugin import STATE as cpu_plugin_state
-        from fspo.trainer import fspo_trainer_class
 
-        configure_verl_logging()
         if config.trainer.device == "cpu" and not cpu_plugin_state["active"]:
             raise RuntimeError(
                 "trainer.device=cpu but the fspo CPU backend is not active in the Ray workers "
                 f"(plugin state: {cpu_plugin_state}). Reinstall the project (`pip install -e .`) so "
                 "that its `verl.plugins` entry point is registered."
             )
-        trainer_cls = fspo_trainer_class(config.trainer.v1.trainer_mode)
-        print(f"fspo: trainer {trainer_cls.__name__} (trainer.v1.trainer_mode={config.trainer.v1.trainer_mode})")
-        config.transfer_queue.enable = True
-        OmegaConf.resolve(config)
-        self.config = config
-        tq.init(config.transfer_queue)
-        succeeded = False
-        try:
-            self.trainer = trainer_cls(config=config)
-            self.trainer.init()
-            self.init_agent_loop_manager()
-            self.trainer.fit(self.agent_loop_manager)
-            succeeded = True
-        finally:
-            try:
-                tracking = getattr(self.trainer, "logger", None)
-                if tracking is not None:
-                    tracking.finish(exit_code=0 if succeeded else 1)
-            finally:
-                tq.close()
+        mode = config.trainer.v1.trainer_mode
+        with fspo_trainers_registered() as trainers:
+            print(f"fspo: trainer {trainers[mode].__name__} (trainer.v1.trainer_mode={mode})", flush=True)
+            super().run(config)
 
 
 def validate(config: DictConfig, check_files: bool = True) -> None:
     """Everything that can be checked before starting Ray; raises on the first problem.
 
     Resolves every interpolation (the chat-template resolver included, so Ray actors receive plain
-    strings), builds each verl config dataclass (a mistyped value fails here, not in a worker),
-    runs verl's own ``validate_config``, checks the ``fspo.verifier`` block, resolves where the
-    verifier runs (:mod:`fspo.verifiers.placement`) and prints it as one ``fspo: verifier ...`` line.
+    strings), converts the ``fspo:`` block to :class:`fspo.config.FSPOConfig` and builds each verl config
+    dataclass (a mistyped value fails here naming the key, not in a worker), runs verl's own
+    ``validate_config``, resolves where the verifier runs (:mod:`fspo.verifiers.placement`) and prints it
+    as one ``fspo: verifier ...`` line.
     With ``check_files`` the model and data paths must exist (see :mod:`fspo.checks`); the data files'
     contents are checked as ``fspo data check`` does (a source without a scorer, evidence under another
     key, evidence-less rows under ``fspo.require_evidence``), in the dry run for the files that exist.
@@ -88,18 +93,13 @@ def validate(config: DictConfig, check_files: bool = True) -> None:
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
-    from fspo.checks import (
-        ConfigError,
-        check_config,
-        check_data_files,
-        check_dataclasses,
-        check_trainer_mode,
-        check_verifier,
-    )
+    from fspo.checks import check_config, check_data_files, check_dataclasses, check_trainer_mode
+    from fspo.config import fspo_config
     from fspo.verifiers.placement import resolve_verifier_placement
 
     auto_set_device(config)
     OmegaConf.resolve(config)
+    fspo_config(config)  # the fspo block's types and ranges, before anything reads it
     if check_files:
         check_config(config)
     else:
@@ -108,11 +108,10 @@ def validate(config: DictConfig, check_files: bool = True) -> None:
             if OmegaConf.select(config, key):
                 check_data_files(key, OmegaConf.select(config, key), config, only_existing=True)
     check_dataclasses(config)
-    try:
-        line, warnings = resolve_verifier_placement(config)
-    except ValueError as error:
-        raise ConfigError(str(error)) from error
-    check_verifier(config)
+    line, warnings = resolve_verifier_placement(config)
+    settings = fspo_config(config)  # with the placement (and llm_judge's url) resolved
+    if settings.enable:
+        settings.verifier.backend_options()  # what the backend cannot work without
     check_trainer_mode(config)
     for message in [line, *warnings]:
         if message:

@@ -39,12 +39,12 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Optional
 
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
+from fspo.config import fspo_config
 from fspo.label_codec import encode_labels
 from fspo.labels import labels_from_offsets, token_char_offsets
 from fspo.steps import Step, reasoning_span, reasoning_steps
@@ -73,32 +73,6 @@ STAT_KEYS = (
     "fspo_outcome_score",  # the scorer's score before the step reward
     "fspo_scorer_timeout",  # 1 when the outcome scorer passed fspo.scorer_timeout_s (scored 0)
 )
-
-
-@dataclass(frozen=True)
-class FSPOSettings:
-    """The ``fspo:`` config block, as the reward manager reads it."""
-
-    enable: bool = True
-    step_reward_weight: float = 0.0
-    label_outside_reasoning: int = 0
-    skip_non_claims: bool = False
-    require_evidence: bool = False
-    evidence_key: str = "evidence"
-    scorer_timeout_s: float = 10.0
-
-    @classmethod
-    def from_config(cls, block: Optional[Mapping]) -> "FSPOSettings":
-        block = dict(block or {})
-        return cls(
-            enable=bool(block.get("enable", True)),
-            step_reward_weight=float(block.get("step_reward_weight", 0.0)),
-            label_outside_reasoning=int(block.get("label_outside_reasoning", 0)),
-            skip_non_claims=bool(block.get("skip_non_claims", False)),
-            require_evidence=bool(block.get("require_evidence", False)),
-            evidence_key=str(block.get("evidence_key", "evidence")),
-            scorer_timeout_s=float(block.get("scorer_timeout_s", 10.0) or 0.0),
-        )
 
 
 class MissingEvidenceError(ValueError):
@@ -193,24 +167,25 @@ def scorer_extra_info(non_tensor_batch: Mapping) -> dict:
     return extra_info
 
 
-def _load_verifier(verifier_config: Mapping, reward_router_address: Optional[str], reward_model_path: Optional[str]):
+def _load_verifier(verifier_config, reward_router_address: Optional[str], reward_model_path: Optional[str]):
     """Build the reward worker's verifier; ``url: reward_router`` becomes verl's reward-model router."""
+    import dataclasses
     import os
 
-    from omegaconf import OmegaConf
-
+    from fspo.config.verifier import verifier_config as as_verifier_config
     from fspo.verifiers import build_verifier
     from fspo.verifiers.placement import REWARD_ROUTER
 
-    config = OmegaConf.to_container(verifier_config, resolve=True) if OmegaConf.is_config(verifier_config) else dict(verifier_config)
-    if config.get("url") == REWARD_ROUTER:
+    config = as_verifier_config(verifier_config)
+    if config.url == REWARD_ROUTER:
         if not reward_router_address:
             raise ValueError(
                 "fspo.verifier.url=reward_router but verl started no reward-model router: set "
                 "reward.reward_model.enable=true (and its model_path), or give fspo.verifier.url"
             )
-        config["url"] = f"http://{reward_router_address}"
-        config["model"] = config.get("model") or reward_model_path
+        config = dataclasses.replace(
+            config, url=f"http://{reward_router_address}", model=config.model or reward_model_path
+        )
     verifier = build_verifier(config)
     if hasattr(verifier, "device"):  # a model loaded in this reward worker
         print(f"fspo: verifier {verifier.name} loaded in reward worker pid {os.getpid()} on {verifier.device}", flush=True)
@@ -228,7 +203,8 @@ class FSPORewardManager(RewardManagerBase):
             compute_score = default_score
         self.compute_score = compute_score
         self.is_async_score = inspect.iscoroutinefunction(compute_score)
-        self.settings = FSPOSettings.from_config(config.get("fspo"))
+        # The fspo block, converted in this reward worker from the config verl hands it.
+        self.settings = fspo_config(config)
         self.limited_scorer, self._score_thread = None, None
         factory = scorer_factory(config, compute_score)
         if self.settings.scorer_timeout_s > 0 and not self.is_async_score:
@@ -243,7 +219,7 @@ class FSPORewardManager(RewardManagerBase):
         if self.settings.enable:
             reward_model = config.get("reward", {}).get("reward_model", {}) or {}
             self.verifier = _load_verifier(
-                config.fspo.get("verifier", {"name": "lexical"}), reward_router_address, reward_model.get("model_path")
+                self.settings.verifier, reward_router_address, reward_model.get("model_path")
             )
 
     async def _outcome(self, data_source, response_str, ground_truth, extra_info) -> tuple[float, dict, bool]:

@@ -20,6 +20,7 @@ from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
 from verl.workers.utils.padding import response_to_nested
 
 from fspo.advantage import apply_step_labels, flip_stats
+from fspo.config import fspo_config
 from fspo.label_codec import decode_labels
 from fspo.reward import LABELS_KEY, OUTPUT_SEPARATOR
 
@@ -142,35 +143,30 @@ def step_metrics(infos: Sequence[Mapping]) -> dict[str, float]:
     }
 
 
-def start_verifier_servers(config, resource_pool_manager) -> list:
+def start_verifier_servers(config, settings, resource_pool_manager) -> list:
     """Start the colocated verifier servers in verl's actor pool (``fspo.verifier.placement: colocated``).
 
-    Each GPU bundle of the pool gets one server asking for ``1 / max_colocate_count`` of its GPU, the
-    share verl leaves for a colocated reward model; returns the handles (kept by the trainer, which
-    owns the actors) and prints where each one landed.
+    ``settings`` is the run's :class:`fspo.config.FSPOConfig`. Each GPU bundle of the pool gets one server
+    asking for ``1 / max_colocate_count`` of its GPU, the share verl leaves for a colocated reward model;
+    returns the handles (kept by the trainer, which owns the actors) and prints where each one landed.
     """
-    from omegaconf import OmegaConf
-
-    from fspo.verifiers import validate_verifier_config
     from fspo.verifiers.ray_actor import start_colocated_servers
 
-    block = config.get("fspo") or {}
-    verifier = block.get("verifier") or {}
-    if not block.get("enable", True) or verifier.get("placement") != "colocated":
+    verifier = settings.verifier
+    if not settings.enable or verifier.placement != "colocated":
         return []
-    settings = validate_verifier_config(verifier)
     # verl's actor/rollout (and ref, critic) pool; its placement groups exist once the workers are placed.
     pool = resource_pool_manager.resource_pool_dict["global_pool"]
     handles, infos = start_colocated_servers(
         pool.get_placement_groups(device_name=config.trainer.device),
-        OmegaConf.to_container(verifier, resolve=True),
+        verifier,
         gpu_fraction=1.0 / pool.max_colocate_count,
-        num_cpus=settings["num_cpus"],
-        start_timeout_s=settings["start_timeout_s"],
+        num_cpus=verifier.num_cpus,
+        start_timeout_s=verifier.start_timeout_s,
     )
     gpus = sorted({(info["node_ip"], gpu) for info in infos for gpu in info["ray_gpu_ids"]})
     print(
-        f"fspo: {len(handles)} colocated verifier server(s) of {settings['name']} on {len(gpus)} Ray GPU(s) "
+        f"fspo: {len(handles)} colocated verifier server(s) of {verifier.name} on {len(gpus)} Ray GPU(s) "
         f"of {len({info['node_ip'] for info in infos})} node(s), devices {sorted({info['device'] for info in infos})}",
         flush=True,
     )
@@ -198,16 +194,14 @@ class FSPOAdvantageMixin:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        block = self.config.get("fspo") or {}
-        self.fspo_enable = bool(block.get("enable", True))
-        self.fspo_flip = bool(block.get("flip", True))
-        dump_dir = block.get("dump_dir")
-        self.fspo_dump_dir: Optional[Path] = Path(dump_dir) if dump_dir else None
+        # The fspo block, converted in this process (the task runner's) from the config verl hands it.
+        self.fspo = fspo_config(self.config)
+        self.fspo_dump_dir: Optional[Path] = Path(self.fspo.dump_dir) if self.fspo.dump_dir else None
         self._fspo_step_record: Optional[dict[str, torch.Tensor]] = None
 
     def _setup(self):
         super()._setup()
-        self.fspo_verifier_servers = start_verifier_servers(self.config, self.resource_pool_manager)
+        self.fspo_verifier_servers = start_verifier_servers(self.config, self.fspo, self.resource_pool_manager)
 
     def on_validate_begin(self):
         # verl's V1 trainers validate silently for minutes on a CPU; this line in the log is what
@@ -217,7 +211,7 @@ class FSPOAdvantageMixin:
 
     def _compute_advantage(self, batch, metrics: dict):
         batch = super()._compute_advantage(batch, metrics=metrics)
-        if not self.fspo_enable:
+        if not self.fspo.enable:
             return batch
         data = tq.kv_batch_get(
             keys=batch.keys,
@@ -233,7 +227,7 @@ class FSPOAdvantageMixin:
 
         padded = data.to_padded_tensor()
         advantages, response_mask = padded["advantages"], padded["response_mask"]
-        shaped = apply_step_labels(advantages, labels, response_mask) if self.fspo_flip else advantages
+        shaped = apply_step_labels(advantages, labels, response_mask) if self.fspo.flip else advantages
 
         metrics.update(step_metrics(counted))
         metrics.update({f"fspo/{k}": v for k, v in flip_stats(advantages, shaped, labels, response_mask).items()})
@@ -245,7 +239,7 @@ class FSPOAdvantageMixin:
                 "response_mask": response_mask.clone(),
                 "is_padding": torch.tensor(padding, dtype=torch.bool),
             }
-        if self.fspo_flip:
+        if self.fspo.flip:
             output = TensorDict(
                 {"advantages": response_to_nested(shaped, response_mask_nested)}, batch_size=len(batch)
             )

@@ -89,10 +89,11 @@ def test_the_old_threshold_key_names_the_verifiers():
 def test_a_config_file_that_sets_the_old_threshold_names_the_verifiers():
     from omegaconf import OmegaConf
 
-    from fspo.checks import ConfigError, check_verifier
+    from fspo.checks import ConfigError
+    from fspo.config import fspo_config
 
     with pytest.raises(ConfigError, match="set that instead") as error:
-        check_verifier(OmegaConf.create({"fspo": {"threshold": 0.7, "verifier": {"name": "lexical"}}}))
+        fspo_config(OmegaConf.create({"fspo": {"threshold": 0.7, "verifier": {"name": "lexical"}}}))
     assert "fspo.verifier.threshold" in str(error.value)
 
 

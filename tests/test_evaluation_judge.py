@@ -74,7 +74,7 @@ class SteeredJudge:
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    from fspo.tiny_model import build_tiny_model
+    from fspo_testing.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 

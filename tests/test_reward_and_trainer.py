@@ -132,3 +132,21 @@ def test_every_trainer_mode_gets_the_fspo_advantage_step():
         assert cls._update_actor is FSPOTrainer._update_actor
     with pytest.raises(ValueError, match="trainer.v1.trainer_mode='fully_async'"):
         fspo_trainer_class("fully_async")
+
+
+def test_verls_task_runner_builds_the_fspo_trainer_of_each_mode_only_inside_fspo_s_runner():
+    """FSPOTaskRunner runs verl's own TaskRunnerV1.run; only the registry it takes its trainer from differs."""
+    from verl.trainer.main_ppo import TaskRunnerV1
+    from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
+
+    from fspo.main import FSPOTaskRunner, fspo_trainers_registered
+
+    runner = FSPOTaskRunner.__ray_actor_class__
+    assert issubclass(runner, TaskRunnerV1.__ray_actor_class__)
+    assert "init_agent_loop_manager" not in vars(runner)  # verl's, not a copy
+    before = {mode: get_trainer_cls(mode) for mode in ("sync", "colocate_async", "separate_async")}
+    with fspo_trainers_registered():
+        for mode in before:
+            assert get_trainer_cls(mode) is fspo_trainer_class(mode)
+    assert {mode: get_trainer_cls(mode) for mode in before} == before
+    assert before["sync"] is PPOTrainerSync

@@ -21,7 +21,7 @@ EVIDENCE = "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartere
 
 
 def manager(tokenizer, **fspo):
-    block = {"enable": True, "threshold": 0.5, "verifier": {"name": "lexical"}, **fspo}
+    block = {"enable": True, "verifier": {"name": "lexical", "threshold": 0.5}, **fspo}
     return FSPORewardManager(OmegaConf.create({"fspo": block}), tokenizer, compute_score=None)
 
 

@@ -103,16 +103,7 @@ class PairPipeline(Verifier):
     """
 
     def __init__(self, evidence_top_k: int | None = None, cache_size: int = 0):
-        if evidence_top_k is not None and (
-            not isinstance(evidence_top_k, int) or evidence_top_k < 1
-        ):
-            raise ValueError(
-                f"evidence_top_k must be a positive integer or null (off), got {evidence_top_k!r}"
-            )
-        if not isinstance(cache_size, int) or cache_size < 0:
-            raise ValueError(
-                f"cache_size must be a non-negative integer, got {cache_size!r}"
-            )
+        # Types and ranges are checked by fspo.config.VerifierConfig, which build_verifier goes through.
         self.evidence_top_k = evidence_top_k
         self.cache_size = cache_size
         self._cache: OrderedDict[Pair, float] = OrderedDict()

@@ -98,10 +98,6 @@ class ModelVerifier(PairPipeline):
         cache_size: int = 0,
     ):
         super().__init__(evidence_top_k=evidence_top_k, cache_size=cache_size)
-        if not isinstance(max_tokens_per_batch, int) or max_tokens_per_batch < 1:
-            raise ValueError(
-                f"max_tokens_per_batch must be a positive integer, got {max_tokens_per_batch!r}"
-            )
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype)
         self.max_tokens_per_batch = max_tokens_per_batch

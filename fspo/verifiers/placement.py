@@ -114,33 +114,32 @@ def resolve_verifier_placement(config: DictConfig) -> tuple[str, list[str]]:
     Runs in the driver before Ray starts, so that every reward worker and the trainer read the same
     concrete placement. Returns the ``fspo: verifier ...`` line and its warnings ("" when FSPO is off).
     """
-    block = config.get("fspo")
-    if block is None or not block.get("enable", True):
+    from fspo.config import fspo_config
+
+    settings = fspo_config(config)
+    if not settings.enable:
         return "", []
-    verifier = block.get("verifier")
-    if verifier is None:
+    verifier = settings.verifier
+    device = str(config.trainer.device)
+    resolved = resolve_placement(verifier.name, verifier.placement, device)
+    url = verifier.url
+    if verifier.name == "llm_judge" and not url and (config.reward.get("reward_model") or {}).get("enable"):
+        url = REWARD_ROUTER
+    block = config.fspo
+    if block.get("verifier") is None:
         with open_dict(block):
             block.verifier = {}
-        verifier = block.verifier
-    name = verifier.get("name") or "hhem"
-    placement = verifier.get("placement") or "auto"
-    if placement not in PLACEMENTS:
-        raise ValueError(f"fspo.verifier.placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
-    device = str(config.trainer.device)
-    resolved = resolve_placement(name, placement, device)
-    reward_model = config.reward.get("reward_model") or {}
-    with open_dict(verifier):
-        verifier.placement = resolved
-        if name == "llm_judge" and not verifier.get("url") and reward_model.get("enable"):
-            verifier.url = REWARD_ROUTER
+    with open_dict(block.verifier):
+        block.verifier.placement = resolved
+        block.verifier.url = url
     return describe_placement(
-        name,
+        verifier.name,
         resolved,
         device=device,
         nnodes=int(config.trainer.nnodes),
         n_gpus_per_node=int(config.trainer.n_gpus_per_node),
         reward_workers=int(config.reward.get("num_workers") or 1),
-        verifier_device=verifier.get("device"),
-        num_gpus=float(verifier.get("num_gpus") or 0),
-        url=verifier.get("url"),
+        verifier_device=verifier.device,
+        num_gpus=verifier.num_gpus,
+        url=url,
     )

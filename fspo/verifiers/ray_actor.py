@@ -31,11 +31,11 @@ COLOCATED_PREFIX = "fspo_verifier_colocated_"
 class VerifierServer:
     """A local verifier inside a Ray actor; an async actor, so concurrent requests merge into batches."""
 
-    def __init__(self, config: dict):
+    def __init__(self, config):
         from fspo.verifiers import build_verifier
 
         self.started = time.perf_counter()
-        self.verifier = build_verifier({**config, "placement": "local"})
+        self.verifier = build_verifier(local_copy(config))
         self.load_seconds = time.perf_counter() - self.started
         self.requests = 0
         print(f"fspo: verifier server {self._summary()}", flush=True)
@@ -78,6 +78,18 @@ class VerifierServer:
         return self._info()
 
 
+def local_copy(config):
+    """The :class:`~fspo.config.VerifierConfig` of ``config`` (a block or mapping) with ``placement: local``.
+
+    A verifier server builds the model in its own process; the dataclass crosses to Ray actors as it is.
+    """
+    import dataclasses
+
+    from fspo.config.verifier import verifier_config
+
+    return dataclasses.replace(verifier_config(config), placement="local")
+
+
 def _server_options(**options):
     import ray
 
@@ -109,7 +121,8 @@ def start_colocated_servers(
 
     Args:
         placement_groups: the pool's Ray placement groups; each bundle holds one GPU.
-        config: the ``fspo.verifier`` block (its ``placement`` is ignored inside the servers).
+        config: the ``fspo.verifier`` block, a :class:`~fspo.config.VerifierConfig` or a mapping of its
+            fields (its ``placement`` is ignored inside the servers).
         gpu_fraction: the share of its bundle's GPU each server asks for
             (``1 / max_colocate_count``: the slot verl leaves for a colocated reward model).
         num_cpus: CPUs each server asks for from its bundle.
@@ -122,6 +135,7 @@ def start_colocated_servers(
     from verl.utils.device import get_platform
 
     handles = []
+    config = local_copy(config)
     bundles = [(pg, index) for pg in placement_groups for index in range(pg.bundle_count)]
     for rank, (pg, index) in enumerate(bundles):
         handles.append(
@@ -132,7 +146,7 @@ def start_colocated_servers(
                     placement_group=pg, placement_group_bundle_index=index
                 ),
                 **get_platform().ray_resource_options(gpu_fraction),
-            ).remote({**config, "placement": "local"})
+            ).remote(config)
         )
     infos = _ready_or_raise(
         handles,
@@ -213,34 +227,28 @@ class RayVerifier(Verifier):
     """``placement: ray``: forwards [`score`] to one named verifier actor, creating it on first use.
 
     Args:
-        config: the verifier config (``placement`` is ignored inside the actor).
-        num_gpus: GPUs the actor requests from Ray (0 for a CPU actor).
-        num_cpus: CPUs the actor requests.
-        actor_name: Ray name shared by all workers; workers with the same name share one model.
-        start_timeout_s: how long to wait for the actor to start (and load its model) before raising:
-            an actor asking for a GPU that verl's resource pool already holds would wait forever.
+        config: the :class:`~fspo.config.VerifierConfig`; the actor asks Ray for its ``num_gpus`` and
+            ``num_cpus``, is named ``actor_name`` (workers with the same name share one model) and may
+            take ``start_timeout_s`` to start and load its model before this raises: an actor asking
+            for a GPU that verl's resource pool already holds would wait forever.
     """
 
-    def __init__(
-        self,
-        config: Mapping,
-        num_gpus: float = 1,
-        num_cpus: float = 1,
-        actor_name: str = "fspo_verifier",
-        start_timeout_s: float = 600.0,
-    ):
+    def __init__(self, config):
         import ray
 
         if not ray.is_initialized():
             raise RuntimeError("placement=ray needs a running Ray (inside verl it is); call ray.init() first")
-        self.name = str(config.get("name"))
-        self.threshold = float(config.get("threshold", 0.5))
+        config = local_copy(config)
+        num_gpus, num_cpus, actor_name = config.num_gpus, config.num_cpus, config.actor_name
+        start_timeout_s = config.start_timeout_s
+        self.name = config.name
+        self.threshold = config.threshold
         # Another reward worker may have created the actor and still be loading its model: only the
         # worker that created it kills it on a timeout.
         created_here = actor_name not in ray.util.list_named_actors()
         self.actor = _server_options(
             name=actor_name, get_if_exists=True, num_gpus=num_gpus, num_cpus=num_cpus
-        ).remote(dict(config))
+        ).remote(config)
         (self.info,) = _ready_or_raise(
             [self.actor],
             start_timeout_s,

@@ -1,0 +1,215 @@
+"""The ``fspo.verifier`` block: which step verifier scores (evidence, step) pairs, where it runs, and its options.
+
+One flat dataclass rather than one per backend: every option keeps its place on the command line
+(``fspo.verifier.model_path=...``, as the recipes and the README write it), every option is typed, and
+each backend-specific field says in its metadata which backends take it (``backends``). Fields a
+backend does not take are ignored for it with a warning, so one block can carry settings for several
+backends while a user switches ``name``. A backend option left null takes the backend class's own
+default (they differ per backend: HHEM's hub id, the packaged MiniLM, the NLI model's window).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Optional, Union
+
+from verl.base_config import BaseConfig
+
+from fspo.checks import ConfigError
+from fspo.config.convert import to_dataclass
+from fspo.verifiers import VERIFIER_NAMES
+from fspo.verifiers.placement import MODEL_BACKENDS, PLACEMENTS
+
+logger = logging.getLogger(__name__)
+
+EVERY_BACKEND = VERIFIER_NAMES
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _option(default: Any, help: str, backends: tuple[str, ...] = ()) -> Any:
+    """A field with its help text and, for options a backend's class takes, the backends that take it."""
+    return field(default=default, metadata={"help": help, "backends": backends})
+
+
+@dataclass
+class VerifierConfig(BaseConfig):
+    """The ``fspo.verifier`` block (``_target_: fspo.config.VerifierConfig``); see each field's ``help``.
+
+    Build a verifier from it with :func:`fspo.verifiers.build_verifier`; where it runs is decided
+    before Ray starts (:mod:`fspo.verifiers.placement`).
+    """
+
+    name: str = _option("hhem", "The backend: lexical (offline word overlap), embedding (offline MiniLM cosine), "
+                                "hhem (Vectara HHEM-2.1-Open, the paper's), nli (any sequence-classification NLI "
+                                "model) or llm_judge (an OpenAI-compatible chat server).")
+    threshold: float = _option(0.5, "A step is supported (+1) when its score >= threshold, else -1; a NaN score "
+                                    "(unverifiable) labels 0. Part of the verifier's calibration: measure it with "
+                                    "`fspo verify --labelled`.")
+    evidence_top_k: Optional[int] = _option(
+        None, "Check each step against only its k most relevant evidence sentences (fewer tokens); null = the "
+              "whole evidence, as in the paper.", EVERY_BACKEND)
+    cache_size: int = _option(0, "LRU entries (evidence, step) -> score kept per verifier copy; 0 = off. NaN "
+                                 "scores are never cached.", EVERY_BACKEND)
+    coalesce_ms: float = _option(10.0, "Rollouts that reach the verifier within this many milliseconds are "
+                                       "verified in one batched call.")
+    placement: str = _option("auto", "Where the verifier runs: colocated (one server per GPU of verl's actor "
+                                     "pool, 1/3 of that GPU in Ray's accounting), local (a copy in each reward "
+                                     "worker, one CPU thread each), ray (one named Ray actor with num_gpus of its "
+                                     "own), or auto (colocated for a model backend on GPUs, local otherwise).")
+    num_gpus: float = _option(1.0, "placement=ray: GPUs the verifier actor asks Ray for (keep one out of verl's "
+                                   "pool).")
+    num_cpus: float = _option(1.0, "placement=ray or colocated: CPUs each verifier actor asks Ray for.")
+    actor_name: str = _option("fspo_verifier", "placement=ray: the actor's Ray name; reward workers that use the "
+                                               "same name share one model.")
+    start_timeout_s: float = _option(600.0, "placement=ray or colocated: seconds the verifier servers may take to "
+                                            "start and load their model before the run fails instead of hanging.")
+    model_path: Optional[str] = _option(
+        None, "Model directory or hub id. null: hhem = vectara/hallucination_evaluation_model, embedding = the "
+              "packaged all-MiniLM-L6-v2; nli needs one.", MODEL_BACKENDS)
+    tokenizer_path: Optional[str] = _option(
+        None, "Tokenizer directory or hub id; null = the model's own (hhem: its config.foundation).", MODEL_BACKENDS)
+    device: Optional[str] = _option(
+        None, "auto, cpu, cuda or cuda:N; null/auto = cuda when Ray gave the verifier's process a GPU, else cpu.",
+        MODEL_BACKENDS)
+    dtype: Optional[str] = _option(
+        None, "float32, bfloat16 or float16; null = float32 (HHEM is published in float32).", MODEL_BACKENDS)
+    max_tokens_per_batch: Optional[int] = _option(
+        None, "Padded tokens per micro-batch of the model; null = the backend's default. A CUDA out-of-memory "
+              "error halves it.", MODEL_BACKENDS)
+    trust_remote_code: Optional[bool] = _option(
+        None, "Run the checkpoint's own code. null: hhem true (as published; false loads its weights into "
+              "transformers' T5ForTokenClassification), nli false.", ("hhem", "nli"))
+    max_length: Optional[int] = _option(
+        None, "Tokens per model input. null: nli = the model's window, embedding = the backend's default.",
+        ("embedding", "nli"))
+    stride: Optional[int] = _option(
+        None, "nli: tokens shared by consecutive chunks of a long evidence; null = a quarter of the window.",
+        ("nli",))
+    entailment_label: Optional[Union[str, int]] = _option(
+        None, "nli: the label name or index that means supported, when the model's id2label names none.", ("nli",))
+    url: Optional[str] = _option(
+        None, "llm_judge: the server root, its /v1 base or the full /v1/chat/completions URL; reward_router (set "
+              "by itself when null and reward.reward_model.enable=true) = verl's reward-model servers.",
+        ("llm_judge",))
+    endpoint: Optional[str] = _option(None, "llm_judge: an older name of url.", ("llm_judge",))
+    model: Optional[str] = _option(None, "llm_judge: the model name sent in each request.", ("llm_judge",))
+    api_key_env: Optional[str] = _option(
+        None, "llm_judge: the environment variable that holds a Bearer key.", ("llm_judge",))
+    max_concurrency: Optional[int] = _option(
+        None, "llm_judge: requests in flight at once; null = the backend's default.", ("llm_judge",))
+    timeout_s: Optional[float] = _option(
+        None, "llm_judge: seconds per request before it counts as failed; null = the backend's default.",
+        ("llm_judge",))
+    max_retries: Optional[int] = _option(
+        None, "llm_judge: retries after a timeout, a connection error or HTTP 408/429/5xx; null = the backend's "
+              "default.", ("llm_judge",))
+    backoff_s: Optional[float] = _option(
+        None, "llm_judge: base of the exponential backoff between retries; null = the backend's default.",
+        ("llm_judge",))
+    max_tokens: Optional[int] = _option(
+        None, "llm_judge: completion budget (raise it for a reasoning judge); null = the backend's default.",
+        ("llm_judge",))
+    temperature: Optional[float] = _option(
+        None, "llm_judge: sampling temperature; null = the backend's default (0, deterministic verdicts).",
+        ("llm_judge",))
+
+    def __post_init__(self):
+        check_name(self.name)
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"fspo.verifier.placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ConfigError(f"fspo.verifier.dtype must be one of {', '.join(DTYPES)} or null, got {self.dtype!r}")
+        _require(0.0 <= self.threshold <= 1.0, "threshold", self.threshold, "a number in [0, 1]")
+        for key, low, meaning in _LOWER_BOUNDS:
+            value = getattr(self, key)
+            if value is not None:
+                _require(math.isfinite(value) and value >= low, key, value, meaning)
+
+    def backend_options(self) -> dict:
+        """The keyword arguments of backend ``name``'s class: its options that are set (null = its default).
+
+        Raises:
+            ConfigError: an option the backend cannot work without is missing (``nli``'s ``model_path``,
+                ``llm_judge``'s ``url``).
+        """
+        options = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if self.name in f.metadata.get("backends", ()) and getattr(self, f.name) is not None
+        }
+        if self.name == "llm_judge":
+            endpoint = options.pop("endpoint", None)
+            options.setdefault("url", endpoint)
+            if options["url"] is None:
+                raise ConfigError(
+                    "fspo.verifier.name=llm_judge needs fspo.verifier.url (the OpenAI-compatible server), or "
+                    "reward.reward_model.enable=true to judge with verl's reward-model servers"
+                )
+        if self.name == "nli" and "model_path" not in options:
+            raise ConfigError("fspo.verifier.name=nli needs fspo.verifier.model_path (a sequence-classification NLI model)")
+        return options
+
+    def ignored_options(self) -> list[str]:
+        """Options set for other backends than ``name`` (a recipe's ``model_path`` while trying ``lexical``)."""
+        return sorted(
+            f.name
+            for f in fields(self)
+            if f.metadata.get("backends") and self.name not in f.metadata["backends"] and getattr(self, f.name) is not None
+        )
+
+
+# Numeric options and their least value; the meaning is what the error message asks for.
+_LOWER_BOUNDS = (
+    ("evidence_top_k", 1, "a positive integer or null (off)"),
+    ("cache_size", 0, "a non-negative integer"),
+    ("coalesce_ms", 0, "a non-negative number"),
+    ("num_gpus", 0, "a non-negative number"),
+    ("num_cpus", 0, "a non-negative number"),
+    ("start_timeout_s", 1e-9, "a positive number of seconds"),
+    ("max_tokens_per_batch", 1, "a positive integer or null"),
+    ("max_length", 1, "a positive integer or null"),
+    ("stride", 0, "a non-negative integer or null"),
+    ("max_concurrency", 1, "a positive integer or null"),
+    ("timeout_s", 1e-9, "a positive number of seconds or null"),
+    ("max_retries", 0, "a non-negative integer or null"),
+    ("backoff_s", 0, "a non-negative number of seconds or null"),
+    ("max_tokens", 1, "a positive integer or null"),
+    ("temperature", 0, "a non-negative number or null"),
+)
+
+
+def check_name(name) -> None:
+    if name not in VERIFIER_NAMES:
+        raise ConfigError(f"unknown fspo.verifier.name {name!r}; valid names: {', '.join(VERIFIER_NAMES)}")
+
+
+def _require(ok: bool, key: str, value, meaning: str) -> None:
+    if not ok:
+        raise ConfigError(f"fspo.verifier.{key} must be {meaning}, got {value!r}")
+
+
+def verifier_config(config: Mapping) -> VerifierConfig:
+    """An ``fspo.verifier`` block (a ``VerifierConfig``, a ``DictConfig`` or a plain mapping) as a ``VerifierConfig``.
+
+    Raises:
+        ConfigError: an unknown name, an option no backend knows (naming the backend's valid options), a
+            value of the wrong type or out of range.
+    """
+    if isinstance(config, VerifierConfig):
+        return config
+    if isinstance(config, Mapping):
+        name = config.get("name", VerifierConfig.name)
+        check_name(name)
+        # The unknown-option message lists what the chosen backend takes, not every field.
+        known = {f.name for f in fields(VerifierConfig)}
+        unknown = sorted(str(key) for key in config if key not in known)
+        if unknown:
+            valid = sorted(f.name for f in fields(VerifierConfig) if not f.name.startswith("_")
+                           and (not f.metadata.get("backends") or name in f.metadata["backends"]))
+            raise ConfigError(
+                f"unknown option(s) {unknown} for fspo.verifier.name={name!r}; valid options: {', '.join(valid)}"
+            )
+    return to_dataclass(config, VerifierConfig, "fspo.verifier")
