@@ -43,6 +43,7 @@ FIGURES = [
     ("lexical_supported_step_rate", "supported-step rate (lexical)"),
     ("embedding_supported_step_rate", "supported-step rate (embedding)"),
     ("copy_rate", "copied steps"),
+    ("steps_per_answer", "steps per answer"),
 ]
 
 
@@ -90,6 +91,13 @@ def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
     return result
 
 
+def figure_value(figures: dict, key: str) -> float | None:
+    """One figure of a validation pass; steps per answer is derived (results written before it lack it)."""
+    if key == "steps_per_answer":
+        return figures["steps"] / figures["answers"] if figures.get("answers") else None
+    return figures.get(key)
+
+
 def mean_std(values: list[float | None]) -> tuple[float, float, int]:
     """(mean, sample standard deviation, count) of the values that are not None; std 0 for one value."""
     present = [v for v in values if v is not None and not math.isnan(v)]
@@ -104,11 +112,15 @@ def summarise(results: list[dict]) -> dict[str, dict[str, tuple[float, float, in
     groups: dict[str, list[dict]] = {"base model": [r["before"] for r in results if r["arm"] == results[0]["arm"]]}
     for result in results:
         groups.setdefault(result["arm"], []).append(result["after"])
-    return {name: {key: mean_std([f.get(key) for f in runs]) for key, _ in FIGURES} for name, runs in groups.items()}
+    return {name: {key: mean_std([figure_value(f, key) for f in runs]) for key, _ in FIGURES}
+            for name, runs in groups.items()}
 
 
 def markdown_table(summary: dict, steps: int, seeds: int, val_rows: int, run_s: float) -> str:
-    """The results as a Markdown table of mean ± std, with how they were measured."""
+    """The results as a Markdown table of mean ± std, with how they were measured.
+
+    A figure some runs lack (a run whose answers hold no closed reasoning has no step figures) shows over
+    how many runs it is taken, ``(n=2)``, so a collapsed seed does not vanish into the mean unseen."""
     lines = [
         f"{val_rows} held-out questions, greedy; {steps} training steps per run; mean ± std over {seeds} "
         f"seed(s); {run_s / 60:.1f} min of runs (Ray start-up, validation, training)",
@@ -117,7 +129,9 @@ def markdown_table(summary: dict, steps: int, seeds: int, val_rows: int, run_s: 
         "|---|" + "---|" * len(FIGURES),
     ]
     for name, stats in summary.items():
-        cells = ["n/a" if count == 0 else f"{mean:.3f} ± {std:.3f}" for mean, std, count in stats.values()]
+        runs = max(count for _, _, count in stats.values())
+        cells = ["n/a" if count == 0 else f"{mean:.3f} ± {std:.3f}" + (f" (n={count})" if count < runs else "")
+                 for mean, std, count in stats.values()]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -17,7 +17,8 @@ _spec.loader.exec_module(bench)
 
 def _run(arm, seed, f1, hallucinated, before_f1=0.1):
     after = {"answer_f1": f1, "hallucinated_step_rate": hallucinated, "lexical_supported_step_rate": 0.9,
-             "embedding_supported_step_rate": 0.8, "copy_rate": 0.5}
+             "embedding_supported_step_rate": 0.8, "copy_rate": 0.5, "steps": 0 if hallucinated is None else 64,
+             "answers": 32}
     before = {**after, "answer_f1": before_f1}
     return {"arm": arm, "seed": seed, "seconds": 10.0, "before": before, "after": after}
 
@@ -39,6 +40,9 @@ def test_summary_per_arm_and_the_base_model_once_per_seed():
     assert summary["grpo"]["hallucinated_step_rate"] == (0.4, 0.0, 1)
     table = bench.markdown_table(summary, steps=12, seeds=2, val_rows=32, run_s=600)
     assert "| fspo | 0.500 ± 0.141 | 0.200 ± 0.141 |" in table
+    # grpo's seed 1 wrote no reasoning: its step figures are over one run, and say so; its length is 0.
+    assert "| grpo | 0.300 ± 0.000 | 0.400 ± 0.000 (n=1) |" in table
+    assert summary["grpo"]["steps_per_answer"] == (pytest.approx(1.0), pytest.approx(math.sqrt(2)), 2)
     assert "mean ± std over 2 seed(s); 10.0 min of runs" in table
 
 
