@@ -132,8 +132,6 @@ POSITIVE_COUNTS = ("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_ba
 
 
 def check_positive_counts(config: DictConfig) -> None:
-    from omegaconf import OmegaConf
-
     for path in POSITIVE_COUNTS:
         value = OmegaConf.select(config, path)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -142,8 +140,6 @@ def check_positive_counts(config: DictConfig) -> None:
 
 def check_dataclasses(config: DictConfig) -> None:
     """Build the verl config dataclasses now, so a mistyped value fails here and not in a Ray worker."""
-    from omegaconf import OmegaConf
-
     check_positive_counts(config)
     from verl.trainer.ppo.utils import need_critic
     from verl.utils.config import omega_conf_to_dataclass

@@ -110,6 +110,18 @@ def labels_tensor(encoded: Sequence[str], lengths: Sequence[int]) -> tuple[torch
     return labels, rejects
 
 
+def save_atomically(record: Any, path: str) -> None:
+    """``torch.save`` to ``path`` through a temporary file beside it, so a run killed mid-write leaves the
+    previous dump or none, never a truncated ``step_<N>.pt`` that a reader would take for a whole one."""
+    partial = f"{path}.partial"
+    try:
+        torch.save(record, partial)
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+
+
 def step_metrics(infos: Sequence[Mapping]) -> dict[str, float]:
     """Aggregate the reward manager's per-rollout FSPO numbers into ``fspo/*`` metrics."""
 
@@ -253,7 +265,7 @@ class FSPOAdvantageMixin:
             record = {**self._fspo_step_record, "advantages": data.to_padded_tensor()["advantages"]}
             self.fspo_dump_dir.mkdir(parents=True, exist_ok=True)
             name = dump_file_name(self.global_steps, self.parameter_sync_step, self.local_trigger_step)
-            torch.save(record, os.path.join(self.fspo_dump_dir, name))
+            save_atomically(record, os.path.join(self.fspo_dump_dir, name))
             self._fspo_step_record = None
         return super()._update_actor(batch, metrics=metrics)
 

@@ -19,6 +19,7 @@ from fspo.trainer import (
     fspo_trainer_class,
     labels_tensor,
     rows_labels_and_stats,
+    save_atomically,
     step_metrics,
 )
 
@@ -150,3 +151,14 @@ def test_verls_task_runner_builds_the_fspo_trainer_of_each_mode_only_inside_fspo
             assert get_trainer_cls(mode) is fspo_trainer_class(mode)
     assert {mode: get_trainer_cls(mode) for mode in before} == before
     assert before["sync"] is PPOTrainerSync
+
+
+def test_a_dump_is_written_whole_or_not_at_all(tmp_path):
+    path = str(tmp_path / "step_1.pt")
+    save_atomically({"advantages": torch.ones(2, 3)}, path)
+    assert torch.equal(torch.load(path)["advantages"], torch.ones(2, 3))
+    # A record that fails to serialise mid-write leaves the earlier dump as it was and no partial file.
+    with pytest.raises(Exception):
+        save_atomically({"advantages": torch.zeros(2, 3), "unpicklable": lambda: None}, path)
+    assert torch.equal(torch.load(path)["advantages"], torch.ones(2, 3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_1.pt"]
