@@ -133,7 +133,7 @@ def step_metrics(infos: Sequence[Mapping]) -> dict[str, float]:
     judged = total("fspo_supported") + total("fspo_unsupported")
     steps = total("fspo_steps")
     verified = total("fspo_verified")
-    return {
+    metrics = {
         # The rollouts these numbers are over (pad rows and earlier outputs of an agent run excluded).
         "fspo/rollouts": float(rollouts),
         "fspo/evidence_rollout_frac": with_evidence / rollouts if rollouts else 0.0,
@@ -147,12 +147,16 @@ def step_metrics(infos: Sequence[Mapping]) -> dict[str, float]:
         "fspo/verifier_failures": total("fspo_verifier_failed"),
         # Mean time a rollout's reward waited on the (batched) verifier.
         "fspo/verifier_seconds": total("fspo_verifier_seconds") / with_evidence if with_evidence else 0.0,
-        # Share of verified rollouts whose verifier ran in a process Ray gave a GPU (colocated / ray placement).
-        "fspo/verifier_ray_gpu_frac": total("fspo_verifier_ray_gpu") / verified if verified else 0.0,
         "fspo/step_reward_mean": total("fspo_step_reward") / rollouts if rollouts else 0.0,
         # Rollouts whose outcome scorer passed fspo.scorer_timeout_s (scored 0).
         "fspo/scorer_timeouts": total("fspo_scorer_timeout"),
     }
+    if verified:
+        # Share of verified rollouts whose verifier ran in a process Ray gave a GPU (colocated / ray placement).
+        # Absent when nothing was verified: verl averages the actor updates of a step, and a 0.0 there would
+        # halve a true 1.0.
+        metrics["fspo/verifier_ray_gpu_frac"] = total("fspo_verifier_ray_gpu") / verified
+    return metrics
 
 
 def start_verifier_servers(config, settings, resource_pool_manager) -> list:

@@ -99,12 +99,14 @@ def test_colocate_async_reinforce_plus_plus_on_two_logical_gpus_with_colocated_v
         assert metrics["fspo/evidence_rollout_frac"] == 1.0
         assert metrics["training/rollout_probs_diff_mean"] < 0.02
         # Every verified rollout went to a GPU-placed server, and the step reports the verifier's time.
-        assert metrics["fspo/verifier_ray_gpu_frac"] == 1.0
+        # (absent from a step none of whose actor updates verified a rollout)
+        assert metrics.get("fspo/verifier_ray_gpu_frac", 1.0) == 1.0
         assert metrics["fspo/verifier_seconds"] > 0
         assert metrics["fspo/verifier_failures"] == 0
     assert "ignoring the step labels" not in log
     # The reward varies independently of the labels, so some labelled tokens needed flipping.
     assert any(record["data"]["fspo/flipped_frac"] > 0 for record in records)
+    assert any("fspo/verifier_ray_gpu_frac" in record["data"] for record in records)
 
     assert "fspo: verifier embedding on CPU (colocated with the actor: one copy per logical GPU, 2 per node" in log
     servers = re.findall(r"fspo: verifier server embedding ready in pid (\d+) on node \S+: Ray GPU ids \[([^\]]*)\]", log)

@@ -87,6 +87,10 @@ def test_step_metrics():
     assert metrics["fspo/unverifiable_rollout_rate"] == 0.5
     assert metrics["fspo/verifier_seconds"] == pytest.approx(0.1)
     assert step_metrics([])["fspo/supported_step_rate"] == 0.0
+    # Nothing verified: no GPU share to report (verl would average a 0.0 into the step's other updates).
+    assert "fspo/verifier_ray_gpu_frac" not in metrics
+    verified = [{"fspo_has_evidence": 1, "fspo_verified": 1, "fspo_verifier_ray_gpu": 1}, {"fspo_has_evidence": 1}]
+    assert step_metrics(verified)["fspo/verifier_ray_gpu_frac"] == 1.0
 
 
 def test_pad_rows_get_no_labels_count_nowhere_and_are_not_rejected():
