@@ -19,6 +19,7 @@ from fspo.cpu import cpu_mode_requested
 
 # verl's platform name for CUDA GPUs (verl.plugin.platform: "nvidia").
 CUDA_PLATFORM = "nvidia"
+ACTOR_PARAM_DTYPE = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"
 
 
 def _verl_task_runner():
@@ -113,6 +114,10 @@ def validate(config: DictConfig, check_files: bool = True) -> None:
     if settings.enable:
         settings.verifier.backend_options()  # what the backend cannot work without
     check_trainer_mode(config)
+    if config.trainer.device == "cpu":
+        from fspo.cpu.compute import startup_line
+
+        warnings = [*warnings, startup_line(OmegaConf.select(config, ACTOR_PARAM_DTYPE))]
     for message in [line, *warnings]:
         if message:
             print(message, file=sys.stderr, flush=True)
@@ -198,9 +203,11 @@ def with_platform_default(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; ``argv`` are Hydra overrides (``key=value``)."""
     from fspo.checks import ConfigError, check_overrides
+    from fspo.cpu.compute import register_dtype_resolver
     from fspo.data.templates import register_chat_template_resolver
 
     register_chat_template_resolver()  # ${fspo_chat_template:qwen-base} in configs
+    register_dtype_resolver()  # ${fspo_cpu_dtype:} in the CPU preset
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         check_overrides(args)

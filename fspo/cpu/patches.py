@@ -80,8 +80,13 @@ def _patch_cpu_offload_policy() -> None:
 
 def apply() -> None:
     """Apply every CPU patch in this process."""
+    from fspo.cpu.compute import use_all_threads
+
     _patch_init_process_group()
     _patch_cpu_offload_policy()
+    # Ray runs verl's workers with OMP_NUM_THREADS=1 (they ask it for no CPUs); the trainer's
+    # phases take turns on the machine, so each may compute on every core.
+    use_all_threads()
     # verl registers its FSDP engine for cuda/npu only, but the engine itself is
     # device-agnostic (it asks the platform for its device): look it up under "cuda".
     os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")

@@ -30,6 +30,7 @@ import ray
 import torch
 
 from fspo.coalesce import Coalescer
+from fspo.cpu.compute import use_all_threads
 
 logger = logging.getLogger(__name__)
 
@@ -222,21 +223,21 @@ class HFRolloutServer:
     def __init__(self, config, model_config, replica_rank: int = 0, max_batch_size: int = 0):
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from verl.utils.config import omega_conf_to_dataclass
+        from verl.utils.torch_dtypes import PrecisionType
         from verl.workers.config import HFModelConfig
 
         self.config = omega_conf_to_dataclass(config)
         self.model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
         self.replica_rank = replica_rank
         self.global_steps: Optional[int] = None
-        # Ray pins actors to one thread unless told otherwise; the rollout and the trainer take
-        # turns on the machine, so generation may use every core.
-        torch.set_num_threads(int(os.environ.get("FSPO_ROLLOUT_THREADS", os.cpu_count() or 1)))
+        use_all_threads()  # the rollout and the trainer take turns on the machine
 
         path = self.model_config.local_path
         trust = bool(self.model_config.trust_remote_code)
         self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
+        # `rollout.dtype`: the CPU preset sets it to the actor's compute dtype (fspo.cpu.compute).
         self.model = AutoModelForCausalLM.from_pretrained(
-            path, torch_dtype=torch.float32, trust_remote_code=trust, attn_implementation="sdpa"
+            path, dtype=PrecisionType.to_dtype(self.config.dtype), trust_remote_code=trust, attn_implementation="sdpa"
         )
         self.model.eval()
         self.pad_id = self._pad_id()

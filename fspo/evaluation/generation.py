@@ -110,7 +110,12 @@ class HFGenerator:
         self.tokenizer.padding_side = "left"  # generation continues from the right edge of every prompt
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        if self.device.startswith("cuda"):
+            dtype = torch.bfloat16
+        else:  # bf16 only on a CPU with bf16 instructions: elsewhere it is several times slower
+            from fspo.cpu.compute import torch_compute_dtype
+
+            dtype = torch_compute_dtype()
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
         self._torch = torch
 

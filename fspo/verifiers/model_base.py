@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 from abc import abstractmethod
@@ -25,6 +26,8 @@ DTYPES = {
     "float16": torch.float16,
     "fp16": torch.float16,
 }
+
+logger = logging.getLogger(__name__)
 
 
 def _ray_assigned_no_gpu() -> bool:
@@ -51,9 +54,22 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str) -> torch.dtype:
+def resolve_dtype(dtype: str, device: torch.device | None = None) -> torch.dtype:
+    """``dtype`` as a torch dtype; on a CPU without bf16 instructions, float32 whatever was asked.
+
+    Half precision there runs through torch's slow reference kernels (:mod:`fspo.cpu.compute`), several
+    times slower than float32: a verifier configured for a GPU (``bfloat16``) computes in float32 on such
+    a CPU instead, with a warning.
+    """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if device is not None and device.type == "cpu" and DTYPES[dtype] != torch.float32:
+        from fspo.cpu.compute import FLOAT32, compute_dtype_choice
+
+        choice = compute_dtype_choice()
+        if choice.dtype == FLOAT32:
+            logger.warning("fspo.verifier: dtype %s on this CPU (%s): computing in float32", dtype, choice.reason)
+            return torch.float32
     return DTYPES[dtype]
 
 
@@ -99,7 +115,7 @@ class ModelVerifier(PairPipeline):
     ):
         super().__init__(evidence_top_k=evidence_top_k, cache_size=cache_size)
         self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype)
+        self.dtype = resolve_dtype(dtype, self.device)
         self.max_tokens_per_batch = max_tokens_per_batch
 
     @property
