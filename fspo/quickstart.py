@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from fspo.launch import launch
+from fspo.verifiers.quality import calibrated_threshold
 
 # The instruction of every quickstart prompt. The paper's instruction alone leaves a 135M model
 # answering in free text; one worked example shows it the step-by-step format FSPO labels.
@@ -223,7 +224,7 @@ def run_overrides(setup: dict, out: Path, steps: int) -> list[str]:
         # a step naming anything the context does not mention is unsupported. 1.0 is the calibrated
         # threshold: the best balanced accuracy on held-out synthetic facts (`fspo verify --labelled synthetic`).
         "fspo.verifier.name=lexical",
-        "fspo.verifier.threshold=1.0",
+        f"fspo.verifier.threshold={calibrated_threshold('lexical')}",
         "fspo.step_reward_weight=0.0",
         f"trainer.total_training_steps={steps}",
         "trainer.val_before_train=true",
