@@ -200,11 +200,18 @@ def check_prompts_render(args: argparse.Namespace, benchmarks: dict[str, list[di
     from fspo.arguments import UsageError
     from fspo.evaluation.generation import render_prompts
 
+    from transformers.utils import logging as transformers_logging
+
     for model_name, model_dir in args.model:
+        # Its warnings come again when the model loads; here they would bury a refusal's one line.
+        verbosity = transformers_logging.get_verbosity()
+        transformers_logging.set_verbosity_error()
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         except Exception as error:  # noqa: BLE001 - any load failure: say which folder and why
             raise UsageError(f"--model {model_dir}: its tokenizer does not load ({error})") from None
+        finally:
+            transformers_logging.set_verbosity(verbosity)
         for bench_name, rows in benchmarks.items():
             try:
                 render_prompts(tokenizer, rows, args.prompt_format)
