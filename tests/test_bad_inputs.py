@@ -184,7 +184,6 @@ VERIFY = [
     ("evidence as a mapping", ["{evidence_dict}"], 2, "which training cannot read as evidence"),
     ("a null response", ["{null_response}"], 2, "'response' is NoneType, not the response's text"),
     ("an empty file", ["{empty_jsonl}"], 2, "no rows"),
-    ("a folder", ["{folder}"], 2, "Is a directory"),
     ("threshold above 1", ["{bom_jsonl}", "--threshold", "1.5"], 2, "--threshold must be in [0, 1]"),
     ("threshold NaN", ["{bom_jsonl}", "--threshold", "nan"], 2, "--threshold must be in [0, 1]"),
     ("an unknown verifier", ["{bom_jsonl}", "--verifier", "minicheck"], 2, "unknown fspo.verifier.name 'minicheck'"),
@@ -339,3 +338,37 @@ def test_fspo_train_accepts_the_default_group_and_a_critic_free_single_rollout(t
 
     check_advantage_estimator(trainer_config())  # grpo, n=8
     check_advantage_estimator(trainer_config("algorithm.adv_estimator=reinforce_plus_plus", "actor_rollout_ref.rollout.n=1"))
+
+
+# --- the pure helpers behind the checks ---------------------------------------------------------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+stored_values = st.recursive(
+    st.none() | st.text(max_size=8) | st.binary(max_size=4) | st.integers() | st.floats(allow_nan=True),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
+    max_leaves=6,
+)
+
+
+@given(stored_values)
+def test_evidence_training_reads_is_never_taken_for_no_evidence(value):
+    """`fspo data check` counts a row as holding unusable evidence only when training reads none from it."""
+    from fspo.data.check import _blank
+    from fspo.reward import row_evidence
+
+    if row_evidence({"extra_info": {"evidence": value}}, "evidence"):
+        assert not _blank(value)
+
+
+@given(st.lists(st.sampled_from(["hydra.run.dir=/x", "hydra.output_subdir=o", "hydra/job_logging=default",
+                                 "trainer.n_gpus_per_node=8", "+hydra/hydra_logging=default"]), unique=True))
+def test_the_dry_run_keeps_the_users_hydra_settings(argv):
+    from fspo.main import DRY_RUN_HYDRA_OVERRIDES, without_hydra_outputs
+
+    extended = without_hydra_outputs(argv)
+    assert extended[: len(argv)] == argv
+    keys = [arg.split("=", 1)[0].lstrip("+~") for arg in extended]
+    assert len(keys) == len(set(keys))  # each key set once: the user's value wins
+    assert set(keys) >= {override.split("=", 1)[0] for override in DRY_RUN_HYDRA_OVERRIDES}

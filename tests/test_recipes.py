@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fspo.verifiers.quality import calibrated_threshold
+
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "recipes"
 MERGE = REPO / "scripts" / "merge_checkpoint.sh"
@@ -140,7 +142,8 @@ def test_cpu_recipe_uses_the_cpu_preset(dry_runs):
     assert config["trainer"]["device"] == "cpu"
     assert config["actor_rollout_ref"]["rollout"]["name"] == "hf"
     assert config["fspo"]["verifier"]["name"] == "lexical"
-    assert config["fspo"]["verifier"]["threshold"] == 1.0  # calibrated on held-out synthetic facts
+    # calibrated on held-out synthetic facts: the threshold `fspo verify` and the quickstart use for lexical
+    assert config["fspo"]["verifier"]["threshold"] == calibrated_threshold("lexical") == 1.0
     assert config["data"]["train_batch_size"] == 2
 
 

@@ -3,7 +3,10 @@
 For each file: its rows; each ``data_source`` with the scorer it gets (fspo's, verl's, none); the rows
 with evidence (found as training finds it: ``extra_info[evidence_key]``, else the column of that
 name) and its length; the ground-truth types; with ``--tokenizer`` the evidence and prompt lengths in
-tokens. A file that cannot train is named with why, and the command exits 1.
+tokens. A file that cannot train is named with why, and the command exits 1: besides missing columns and
+sources without a scorer, rows verl's ``RLHFDataset`` would stop on (:func:`row_problems`), evidence that
+is there but in a form the reward manager cannot read (FSPO would silently skip those rows), and empty
+ground truths. A bad option exits 2 before any file is read.
 
 The trainer runs :func:`scan_file` on ``data.train_files`` and ``data.val_files`` before Ray starts
 (:func:`fspo.checks.check_data_files`), so a problem found here is the problem a run would stop on.
@@ -81,7 +84,7 @@ def row_problems(table, prompt_is_messages: bool) -> list[str]:
     """What verl's ``RLHFDataset`` would fail on, row by row, before a rollout is sampled.
 
     ``RLHFDataset.__getitem__`` reads ``extra_info`` as a mapping (``.get("index")``; null becomes ``{}``) and
-    hands the ``prompt`` messages to the chat template; ``tests/test_data_check.py`` holds the two equal.
+    hands the ``prompt`` messages to the chat template; ``tests/test_bad_inputs.py`` holds the two equal.
     """
     problems = []
     bad_extra = [(i, type(info).__name__) for i, info in enumerate(_column(table, "extra_info"))
