@@ -8,6 +8,7 @@ traceback from deep inside a Ray worker minutes later.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -180,3 +181,47 @@ def check_trainer_mode(config: DictConfig) -> None:
             "trainer.v1.trainer_mode=separate_async needs a standalone rollout pool of GPUs and an NCCL-class "
             "checkpoint engine, which a CPU run has not; use sync or colocate_async on CPU"
         )
+
+
+# verl's estimators that take their baseline from the other rollouts of the same prompt (core_algos.py):
+# with actor_rollout_ref.rollout.n=1 every group holds one rollout and they silently fall back to the
+# raw score (grpo, gdpo: mean 0, std 1) or to nothing.
+GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "gdpo", "rloo", "rloo_vectorized", "opo", "gpg",
+                    "reinforce_plus_plus_baseline", "optimal_token_baseline", "tir_optimal_token_baseline")
+# verl's placeholder model path (verl/trainer/config/model/hf_model.yaml): never a real folder.
+VERL_PLACEHOLDER_MODEL = "~/models/deepseek-llm-7b-chat"
+
+
+def check_advantage_estimator(config: DictConfig, check_files: bool = True) -> None:
+    """The estimator gets what it needs: a group of rollouts per prompt, or (GAE) a critic with a model.
+
+    verl reports neither: a group-relative estimator with ``rollout.n=1`` trains on the raw score, and GAE
+    without ``critic.model.path`` fails on loading verl's placeholder model path.
+    """
+    from verl.trainer.ppo.utils import need_critic
+
+    estimator = str(OmegaConf.select(config, "algorithm.adv_estimator"))
+    n = OmegaConf.select(config, "actor_rollout_ref.rollout.n")
+    if estimator in GROUP_ESTIMATORS and n == 1:  # n < 1 is refused as a count (check_positive_counts)
+        raise ConfigError(
+            f"algorithm.adv_estimator={estimator} compares each rollout with the others of its prompt, but "
+            f"actor_rollout_ref.rollout.n={n}: set rollout.n >= 2 (the paper: 8), or use an estimator without "
+            "groups (reinforce_plus_plus, remax, gae)"
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # need_critic warns when the critic is off, which is the usual case
+        critic = need_critic(config)
+    if not critic:
+        return
+    path = OmegaConf.select(config, "critic.model.path")
+    why = "trains a value model (the critic)" if estimator == "gae" else "has critic.enable=true"
+    fix = (f"set critic.model.path (a Hugging Face model folder or hub id; the actor's: "
+           "critic.model.path=${actor_rollout_ref.model.path}) and critic.ppo_micro_batch_size_per_gpu")
+    if not path or str(path) == VERL_PLACEHOLDER_MODEL:
+        raise ConfigError(f"algorithm.adv_estimator={estimator} {why}, but critic.model.path is "
+                          f"{path or 'not set'} (verl's placeholder): {fix}")
+    if check_files:
+        try:
+            check_model_path(str(path))
+        except ConfigError as error:
+            raise ConfigError(str(error).replace("actor_rollout_ref.model.path", "critic.model.path")) from None

@@ -95,7 +95,13 @@ def validate(config: DictConfig, check_files: bool = True) -> None:
     from verl.utils.device import auto_set_device
 
     from fspo.attention import apply_attention_fallback
-    from fspo.checks import check_config, check_data_files, check_dataclasses, check_trainer_mode
+    from fspo.checks import (
+        check_advantage_estimator,
+        check_config,
+        check_data_files,
+        check_dataclasses,
+        check_trainer_mode,
+    )
     from fspo.config import fspo_config
     from fspo.verifiers.placement import resolve_verifier_placement
 
@@ -110,6 +116,7 @@ def validate(config: DictConfig, check_files: bool = True) -> None:
         for key in ("data.train_files", "data.val_files"):
             if OmegaConf.select(config, key):
                 check_data_files(key, OmegaConf.select(config, key), config, only_existing=True)
+    check_advantage_estimator(config, check_files)
     check_dataclasses(config)
     line, warnings = resolve_verifier_placement(config)
     settings = fspo_config(config)  # with the placement (and llm_judge's url) resolved
@@ -154,6 +161,18 @@ def _hydra_main(config: DictConfig) -> None:
     except ConfigError as error:
         print(f"fspo: {error}", file=sys.stderr)
         sys.exit(2)
+
+
+# Hydra writes outputs/<date>/<time>/ (the composed config, main.log) into the working folder, as verl's
+# main_ppo does for a real run; a dry run "starts nothing" and leaves nothing behind either.
+DRY_RUN_HYDRA_OVERRIDES = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=none",
+                           "hydra/hydra_logging=none")
+
+
+def without_hydra_outputs(argv: list[str]) -> list[str]:
+    """``argv`` with Hydra told to write no run folder or log file, unless the user set those keys."""
+    given = {arg.split("=", 1)[0].lstrip("+~") for arg in argv}
+    return [*argv, *(override for override in DRY_RUN_HYDRA_OVERRIDES if override.split("=", 1)[0] not in given)]
 
 
 def ray_address(argv: list[str]) -> str | None:
@@ -216,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"fspo: {error}", file=sys.stderr)
         return 2
+    if dry_run_requested():
+        args = without_hydra_outputs(args)
     sys.argv = [sys.argv[0], *with_platform_default(args)]
     _hydra_main()
     return 0

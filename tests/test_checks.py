@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 
-def run_main(*overrides, env=None):
-    return subprocess.run([sys.executable, "-m", "fspo.main", *overrides], capture_output=True, text=True, env=env)
+def run_main(*overrides, env=None, cwd=None):
+    return subprocess.run([sys.executable, "-m", "fspo.main", *overrides], capture_output=True, text=True, env=env,
+                          cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +65,15 @@ def test_unknown_verifier_is_named(model_and_data):
     assert "unknown fspo.verifier.name 'minicheck'; valid names: lexical, embedding, hhem, nli, llm_judge" in result.stderr
 
 
-def test_dry_run_validates_without_files():
+def test_dry_run_validates_without_files(tmp_path):
     import os
 
-    env = {**os.environ, "FSPO_DRY_RUN": "1"}
-    ok = run_main("actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct", "data.train_files=later.parquet", env=env)
+    env = {**os.environ, "FSPO_DRY_RUN": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    ok = run_main("actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct", "data.train_files=later.parquet", env=env,
+                  cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "dry run OK" in ok.stderr and "adv_estimator: grpo" in ok.stdout
+    assert list(tmp_path.iterdir()) == []  # "starts nothing": no Hydra outputs/<date>/<time>/main.log either
     bad = run_main("actor_rollout_ref.model.path=x/y", "data.train_files=later.parquet", "fspo.thresold=0.3", env=env)
     assert bad.returncode != 0 and "thresold" in bad.stderr  # Hydra names the mistyped key
 

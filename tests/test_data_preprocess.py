@@ -341,9 +341,9 @@ def test_max_prompt_tokens_filters_by_tokens(tmp_path, qwen_tokenizer_path):
     assert [r["extra_info"]["question"] for r in rows] == [short_q]
 
 
-def test_max_prompt_tokens_needs_a_tokenizer(tmp_path):
-    with pytest.raises(SystemExit):
-        data_main(["gsm8k", "--max-prompt-tokens", "10", "--output-dir", str(tmp_path)])
+def test_max_prompt_tokens_needs_a_tokenizer(tmp_path, capsys):
+    assert data_main(["gsm8k", "--max-prompt-tokens", "10", "--output-dir", str(tmp_path)]) == 2
+    assert "--max-prompt-tokens needs --tokenizer" in capsys.readouterr().err
 
 
 def test_unknown_dataset_is_rejected(capsys):

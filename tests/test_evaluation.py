@@ -20,6 +20,18 @@ from fspo.verifiers import build_verifier
 FAST = ["--max-new-tokens", "4", "--batch-size", "2"]
 
 
+def assert_refused(capsys, argv: list[str], pattern: str, after_loading: bool = False) -> None:
+    """`fspo evaluate argv` exits 2 with one line on stderr that matches ``pattern`` (before it, only the
+    model's loading progress when the refusal comes ``after_loading``)."""
+    import re
+
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("\n") and re.search(pattern, err.splitlines()[-1]), err
+    assert after_loading or err.count("\n") == 1, err
+
+
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     from fspo_testing.tiny_model import build_tiny_model
@@ -107,14 +119,11 @@ def test_evaluate_model_api_returns_means(tiny_dir, tmp_path):
     assert all(path.exists() for path in paths.values())
 
 
-def test_bad_inputs_name_what_to_fix(tiny_dir, bench, tmp_path):
-    with pytest.raises(SystemExit, match="does not exist"):
-        main(["--model", str(tiny_dir), "--data", str(tmp_path / "missing.parquet"), "--output-dir", str(tmp_path)])
-    with pytest.raises(SystemExit, match="share a name"):
-        main(["--model", f"a={tiny_dir}", "--model", f"a={tiny_dir}", "--data", str(bench),
-              "--output-dir", str(tmp_path)])
-    with pytest.raises(SystemExit, match="top_p"):
-        main(["--model", str(tiny_dir), "--data", str(bench), "--output-dir", str(tmp_path), "--top-p", "0"])
+def test_bad_inputs_name_what_to_fix(tiny_dir, bench, tmp_path, capsys):
+    assert_refused(capsys, ["--model", str(tiny_dir), "--data", str(tmp_path / "missing.parquet"), "--output-dir", str(tmp_path)], "does not exist")
+    assert_refused(capsys, ["--model", f"a={tiny_dir}", "--model", f"a={tiny_dir}", "--data", str(bench),
+              "--output-dir", str(tmp_path)], "share a name")
+    assert_refused(capsys, ["--model", str(tiny_dir), "--data", str(bench), "--output-dir", str(tmp_path), "--top-p", "0"], "--top-p must be")
     with pytest.raises(ValueError, match="no scorer for data_source 'nope'"):
         evaluate_model(tmp_path / "not-loaded", [{**read_rows(bench)[0], "data_source": "nope"}])
     with pytest.raises(ValueError, match="ground_truth"):
@@ -153,12 +162,10 @@ def test_named_path_names_a_split_file_after_its_folder():
         named_path("a b=data/x.parquet")
 
 
-def test_cli_verifier_without_its_required_option_stops_with_the_fix(tiny_dir, bench, tmp_path):
+def test_cli_verifier_without_its_required_option_stops_with_the_fix(tiny_dir, bench, tmp_path, capsys):
     base = ["--model", str(tiny_dir), "--data", str(bench), "--output-dir", str(tmp_path / "out")]
-    with pytest.raises(SystemExit, match="needs fspo.verifier.model_path"):
-        main([*base, "--verifier", "nli"])
-    with pytest.raises(SystemExit, match="KEY=VALUE"):
-        main([*base, "--verifier", "lexical", "--verifier-option", "cache_size"])
+    assert_refused(capsys, [*base, "--verifier", "nli"], "needs fspo.verifier.model_path")
+    assert_refused(capsys, [*base, "--verifier", "lexical", "--verifier-option", "cache_size"], "KEY=VALUE")
 
 
 def test_evaluation_checks_steps_against_the_evidence_training_uses():
@@ -211,7 +218,7 @@ def test_two_merged_checkpoints_are_not_confused(two_steps, bench, tmp_path):
      (["--prompt-format", "qwen-base"], "prompt_format"), (["--samples", "2"], "samples"),
      (["--temperature", "0.7"], "temperature")],
 )
-def test_resume_refuses_predictions_made_otherwise(two_steps, bench, tmp_path, change, named):
+def test_resume_refuses_predictions_made_otherwise(two_steps, bench, tmp_path, capsys, change, named):
     out = tmp_path / "out"
     common = ["--data", str(bench), "--output-dir", str(out), "--limit", "1"]
     main(["--model", f"m={two_steps[0]}", *common, *FAST])
@@ -219,8 +226,9 @@ def test_resume_refuses_predictions_made_otherwise(two_steps, bench, tmp_path, c
     changed = [c.format(step2=two_steps[1]) for c in change]
     if changed[0] != "--model":
         changed = ["--model", f"m={two_steps[0]}", *changed]
-    with pytest.raises(SystemExit, match=f"made with other settings.*{named}"):
-        main([*changed[:2], *common, *FAST, *changed[2:]])  # the change comes last: it wins over FAST
+    # the change comes last: it wins over FAST
+    assert_refused(capsys, [*changed[:2], *common, *FAST, *changed[2:]], f"made with other settings.*{named}",
+                   after_loading=True)
     assert (out / "predictions" / "m__synth.jsonl").read_text() == before  # nothing lost
     main(["--model", f"m={two_steps[0]}", *common, *FAST])  # unchanged: resumes
     assert json.loads((out / "results.json").read_text())["m"]["synth"]["generated"] == 0
@@ -253,12 +261,10 @@ def test_results_accumulate_and_rebuild_from_the_predictions(tiny_dir, bench, tm
     assert rebuilt["a"]["synth"]["score"] == results["a"]["synth"]["score"] and rebuilt["b"]["synth"]["n"] == 1
 
 
-def test_a_model_folder_without_config_or_a_data_file_that_is_not_parquet_is_named(tiny_dir, bench, tmp_path):
+def test_a_model_folder_without_config_or_a_data_file_that_is_not_parquet_is_named(tiny_dir, bench, tmp_path, capsys):
     empty = tmp_path / "empty_model"
     empty.mkdir()
-    with pytest.raises(SystemExit, match="config.json"):
-        main(["--model", str(empty), "--data", str(bench), "--output-dir", str(tmp_path / "o")])
+    assert_refused(capsys, ["--model", str(empty), "--data", str(bench), "--output-dir", str(tmp_path / "o")], "config.json")
     text = tmp_path / "rows.jsonl"
     text.write_text('{"a": 1}\n')
-    with pytest.raises(SystemExit, match="not a parquet file"):
-        main(["--model", str(tiny_dir), "--data", str(text), "--output-dir", str(tmp_path / "o")])
+    assert_refused(capsys, ["--model", str(tiny_dir), "--data", str(text), "--output-dir", str(tmp_path / "o")], "not a parquet file")

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fspo.verifiers.quality import calibrated_threshold
+
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "recipes"
 MERGE = REPO / "scripts" / "merge_checkpoint.sh"
@@ -140,7 +142,8 @@ def test_cpu_recipe_uses_the_cpu_preset(dry_runs):
     assert config["trainer"]["device"] == "cpu"
     assert config["actor_rollout_ref"]["rollout"]["name"] == "hf"
     assert config["fspo"]["verifier"]["name"] == "lexical"
-    assert config["fspo"]["verifier"]["threshold"] == 1.0  # calibrated on held-out synthetic facts
+    # calibrated on held-out synthetic facts: the threshold `fspo verify` and the quickstart use for lexical
+    assert config["fspo"]["verifier"]["threshold"] == calibrated_threshold("lexical") == 1.0
     assert config["data"]["train_batch_size"] == 2
 
 
@@ -258,8 +261,34 @@ def test_merge_refuses_a_non_empty_target_it_did_not_create(tmp_path):
     assert [p.name for p in base_model.iterdir()] == ["config.json"]  # untouched
 
 
+def fake_actor_checkpoint(run_dir, world_size: int = 1, ranks=(0,)):
+    """global_step_1/actor as verl lays it out, with shards that are not torch files (the merger fails on them)."""
+    actor = run_dir / "global_step_1" / "actor"
+    (actor / "huggingface").mkdir(parents=True)
+    (actor / "huggingface" / "config.json").write_text('{"model_type": "qwen2"}')
+    (actor / "fsdp_config.json").write_text(f'{{"FSDP_version": 2, "world_size": {world_size}}}')
+    for rank in ranks:
+        (actor / f"model_world_size_{world_size}_rank_{rank}.pt").write_text("not a torch file")
+    return actor
+
+
+def test_merge_names_a_checkpoint_without_its_shards(tmp_path):
+    (tmp_path / "global_step_1" / "actor").mkdir(parents=True)
+    process = run_merge(str(tmp_path), "1")
+    assert process.returncode == 1 and "no fsdp_config.json" in process.stderr
+    assert "Traceback" not in process.stderr
+    fake_actor_checkpoint(tmp_path, world_size=2, ranks=(0,))
+    process = run_merge(str(tmp_path), "1")
+    assert process.returncode == 1 and "lacks the model shards of rank(s) 1 of 2" in process.stderr
+
+
+def test_merge_help_exits_0():
+    process = run_merge("--help")
+    assert process.returncode == 0 and "RUN_DIR [STEP]" in process.stdout and "--target-dir" in process.stdout
+
+
 def test_a_failed_merge_leaves_nothing_behind(tmp_path):
-    (tmp_path / "global_step_1" / "actor").mkdir(parents=True)  # no shards in it: the merger fails
+    fake_actor_checkpoint(tmp_path)  # complete in layout, but its shard is not a torch file: the merger fails
     process = run_merge(str(tmp_path), "1")
     assert process.returncode != 0
     assert sorted(p.name for p in (tmp_path / "global_step_1").iterdir()) == ["actor"]  # no empty merged/

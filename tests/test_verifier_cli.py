@@ -42,14 +42,16 @@ def test_verify_prints_each_step_with_score_and_verdict(tmp_path, capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert "== row 1: 3 steps" in out and "== row 2: 2 steps" in out
+    assert "== row 1: 3 steps" in out
+    # Training labels nothing in a response without closed reasoning: neither does verify.
+    assert "== row 2: 0 steps (no closed <think> reasoning)" in out and "Bananas are red." not in out
     assert "nan UNVERIFIABLE Okay." in out
     assert "1.000 SUPPORTED    The Eiffel Tower is in Paris." in out
     assert (
         "0.000 UNSUPPORTED  It opened in 1925." in out
     )  # 'opened' and '1925' are not in the evidence
-    assert "0.500 UNSUPPORTED  Bananas are red." in out  # below the 0.6 threshold
-    assert "2 rows, 5 steps: 2 supported, 2 unsupported, 1 unverifiable" in out
+    assert "2 rows, 3 steps: 1 supported, 1 unsupported, 1 unverifiable" in out
+    assert "1 of 2 rows have no reasoning to judge" in out
 
 
 def test_verify_json_claims_only(tmp_path, capsys):
@@ -74,7 +76,8 @@ def test_verify_json_claims_only(tmp_path, capsys):
     response = ROWS[0]["response"]
     assert all(response[r["start"] : r["end"]] == r["text"] for r in records)
     # top-1 evidence keeps only the Eiffel sentence, so "Paris" is no longer found: 2 of 3 words.
-    assert records[0]["score"] == 2 / 3 and records[0]["verdict"] == "SUPPORTED"
+    # lexical's calibrated threshold, which training uses, is 1.0: two words of three is unsupported.
+    assert records[0]["score"] == 2 / 3 and records[0]["verdict"] == "UNSUPPORTED"
 
 
 def test_verify_bad_input_is_a_clear_error(tmp_path, capsys):

@@ -80,7 +80,7 @@ def test_untrained_head_is_not_already_perfect(tiny_encoder, tmp_path):
     [
         (["--data", "absent.jsonl"], "fspo verifier train: no labelled file 'absent.jsonl'"),
         (["--data", "{one_class}"], "needs both supported (1) and unsupported (0) pairs"),
-        (["--data", "{both}", "--steps", "0"], "steps and batch_size must be >= 1, got 0 and 16"),
+        (["--data", "{both}", "--steps", "0"], "fspo verifier train: --steps must be >= 1, got 0"),
     ],
 )
 def test_train_errors_exit_2_with_one_line(tmp_path, capsys, args, message):

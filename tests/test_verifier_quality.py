@@ -252,7 +252,8 @@ ROWS = [
 def test_verify_labelled_prints_the_quality_figures(tmp_path, capsys):
     path = _jsonl(tmp_path, [json.dumps(r) for r in ROWS])
     chart = tmp_path / "reliability.png"
-    assert fspo_main(["verify", "--labelled", str(path), "--verifier", "lexical", "--chart", str(chart)]) == 0
+    assert fspo_main(["verify", "--labelled", str(path), "--verifier", "lexical", "--threshold", "0.5",
+                      "--chart", str(chart)]) == 0
     out = capsys.readouterr().out
     # lexical scores 1, 2/3, 2/3 and 2/3 ("lies" is not in the evidence): the supported pairs 1 and 2/3
     assert "4 pairs: 2 supported, 2 unsupported, 0 unverifiable" in out

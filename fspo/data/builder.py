@@ -150,9 +150,10 @@ def make_parser(spec: DatasetSpec) -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", default=f"data/{spec.name}", help="where <split>.parquet is written")
     parser.add_argument("--split", action="append", choices=sorted(set(spec.splits) | {"train", "test"}),
                         help=f"split(s) to build (default: {', '.join(spec.splits)})")
-    parser.add_argument("--prompt-format", default="qwen-base", choices=PROMPT_FORMATS)
+    parser.add_argument("--prompt-format", default="qwen-base", choices=PROMPT_FORMATS,
+                        help="chat format of the prompts (fspo.data.templates; default qwen-base)")
     parser.add_argument("--size", type=int, default=None, help="rows per split, sampled with --seed (default: all)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the --size sample")
     parser.add_argument("--max-prompt-tokens", type=int, default=None, help="drop prompts longer than this")
     parser.add_argument("--tokenizer", help="tokenizer path/name used to count prompt tokens")
     parser.add_argument("--evidence-in-prompt", action=argparse.BooleanOptionalAction,
@@ -164,13 +165,19 @@ def make_parser(spec: DatasetSpec) -> argparse.ArgumentParser:
 
 def run_cli(spec: DatasetSpec, argv: list[str] | None = None) -> int:
     """Parse `argv`, build each split and write ``<output-dir>/<split>.parquet``."""
+    from fspo.arguments import UsageError, check_count, check_output_dir
+
     parser = make_parser(spec)
     args = parser.parse_args(argv)
     if args.max_prompt_tokens is not None and not args.tokenizer:
-        parser.error("--max-prompt-tokens needs --tokenizer (prompts are measured in tokens)")
-    if args.size is not None and args.size <= 0:
-        parser.error("--size must be positive")
-    tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
+        raise UsageError("--max-prompt-tokens needs --tokenizer (prompts are measured in tokens)")
+    check_count("--size", args.size)
+    check_count("--max-prompt-tokens", args.max_prompt_tokens)
+    check_output_dir("--output-dir", args.output_dir)
+    try:
+        tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
+    except (OSError, ValueError) as error:
+        raise UsageError(f"cannot load the tokenizer {args.tokenizer!r}: {error}") from None
     # Every split is built before any is written: a failure leaves the output folder as it was.
     built = {}
     for split in args.split or spec.splits:

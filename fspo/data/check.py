@@ -3,7 +3,10 @@
 For each file: its rows; each ``data_source`` with the scorer it gets (fspo's, verl's, none); the rows
 with evidence (found as training finds it: ``extra_info[evidence_key]``, else the column of that
 name) and its length; the ground-truth types; with ``--tokenizer`` the evidence and prompt lengths in
-tokens. A file that cannot train is named with why, and the command exits 1.
+tokens. A file that cannot train is named with why, and the command exits 1: besides missing columns and
+sources without a scorer, rows verl's ``RLHFDataset`` would stop on (:func:`row_problems`), evidence that
+is there but in a form the reward manager cannot read (FSPO would silently skip those rows), and empty
+ground truths. A bad option exits 2 before any file is read.
 
 The trainer runs :func:`scan_file` on ``data.train_files`` and ``data.val_files`` before Ray starts
 (:func:`fspo.checks.check_data_files`), so a problem found here is the problem a run would stop on.
@@ -64,6 +67,42 @@ def _column(table, name: str) -> list:
     return table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
 
 
+def _get(mapping, key: str):
+    return mapping.get(key) if isinstance(mapping, dict) else None
+
+
+def _blank(value) -> bool:
+    """No evidence stored at all: null, or an empty or whitespace-only string or list."""
+    if value is None or (hasattr(value, "__len__") and not len(value)):
+        return True
+    if isinstance(value, str):
+        return not value.strip()
+    return isinstance(value, (list, tuple)) and not any(not _blank(item) for item in value)
+
+
+def row_problems(table, prompt_is_messages: bool) -> list[str]:
+    """What verl's ``RLHFDataset`` would fail on, row by row, before a rollout is sampled.
+
+    ``RLHFDataset.__getitem__`` reads ``extra_info`` as a mapping (``.get("index")``; null becomes ``{}``) and
+    hands the ``prompt`` messages to the chat template; ``tests/test_bad_inputs.py`` holds the two equal.
+    """
+    problems = []
+    bad_extra = [(i, type(info).__name__) for i, info in enumerate(_column(table, "extra_info"))
+                 if info is not None and not isinstance(info, dict)]
+    if bad_extra:
+        kinds = ", ".join(sorted({kind for _, kind in bad_extra}))
+        hint = " (JSON text: parse it into a struct column)" if "str" in kinds else ""
+        problems.append(f"{len(bad_extra)} rows have extra_info as {kinds}, not a mapping (first: "
+                        f"{_first([i for i, _ in bad_extra])}): verl's RLHFDataset reads extra_info.get('index') and "
+                        f"stops on the first such row{hint}")
+    if prompt_is_messages:
+        empty = [i for i, messages in enumerate(_column(table, "prompt")) if not messages]
+        if empty:
+            problems.append(f"{len(empty)} rows have no prompt messages (first: {_first(empty)}): there is nothing "
+                            "to roll out from")
+    return problems
+
+
 def _prompt_type_problem(prompt_type) -> str | None:
     """verl reads ``prompt`` as a list of ``{role, content}`` messages."""
     import pyarrow as pa
@@ -108,6 +147,7 @@ def scan_file(
     """
     import pyarrow.parquet as pq
 
+    from fspo.data.io import text_list
     from fspo.reward import evidence_text, row_evidence
     from fspo.scores import known_sources, scorer_of
 
@@ -132,11 +172,17 @@ def scan_file(
     if prompt_problem:
         report.problems.append(prompt_problem)
 
-    wanted = ["data_source", "reward_model", "extra_info", *EVIDENCE_NAMES, evidence_key]
-    if tokenizer is not None and not prompt_problem:
-        wanted.append("prompt")
-    table = pq.read_table(local, columns=sorted({c for c in wanted if c in schema.names}))
+    wanted = ["prompt", "data_source", "reward_model", "extra_info", *EVIDENCE_NAMES, evidence_key]
+    try:
+        table = pq.read_table(local, columns=sorted({c for c in wanted if c in schema.names}))
+    except Exception as error:  # noqa: BLE001 - a damaged file: its schema reads, its rows do not
+        report.problems.append(f"is not a readable parquet file ({error})")
+        return report
     report.rows = table.num_rows
+    if not report.rows:
+        report.problems.append("has no rows: verl would train on nothing")
+        return report
+    report.problems += row_problems(table, prompt_problem is None)
 
     sources = _column(table, "data_source")
     report.sources = dict(Counter(sources))
@@ -149,17 +195,22 @@ def scan_file(
                                        f"scorer; known: {', '.join(known_sources())} (any case) and verl's names "
                                        "(openai/gsm8k, lighteval/MATH, HuggingFaceH4/MATH-500, ...)")
 
-    no_truth = []
+    no_truth, empty_truth = [], []
     for position, reward_model in enumerate(_column(table, "reward_model")):
         truth = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
         report.ground_truth_types[type(truth).__name__ if truth is not None else "missing"] += 1
         if truth is None:
             no_truth.append(position)
+        elif not text_list(truth):
+            empty_truth.append(position)
     if no_truth:
         report.problems.append(f"{len(no_truth)} rows have no reward_model.ground_truth (first: {_first(no_truth)})")
+    if empty_truth:
+        report.problems.append(f"{len(empty_truth)} rows have an empty reward_model.ground_truth (first: "
+                               f"{_first(empty_truth)}): no answer can match it, so every rollout scores 0")
 
     extra_infos, columns = _column(table, "extra_info"), _column(table, evidence_key)
-    evidences = []
+    evidences, unusable = [], []
     for position, (extra_info, column) in enumerate(zip(extra_infos, columns)):
         # The reward manager's own lookup, and where it found the text.
         text = row_evidence({"extra_info": extra_info, evidence_key: column}, evidence_key)
@@ -169,9 +220,19 @@ def scan_file(
             report.evidence_in_column += 1
         else:
             report.rows_without_evidence.append(position)
+            stored = [value for value in (_get(extra_info, evidence_key), column) if not _blank(value)]
+            if stored:
+                unusable.append((position, type(stored[0]).__name__))
         if text:
             evidences.append(text)
     report.evidence_chars = [len(text) for text in evidences]
+    if unusable and check_evidence:
+        kinds = ", ".join(sorted({kind for _, kind in unusable}))
+        report.problems.append(
+            f"{len(unusable)} rows hold evidence under '{evidence_key}' as {kinds} (first: "
+            f"{_first([p for p, _ in unusable])}), which FSPO cannot read: those rows would train as plain GRPO; "
+            "store the evidence as a string or a list of strings"
+        )
 
     if check_evidence and not evidences and report.rows:
         for name in EVIDENCE_NAMES:
@@ -271,8 +332,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_arguments(args) -> str | None:
+    """What is wrong with the command line before any file is read (None: nothing)."""
+    if args.tokenizer is None:
+        counted = [flag for flag, value in (("--max-prompt-length", args.max_prompt_length),
+                                            ("--prompt-format", args.prompt_format)) if value is not None]
+        if counted:
+            return f"{' and '.join(counted)} count prompt tokens: give --tokenizer (the model's tokenizer) too"
+    if args.max_prompt_length is not None and args.max_prompt_length < 1:
+        return f"--max-prompt-length must be >= 1 (tokens, as data.max_prompt_length), got {args.max_prompt_length}"
+    if not args.evidence_key.strip():
+        return "--evidence-key is empty: name the extra_info key or column holding the evidence"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    problem = check_arguments(args)
+    if problem:
+        print(f"fspo data check: {problem}", file=sys.stderr)
+        return 2
     tokenizer = None
     if args.prompt_format is not None:
         from fspo.data.templates import check_prompt_format

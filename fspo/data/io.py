@@ -155,8 +155,12 @@ def read_source_file(path: str | Path) -> list[dict]:
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
-    text = path.read_bytes().decode("utf-8", errors="replace")
+        try:
+            return pq.read_table(path).to_pylist()
+        except Exception as error:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not parquet
+            raise SourceFileError(f"{path}: not a readable parquet file ({error})") from None
+    # utf-8-sig: a byte-order mark (Windows editors, Excel's CSV) is not part of the first record.
+    text = path.read_bytes().decode("utf-8-sig", errors="replace")
     if suffix == ".jsonl":
         records = []
         for line_number, line in enumerate(text.splitlines(), start=1):
@@ -175,7 +179,9 @@ def read_source_file(path: str | Path) -> list[dict]:
             return read_source_file_as_jsonl(path, text)
         if isinstance(data, dict):
             data = data.get("data", data.get("rows", [data]))
-        return list(data)
+        if not isinstance(data, list):
+            raise SourceFileError(f"{path}: holds a JSON {type(data).__name__}, not a list of records")
+        return data
     if suffix == ".csv":
         return list(csv.DictReader(text.splitlines()))
     raise SourceFileError(f"{path}: unsupported file type {suffix!r}; use one of {', '.join(SOURCE_SUFFIXES)}")

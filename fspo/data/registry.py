@@ -135,13 +135,13 @@ DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in SPECS}
 
 def build(spec: DatasetSpec, argv: list[str]) -> int:
     """`fspo data <spec.name> ...`: bad or missing source data is one line saying what to fix (exit 2)."""
+    from fspo.arguments import UsageError, refuse
     from fspo.data.io import SourceFieldError, SourceFileError
 
     try:
         return run_cli(spec, argv)
-    except (SourceFieldError, SourceFileError, FileNotFoundError) as error:
-        print(f"fspo data {spec.name}: error: {error}", file=sys.stderr)
-        return 2
+    except (SourceFieldError, SourceFileError, FileNotFoundError, UsageError) as error:
+        return refuse(f"fspo data {spec.name}: error", error)
 
 
 # `fspo data <name>`: the sets above, the generated synthetic set, and the file check.

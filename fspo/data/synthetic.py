@@ -228,13 +228,26 @@ def make_rows(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fspo data synthetic", description=__doc__.splitlines()[0])
-    parser.add_argument("--output-dir", default="data/synthetic")
+    parser.add_argument("--output-dir", default="data/synthetic", help="where <split>.parquet is written")
     parser.add_argument("--size", type=int, default=1000, help="train rows")
     parser.add_argument("--test-size", type=int, default=100, help="test rows")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--prompt-format", default="qwen-base", choices=PROMPT_FORMATS)
-    parser.add_argument("--evidence-in-prompt", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the worlds and questions (same seed, same rows)")
+    parser.add_argument("--prompt-format", default="qwen-base", choices=PROMPT_FORMATS,
+                        help="chat format of the prompts (fspo.data.templates)")
+    parser.add_argument("--evidence-in-prompt", action=argparse.BooleanOptionalAction, default=True,
+                        help="put the evidence in the prompt as context")
     args = parser.parse_args(argv)
+    from fspo.arguments import UsageError, check_count, check_output_dir, refuse
+
+    try:
+        # 0 skips a split, as `fspo data` builders build only the splits asked for; a negative size is a typo.
+        check_count("--size", args.size, minimum=0)
+        check_count("--test-size", args.test_size, minimum=0)
+        if not args.size and not args.test_size:
+            raise UsageError("--size and --test-size are both 0: nothing to build")
+        check_output_dir("--output-dir", args.output_dir)
+    except UsageError as error:
+        return refuse("fspo data synthetic: error", error)
     for split, size in (("train", args.size), ("test", args.test_size)):
         if size > 0:
             rows = make_rows(size, args.seed, args.prompt_format, split, args.evidence_in_prompt)

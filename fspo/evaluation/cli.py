@@ -22,8 +22,9 @@ from pathlib import Path
 
 from fspo.data.templates import PROMPT_FORMATS
 from fspo.verifiers import VERIFIER_NAMES
+from fspo.verifiers.quality import calibrated_threshold
 from fspo.evaluation.generation import GenerationSettings, build_generator
-from fspo.evaluation.pipeline import SUPPORT_THRESHOLD, ProvenanceError, check_rows, evaluate_model
+from fspo.evaluation.pipeline import ProvenanceError, check_rows, evaluate_model
 from fspo.evaluation.report import accumulated_results, write_results
 
 
@@ -55,24 +56,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", action="append", required=True, type=named_path, help="model directory (repeatable)")
     parser.add_argument("--data", action="append", required=True, type=named_path,
                         help="benchmark parquet built by `fspo data` (repeatable)")
-    parser.add_argument("--output-dir", required=True, type=Path)
+    parser.add_argument("--output-dir", required=True, type=Path,
+                        help="where predictions, results.md/json and the chart are written (resumes from it)")
     parser.add_argument("--prompt-format", choices=list(PROMPT_FORMATS), default=None,
                         help="chat template to render prompts with (default: the model's own)")
     parser.add_argument("--backend", choices=["auto", "vllm", "hf"], default="auto",
                         help="auto: vLLM when installed, else transformers")
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--max-new-tokens", type=int, default=1024)
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass, in (0, 1]")
+    parser.add_argument("--max-new-tokens", type=int, default=1024, help="longest response, in tokens")
     parser.add_argument("--samples", type=int, default=1, help="responses per prompt; pass@1 is their mean (AIME: 16)")
     parser.add_argument("--batch-size", type=int, default=8, help="rows per generation call (and per JSONL append)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sampler")
     parser.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM only")
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N rows of each benchmark")
     parser.add_argument("--verifier", default=None, choices=VERIFIER_NAMES,
                         help="verifier (fspo.verifiers) for the supported step rate")
     parser.add_argument("--verifier-option", action="append", default=[], metavar="KEY=VALUE",
                         help="a verifier option, as in fspo.verifier.* (repeatable), e.g. model_path=/models/hhem")
-    parser.add_argument("--threshold", type=float, default=SUPPORT_THRESHOLD, help="support score threshold")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="with --verifier: a step scoring >= this is supported (default: the backend's calibrated "
+                             "threshold, the one training uses)")
     judge = parser.add_argument_group("LLM judge of TruthfulQA / HalluQA answers (fspo.evaluation.answer_judge)")
     judge.add_argument("--judge", metavar="URL", default=None,
                        help="OpenAI-compatible server (root, /v1 or full chat-completions URL), e.g. a vLLM server")
@@ -124,69 +128,134 @@ def build_judge(parser: argparse.ArgumentParser, args: argparse.Namespace):
         parser.error(f"--judge options: {error}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    judge = build_judge(parser, args)
-    from fspo.data.io import read_rows
+def check_arguments(args: argparse.Namespace) -> GenerationSettings:
+    """Refuse (:class:`fspo.arguments.UsageError`) options that cannot work together or at all, and folders
+    that cannot be read or written, before any file is read or model loaded; the generation settings."""
+    from fspo.arguments import UsageError, check_count, check_model_dir, check_output_dir, check_probability
+    from fspo.evaluation.generation import vllm_available
 
     for flag, specs in (("--model", args.model), ("--data", args.data)):
         names = [name for name, _ in specs]
         if len(set(names)) != len(names):
-            raise SystemExit(f"fspo evaluate: two {flag} entries share a name in {names}; name them NAME=PATH")
-    for _, path in args.data:
-        if not path.is_file():
-            raise SystemExit(f"fspo evaluate: benchmark file {path} does not exist (build it with `fspo data`)")
-    for _, path in args.data:
-        if path.suffix.lower() != ".parquet":
-            raise SystemExit(f"fspo evaluate: {path} is not a parquet file: build the benchmark with `fspo data`")
-    for _, path in args.model:
-        if not path.is_dir():
-            raise SystemExit(f"fspo evaluate: model directory {path} does not exist")
-        if not (path / "config.json").is_file():
-            raise SystemExit(
-                f"fspo evaluate: {path} has no config.json: give a Hugging Face model folder (for a training "
-                "checkpoint, merge it first: scripts/merge_checkpoint.sh)"
-            )
-    if args.limit is not None and args.limit < 1:
-        raise SystemExit("fspo evaluate: --limit must be >= 1")
-    benchmarks = {name: read_rows(path)[: args.limit] for name, path in args.data}
-    for name, rows in benchmarks.items():
-        try:
-            check_rows(rows, where=f"benchmark {name}")
-        except ValueError as error:
-            raise SystemExit(f"fspo evaluate: {error}") from None
-
-    verifier = None
-    if args.verifier:
-        from fspo.verifiers import build_verifier
-
-        from fspo.verifiers.cli import parse_option
-
-        try:
-            verifier = build_verifier({"name": args.verifier, **dict(parse_option(o) for o in args.verifier_option)})
-        except ValueError as error:
-            raise SystemExit(f"fspo evaluate: {error}") from None
+            raise UsageError(f"two {flag} entries share a name in {names}; name them NAME=PATH")
+    if args.verifier is None:
+        given = [flag for flag, value in (("--threshold", args.threshold), ("--verifier-option", args.verifier_option))
+                 if value]
+        if given:
+            raise UsageError(f"{' and '.join(given)}: only with --verifier NAME (the supported step rate)")
+    elif args.threshold is None:
+        args.threshold = calibrated_threshold(args.verifier)
+    check_probability("--threshold", args.threshold)
+    check_count("--limit", args.limit)
+    check_count("--tensor-parallel-size", args.tensor_parallel_size)
+    if args.backend == "vllm" and not vllm_available():
+        raise UsageError("--backend vllm: vllm is not installed here; install it or use --backend hf")
+    if args.tensor_parallel_size > 1 and (args.backend == "hf" or not vllm_available()):
+        raise UsageError(f"--tensor-parallel-size {args.tensor_parallel_size} needs the vllm backend; the "
+                         "transformers backend runs on one device")
     try:
         settings = GenerationSettings(args.temperature, args.top_p, args.max_new_tokens, args.samples,
                                       args.batch_size, args.seed)
     except ValueError as error:
-        raise SystemExit(f"fspo evaluate: {error}") from None
+        field, _, rest = str(error).partition(" must")  # "top_p must be in (0, 1], got 0" -> --top-p
+        raise UsageError(f"--{field.replace('_', '-')} must{rest}") from None
+    for _, path in args.data:
+        if not path.is_file():
+            raise UsageError(f"benchmark file {path} does not exist (build it with `fspo data`)")
+        if path.suffix.lower() != ".parquet":
+            raise UsageError(f"{path} is not a parquet file: build the benchmark with `fspo data`")
+    for _, path in args.model:
+        check_model_dir("--model", path)
+    check_output_dir("--output-dir", args.output_dir)
+    return settings
 
+
+def read_benchmarks(args: argparse.Namespace) -> dict[str, list[dict]]:
+    """Each ``--data`` file's rows (cut to ``--limit``), checked as generation and scoring will read them."""
+    import pyarrow.parquet as pq
+
+    from fspo.arguments import UsageError
+
+    benchmarks = {}
+    for name, path in args.data:
+        try:
+            rows = pq.read_table(path).to_pylist()[: args.limit]
+        except Exception as error:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not parquet
+            raise UsageError(f"benchmark {name}: {path} is not a readable parquet file ({error})") from None
+        if not rows:
+            raise UsageError(f"benchmark {name}: {path} has no rows")
+        try:
+            check_rows(rows, where=f"benchmark {name}")
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        benchmarks[name] = rows
+    return benchmarks
+
+
+def check_prompts_render(args: argparse.Namespace, benchmarks: dict[str, list[dict]]) -> None:
+    """Every row renders with each model's tokenizer (its chat template, or ``--prompt-format``): tokenizers
+    load in a second, a model does not."""
+    from transformers import AutoTokenizer
+
+    from fspo.arguments import UsageError
+    from fspo.evaluation.generation import render_prompts
+
+    from transformers.utils import logging as transformers_logging
+
+    for model_name, model_dir in args.model:
+        # Its warnings come again when the model loads; here they would bury a refusal's one line.
+        verbosity = transformers_logging.get_verbosity()
+        transformers_logging.set_verbosity_error()
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        except Exception as error:  # noqa: BLE001 - any load failure: say which folder and why
+            raise UsageError(f"--model {model_dir}: its tokenizer does not load ({error})") from None
+        finally:
+            transformers_logging.set_verbosity(verbosity)
+        for bench_name, rows in benchmarks.items():
+            try:
+                render_prompts(tokenizer, rows, args.prompt_format)
+            except Exception as error:  # noqa: BLE001 - a row the template cannot render
+                raise UsageError(f"benchmark {bench_name} does not render for model {model_name}: {error}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fspo.arguments import UsageError, refuse
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    judge = build_judge(parser, args)
+    try:
+        settings = check_arguments(args)
+        benchmarks = read_benchmarks(args)
+        check_prompts_render(args, benchmarks)
+        verifier = None
+        if args.verifier:
+            from fspo.verifiers import build_verifier
+            from fspo.verifiers.cli import parse_option
+
+            try:
+                verifier = build_verifier({"name": args.verifier, **dict(parse_option(o) for o in args.verifier_option)})
+            except ValueError as error:
+                raise UsageError(str(error)) from None
+        return evaluate(args, settings, benchmarks, verifier, judge)
+    except (UsageError, ProvenanceError) as error:
+        return refuse("fspo evaluate", error)
+
+
+def evaluate(args: argparse.Namespace, settings: GenerationSettings, benchmarks: dict, verifier, judge) -> int:
+    """Generate, score and tabulate every model on every benchmark (the arguments are checked)."""
     results: dict[str, dict[str, dict]] = {}
     predictions_dir = args.output_dir / "predictions"
     for model_name, model_dir in args.model:
         generator = build_generator(model_dir, settings, args.backend, tensor_parallel_size=args.tensor_parallel_size)
         for bench_name, rows in benchmarks.items():
-            try:
-                metrics = evaluate_model(
-                    model_dir, rows, predictions_path=predictions_dir / f"{model_name}__{bench_name}.jsonl",
-                    prompt_format=args.prompt_format, batch_size=args.batch_size, verifier=verifier,
-                    threshold=args.threshold, generator=generator, description=f"{model_name} · {bench_name}",
-                    evidence_key=args.evidence_key, judge=judge,
-                )
-            except ProvenanceError as error:
-                raise SystemExit(f"fspo evaluate: {error}") from None
+            metrics = evaluate_model(
+                model_dir, rows, predictions_path=predictions_dir / f"{model_name}__{bench_name}.jsonl",
+                prompt_format=args.prompt_format, batch_size=args.batch_size, verifier=verifier,
+                threshold=args.threshold, generator=generator, description=f"{model_name} · {bench_name}",
+                evidence_key=args.evidence_key, judge=judge,
+            )
             generated = metrics["generated"]
             results.setdefault(model_name, {})[bench_name] = metrics
             rate = metrics.get("supported_step_rate")

@@ -1,8 +1,9 @@
 """``fspo verify``: show what the verifier says about each reasoning step of your data, before training.
 
 Reads JSONL rows ``{"evidence": ..., "response": ...}`` (evidence may be a string or a list of strings),
-cuts each response's ``<think>`` reasoning into steps with `fspo.steps`, scores every step of every row
-in one batched call, and prints each step with its score and verdict.
+cuts each response's ``<think>`` reasoning into steps as training does (`fspo.steps.reasoning_steps`: a
+response without closed reasoning has none), scores every step of every row in one batched call at the
+backend's calibrated threshold (the one training uses), and prints each step with its score and verdict.
 
 With ``--labelled`` it measures the verifier instead: on rows ``{evidence, claim, label}`` (a JSONL or
 parquet file, or the built-in ``halueval`` / ``synthetic`` / ``synthetic-restated`` sources) it prints AUROC, balanced accuracy at
@@ -27,24 +28,30 @@ import sys
 import time
 from collections.abc import Iterable
 
-from fspo.verifiers.text import evidence_text
+from fspo.verifiers import VERIFIER_NAMES
 from fspo.verifiers.labelled import SOURCES, SPLITS
+from fspo.verifiers.quality import CALIBRATED_THRESHOLDS, DEFAULT_THRESHOLD, calibrated_threshold
+from fspo.verifiers.text import evidence_text
 
-# Verifier options exposed as flags (``--model-path`` -> ``model_path``); anything else via ``--option``.
+# What a reliability chart may be saved as (matplotlib picks the format from the suffix).
+CHART_SUFFIXES = (".png", ".pdf", ".svg")
+# Verifier options exposed as flags (``--model-path`` -> ``model_path``), with their help; anything else via
+# ``--option``. Each is the fspo.verifier option of that name (fspo.config.VerifierConfig), not imported
+# here: that would import verl, and `fspo verify` starts in a tenth of a second.
 _FLAG_OPTIONS = {
-    "model_path": str,
-    "tokenizer_path": str,
-    "device": str,
-    "dtype": str,
-    "max_tokens_per_batch": int,
-    "evidence_top_k": int,
-    "cache_size": int,
-    "url": str,
-    "model": str,
-    "api_key_env": str,
-    "max_concurrency": int,
-    "timeout_s": float,
-    "max_retries": int,
+    "model_path": (str, "model directory or hub id (hhem, nli, embedding; nli needs one)"),
+    "tokenizer_path": (str, "tokenizer directory or hub id (default: the model's own)"),
+    "device": (str, "auto, cpu, cuda or cuda:N (model backends; default auto)"),
+    "dtype": (str, "float32, bfloat16 or float16 (model backends; default float32)"),
+    "max_tokens_per_batch": (int, "padded tokens per micro-batch of the model (model backends)"),
+    "evidence_top_k": (int, "check each step against only its k most relevant evidence sentences"),
+    "cache_size": (int, "LRU entries (evidence, step) -> score kept; 0 = off"),
+    "url": (str, "llm_judge: the OpenAI-compatible server (root, /v1 or the full chat-completions URL)"),
+    "model": (str, "llm_judge: the model name sent in each request"),
+    "api_key_env": (str, "llm_judge: the environment variable that holds a Bearer key"),
+    "max_concurrency": (int, "llm_judge: requests in flight at once"),
+    "timeout_s": (float, "llm_judge: seconds per request before it counts as failed"),
+    "max_retries": (int, "llm_judge: retries after a timeout, a connection error or HTTP 408/429/5xx"),
 }
 
 
@@ -77,11 +84,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--threshold",
         type=float,
-        default=0.5,
-        help="score >= threshold is SUPPORTED (default 0.5)",
+        default=None,
+        help="score >= threshold is SUPPORTED (default: the backend's calibrated threshold, as training "
+        f"uses it: {', '.join(f'{n} {t}' for n, t in CALIBRATED_THRESHOLDS.items())}, else {DEFAULT_THRESHOLD})",
     )
-    parser.add_argument("--evidence-key", default="evidence")
-    parser.add_argument("--response-key", default="response")
+    parser.add_argument("--evidence-key", default="evidence", help="the key of each row's evidence (default evidence)")
+    parser.add_argument("--response-key", default="response", help="the key of each row's response (default response)")
     parser.add_argument(
         "--claims-only",
         action="store_true",
@@ -95,9 +103,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print one JSON object per step instead of text",
     )
-    for option, kind in _FLAG_OPTIONS.items():
+    for option, (kind, help_) in _FLAG_OPTIONS.items():
         parser.add_argument(
-            "--" + option.replace("_", "-"), type=kind, default=None, dest=option
+            "--" + option.replace("_", "-"), type=kind, default=None, dest=option, help=help_
         )
     parser.add_argument(
         "--option",
@@ -142,20 +150,36 @@ def read_rows(
             raise ValueError(
                 f"line {number}: expected an object with {evidence_key!r} and {response_key!r} keys"
             )
-        # As training reads it: a list joined with blank lines; null or a non-string counts as absent ("").
+        # As training reads it: a list of texts joined with blank lines; null, "" or [] is no evidence.
         evidence = evidence_text({evidence_key: row[evidence_key]}, evidence_key)
-        rows.append((evidence, str(row[response_key])))
+        if not evidence and row[evidence_key] not in (None, "", []):
+            raise ValueError(
+                f"line {number}: {evidence_key!r} is {type(row[evidence_key]).__name__} {row[evidence_key]!r:.60}, "
+                "which training cannot read as evidence: give a string or a list of strings"
+            )
+        if not isinstance(row[response_key], str):
+            raise ValueError(
+                f"line {number}: {response_key!r} is {type(row[response_key]).__name__}, not the response's text"
+            )
+        rows.append((evidence, row[response_key]))
+    if not rows:
+        raise ValueError("no rows: give a JSONL file with one {evidence, response} object per line")
     return rows
 
 
 def response_steps(response: str, claims_only: bool):
-    """The reasoning steps; a response without a closed ``<think>`` block is split whole."""
-    from fspo.steps import is_claim, reasoning_span, reasoning_steps, split_steps
+    """The steps training verifies: the closed ``<think>`` reasoning's (none without one), as the reward manager cuts them."""
+    from fspo.steps import reasoning_steps
 
-    if reasoning_span(response) is not None:
-        return reasoning_steps(response, claims_only=claims_only)
-    steps = split_steps(response)
-    return [s for s in steps if is_claim(s.text)] if claims_only else steps
+    return reasoning_steps(response, claims_only=claims_only)
+
+
+def verifier_settings(args) -> dict:
+    """The ``fspo.verifier`` block the command line describes: name, threshold, flags, then ``--option``s."""
+    config: dict = {"name": args.verifier, "threshold": args.threshold}
+    config.update({k: getattr(args, k) for k in _FLAG_OPTIONS if getattr(args, k) is not None})
+    config.update(parse_option(text) for text in args.option)
+    return config
 
 
 def verdict(score: float, threshold: float) -> str:
@@ -217,12 +241,10 @@ def run_labelled(args) -> int:
     from fspo.verifiers.labelled import load_labelled
     from fspo.verifiers.quality import summarise
 
-    config: dict = {"name": args.verifier, "threshold": args.threshold}
-    config.update({k: getattr(args, k) for k in _FLAG_OPTIONS if getattr(args, k) is not None})
     try:
-        config.update(parse_option(text) for text in args.option)
+        config = verifier_settings(args)
         pairs = load_labelled(args.labelled, args.split, args.seed)
-        if args.limit is not None and args.limit >= 0:
+        if args.limit is not None:
             pairs = pairs[: args.limit]
         labels = [p.label for p in pairs]
         if len(set(labels)) < 2:
@@ -237,6 +259,13 @@ def run_labelled(args) -> int:
     scores = verifier.score([(p.evidence, p.claim) for p in pairs])
     seconds = time.perf_counter() - started
     verifier.close()
+    judged = {label for score, label in zip(scores, labels) if not math.isnan(score)}
+    if judged != {0, 1}:
+        print(f"fspo verify: the verifier left no {'supported' if 1 not in judged else 'unsupported'} pair scored "
+              f"({sum(math.isnan(s) for s in scores)} of {len(scores)} scores are NaN, unverifiable): nothing to "
+              "measure; check the verifier's options (an NLI model's window, an llm_judge server that fails)",
+              file=sys.stderr)
+        return 2
     figures = summarise(scores, labels, args.threshold)
     figures.update(source=args.labelled, verifier=args.verifier, pairs_per_s=len(pairs) / max(seconds, 1e-9))
     if args.json:
@@ -250,12 +279,39 @@ def run_labelled(args) -> int:
     return 0
 
 
+def check_arguments(args) -> str | None:
+    """What is wrong with the command line, before a row is read or a model loaded (None: nothing).
+
+    Fills in ``args.threshold`` with the backend's calibrated threshold when it was not given.
+    """
+    if args.verifier not in VERIFIER_NAMES:
+        return f"unknown fspo.verifier.name {args.verifier!r}; valid names: {', '.join(VERIFIER_NAMES)}"
+    if args.threshold is None:
+        args.threshold = calibrated_threshold(args.verifier)
+    if not 0.0 <= args.threshold <= 1.0:  # NaN fails too
+        return f"--threshold must be in [0, 1] (scores are support probabilities), got {args.threshold}"
+    if args.limit is not None and args.limit < 1:
+        return f"--limit must be >= 1, got {args.limit}"
+    problem = missing_model_path(args.model_path)
+    if problem:
+        return problem
+    if args.chart is not None:
+        if args.labelled is None:
+            return "--chart draws the reliability of --labelled SOURCE; give --labelled too"
+        folder = os.path.dirname(os.path.abspath(os.path.expanduser(args.chart)))
+        if not os.path.isdir(folder):
+            return f"--chart {args.chart}: the folder {folder} does not exist; create it or pick another path"
+        if not os.access(folder, os.W_OK):
+            return f"--chart {args.chart}: the folder {folder} is not writable"
+        if os.path.splitext(args.chart)[1].lower() not in CHART_SUFFIXES:
+            return f"--chart {args.chart}: name the image {' or '.join(CHART_SUFFIXES)}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.limit is not None and args.limit < 1:
-        parser.error(f"--limit must be >= 1, got {args.limit}")
-    problem = missing_model_path(args.model_path)
+    problem = check_arguments(args)
     if problem:
         print(f"fspo verify: {problem}", file=sys.stderr)
         return 2
@@ -267,18 +323,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give an input file of {evidence, response} rows, or --labelled SOURCE")
     from fspo.verifiers import build_verifier
 
-    config: dict = {"name": args.verifier, "threshold": args.threshold}
-    config.update(
-        {k: getattr(args, k) for k in _FLAG_OPTIONS if getattr(args, k) is not None}
-    )
     try:
-        config.update(parse_option(text) for text in args.option)
+        config = verifier_settings(args)
         if args.input == "-":
             rows = read_rows(
                 sys.stdin, args.evidence_key, args.response_key, args.limit
             )
         else:
-            with open(args.input, encoding="utf-8") as stream:
+            # utf-8-sig: a byte-order mark, as some Windows editors write, is not part of the first row.
+            with open(args.input, encoding="utf-8-sig") as stream:
                 rows = read_rows(
                     stream, args.evidence_key, args.response_key, args.limit
                 )
@@ -286,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as error:
         print(f"fspo verify: {error}", file=sys.stderr)
         return 2
+    from fspo.steps import reasoning_span
+
     steps = [response_steps(response, args.claims_only) for _, response in rows]
     # Steps of a row without evidence are not verified (training labels them 0): they print as unverifiable.
     pairs = [
@@ -300,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     counts = {"SUPPORTED": 0, "UNSUPPORTED": 0, "UNVERIFIABLE": 0}
     for number, row_steps in enumerate(steps, 1):
         if not args.json:
-            print(f"== row {number}: {len(row_steps)} steps")
+            print(f"== row {number}: {len(row_steps)} steps"
+                  + ("" if reasoning_span(rows[number - 1][1]) is not None else " (no closed <think> reasoning)"))
         for index, step in enumerate(row_steps, 1):
             score = next(scores)
             label = verdict(score, args.threshold)
@@ -322,9 +378,14 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"  [{index:>2}] {score:5.3f} {label:<12} {step.text}")
     summary = ", ".join(f"{n} {k.lower()}" for k, n in counts.items())
+    stream = sys.stderr if args.json else sys.stdout
     print(
         f"{len(rows)} rows, {len(pairs)} steps: {summary} (verifier {args.verifier}, threshold {args.threshold})",
-        file=sys.stderr if args.json else sys.stdout,
+        file=stream,
     )
+    unreasoned = sum(reasoning_span(response) is None for _, response in rows)
+    if unreasoned:
+        print(f"{unreasoned} of {len(rows)} rows have no reasoning to judge (no closed <think>...</think>): "
+              "training gives those rollouts no step labels", file=stream)
     verifier.close()
     return 0

@@ -175,7 +175,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", required=True, help="where the Hugging Face directory is written")
     parser.add_argument("--base-model", default=None, help="encoder directory (default: packaged all-MiniLM-L6-v2)")
     parser.add_argument("--steps", type=int, default=400, help="optimiser steps (default 400)")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=16, help="pairs per optimiser step (default 16)")
     parser.add_argument("--learning-rate", type=float, default=5e-5, help="peak learning rate (default 5e-5)")
     parser.add_argument("--max-length", type=int, default=128, help="tokens of evidence + claim (default 128)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data order, the head and the train/heldout split")
@@ -184,13 +184,59 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def smallest_max_length(special_tokens: int) -> int:
+    """The shortest ``--max-length`` the ``nli`` backend loads and scores with.
+
+    It cuts a claim to ``max_length // 2`` tokens less the pair's special tokens, and needs at least one
+    of them; its evidence stride (``max_length // 4``) must stay below ``max_length // 2``.
+    """
+    return 2 * (special_tokens + 1)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse (:class:`fspo.arguments.UsageError`) settings that would fail mid-training or save a model the
+    ``nli`` backend refuses, before any pair is read or weight loaded (the tokenizer and config load, small)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from fspo.arguments import UsageError, check_count, check_model_dir, check_output_dir, check_positive_number
+    from fspo.verifiers.embedding import minilm_path
+
+    check_count("--steps", args.steps)
+    check_count("--batch-size", args.batch_size)
+    check_count("--threads", args.threads)
+    check_positive_number("--learning-rate", args.learning_rate)
+    check_output_dir("--output-dir", args.output_dir)
+    base_model = args.base_model or minilm_path()
+    check_model_dir("--base-model", base_model)
+    try:
+        special = AutoTokenizer.from_pretrained(base_model).num_special_tokens_to_add(pair=True)
+        positions = getattr(AutoConfig.from_pretrained(base_model), "max_position_embeddings", None)
+    except Exception as error:  # noqa: BLE001 - any load failure: say which folder and why
+        raise UsageError(f"--base-model {base_model}: its tokenizer or config does not load ({error})") from None
+    shortest = smallest_max_length(special)
+    if args.max_length < shortest:
+        raise UsageError(f"--max-length {args.max_length} leaves a claim no token beside the evidence; the nli "
+                         f"backend needs >= {shortest} with this tokenizer")
+    if positions and args.max_length > positions:
+        raise UsageError(f"--max-length {args.max_length} is longer than the base model's {positions} positions")
+
+
 def main(argv: list[str] | None = None) -> int:
+    from fspo.arguments import UsageError, refuse
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    usage = "usage: fspo verifier train --data SOURCE --output-dir DIR [options]  (see fspo verifier train -h)"
+    if argv[:1] in (["-h"], ["--help"]):
+        print(usage)
+        return 0
     if not argv or argv[0] != "train":
-        print("usage: fspo verifier train --data SOURCE --output-dir DIR [options]  (see fspo verifier train -h)",
-              file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     args = _parser().parse_args(argv[1:])
+    try:
+        check_arguments(args)
+    except (UsageError, ImportError) as error:
+        return refuse("fspo verifier train", error)
     try:
         pairs = load_training_pairs(args.data, args.seed)
         print(f"training on {len(pairs)} pairs ({sum(p.label for p in pairs)} supported) from {', '.join(args.data)}",

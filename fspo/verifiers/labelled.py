@@ -150,7 +150,7 @@ def read_labelled(path: str | Path) -> list[LabelledPair]:
         pairs = [parse_row(row, f"{path} row {i}") for i, row in enumerate(rows)]
     else:
         pairs = []
-        with open(path, encoding="utf-8") as stream:
+        with open(path, encoding="utf-8-sig") as stream:  # -sig: a byte-order mark is not part of row 1
             for number, line in enumerate(stream, 1):
                 if not line.strip():
                     continue

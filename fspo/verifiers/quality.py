@@ -16,6 +16,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+# The threshold training runs each backend at (``fspo.verifier.threshold``), where it was calibrated: the
+# best balanced accuracy on held-out labelled claims (``fspo verify --labelled``; the README's table).
+# lexical: 1.0 on held-out synthetic facts, as the quickstart and recipes/run_cpu.sh train. A backend not
+# listed runs at the config default, 0.5 (HHEM-2.1-Open's published operating point in the GPU recipes).
+CALIBRATED_THRESHOLDS = {"lexical": 1.0}
+DEFAULT_THRESHOLD = 0.5
+
+
+def calibrated_threshold(verifier_name: str) -> float:
+    """The support threshold training uses for ``verifier_name`` (see ``CALIBRATED_THRESHOLDS``)."""
+    return CALIBRATED_THRESHOLDS.get(verifier_name, DEFAULT_THRESHOLD)
+
 
 def _check(scores: Sequence[float], labels: Sequence[int]) -> tuple[int, int]:
     """Validates the inputs; returns (positives, negatives)."""

@@ -1,0 +1,80 @@
+"""Checks several commands make on their arguments before anything slow, each raising one :class:`UsageError`.
+
+A command catches it and prints one line, ``<prog>: <message>``, on stderr and exits 2 (:func:`refuse`).
+Each command keeps its own checks in its own module; what several share lives here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+
+class UsageError(ValueError):
+    """An argument or input file that cannot work, with what to fix."""
+
+
+def refuse(prog: str, error: Exception | str) -> int:
+    """Print ``prog: error`` as one line on stderr; the exit status of a refused command (2)."""
+    print(f"{prog}: {' '.join(str(error).split())}", file=sys.stderr)
+    return 2
+
+
+def check_count(flag: str, value: int | None, minimum: int = 1) -> None:
+    """``value`` (when given) is an integer of at least ``minimum``."""
+    if value is not None and value < minimum:
+        raise UsageError(f"{flag} must be >= {minimum}, got {value}")
+
+
+def check_probability(flag: str, value: float | None) -> None:
+    """``value`` (when given) is in [0, 1]; NaN is not."""
+    if value is not None and not 0.0 <= value <= 1.0:
+        raise UsageError(f"{flag} must be in [0, 1], got {value}")
+
+
+def check_positive_number(flag: str, value: float | None) -> None:
+    """``value`` (when given) is finite and above 0."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{flag} must be a finite number above 0, got {value}")
+
+
+def check_output_dir(flag: str, path: str | os.PathLike) -> None:
+    """``path`` is a folder this process can create or write into (not a file, not under a file)."""
+    path = Path(os.path.expanduser(str(path)))
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {path} is a file, not a folder: give a folder to write into")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{flag} {path}: {existing} is a file, so the folder cannot be created")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: {existing} is not writable by this user")
+
+
+def check_model_dir(flag: str, path: str | os.PathLike) -> None:
+    """``path`` is a Hugging Face model folder transformers can load: a readable config.json and weights.
+
+    Reads no weights: a folder that passes may still hold a damaged weight file.
+    """
+    path = Path(os.path.expanduser(str(path)))
+    if not path.is_dir():
+        raise UsageError(f"{flag} {path} is not a folder: give a Hugging Face model folder")
+    config = path / "config.json"
+    if not config.is_file():
+        raise UsageError(f"{flag} {path} has no config.json: give a Hugging Face model folder (for a training "
+                         "checkpoint, merge it first: scripts/merge_checkpoint.sh)")
+    try:
+        settings = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UsageError(f"{flag} {path}: config.json is not readable JSON ({error})") from None
+    if not isinstance(settings, dict) or "model_type" not in settings:
+        raise UsageError(f"{flag} {path}: config.json names no model_type, so transformers cannot load it")
+    weights = [p for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".gguf")
+               or p.name.endswith((".safetensors.index.json", ".bin.index.json"))]
+    if not weights:
+        raise UsageError(f"{flag} {path} holds no weights (*.safetensors or pytorch_model.bin): an unfinished "
+                         "download or merge?")

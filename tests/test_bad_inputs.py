@@ -1,0 +1,374 @@
+"""Bad inputs of every command, as users' files look in the wild: each is refused before anything slow (no model
+is loaded, no Ray started) with one line on stderr naming what to fix, or read as the user meant.
+
+One table per command; a case is ``(id, argv, expected exit status, what stderr's one line says)``. ``{name}`` in
+argv is a file of the ``inputs`` fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from fspo.cli import main as fspo_main
+
+BOM = "\ufeff"
+EVIDENCE = "The Eiffel Tower is in Paris."
+
+
+def rl_row(**changes) -> dict:
+    """One verl RL row as `fspo data` writes it, with ``changes`` applied."""
+    row = {
+        "data_source": "hotpotqa",
+        "prompt": [{"role": "user", "content": "Where is the Eiffel Tower?"}],
+        "reward_model": {"style": "rule", "ground_truth": "Paris"},
+        "extra_info": {"index": 0, "split": "train", "evidence": EVIDENCE},
+    }
+    return {**row, **changes}
+
+
+def write_table(path, rows: list[dict], schema=None):
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """Every input file the tables name, built once."""
+    from fspo_testing.tiny_model import qwen_tokenizer_dir
+
+    root = tmp_path_factory.mktemp("bad_inputs")
+    files = {"root": root, "folder": root / "a_folder"}
+    files["folder"].mkdir()
+    (root / "a_file").write_text("not a folder\n")
+    files["a_file"] = root / "a_file"
+    # CSV renamed .parquet, the commonest wrong file.
+    (root / "csv.parquet").write_text("question,answer\nWhere?,Paris\n")
+    files["csv_parquet"] = root / "csv.parquet"
+    files["good"] = write_table(root / "good.parquet", [rl_row(), rl_row()])
+    files["extra_info_json_text"] = write_table(
+        root / "extra_info_json_text.parquet", [rl_row(extra_info=json.dumps(rl_row()["extra_info"]))])
+    files["evidence_mapping"] = write_table(
+        root / "evidence_mapping.parquet", [rl_row(extra_info={"index": 0, "evidence": {"text": EVIDENCE}})])
+    files["evidence_bytes"] = write_table(
+        root / "evidence_bytes.parquet", [rl_row(extra_info={"index": 0, "evidence": EVIDENCE.encode()})])
+    files["empty_truth"] = write_table(
+        root / "empty_truth.parquet", [rl_row(reward_model={"style": "rule", "ground_truth": ""}),
+                                       rl_row(reward_model={"style": "rule", "ground_truth": "  "})])
+    files["no_rows"] = write_table(root / "no_rows.parquet", [], schema=pa.Table.from_pylist([rl_row()]).schema)
+    files["no_messages"] = write_table(root / "no_messages.parquet", [rl_row(), rl_row(prompt=[])])
+    # fspo verify rows
+    (root / "empty.jsonl").write_text("")
+    files["empty_jsonl"] = root / "empty.jsonl"
+    (root / "evidence_dict.jsonl").write_text(json.dumps({"evidence": {"text": EVIDENCE}, "response": "x"}) + "\n")
+    files["evidence_dict"] = root / "evidence_dict.jsonl"
+    (root / "null_response.jsonl").write_text(json.dumps({"evidence": EVIDENCE, "response": None}) + "\n")
+    files["null_response"] = root / "null_response.jsonl"
+    row = {"evidence": EVIDENCE, "response": "<think>La tour Eiffel est à Paris. The Eiffel Tower is in Paris.</think> Paris"}
+    (root / "bom.jsonl").write_text(BOM + json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
+    files["bom_jsonl"] = root / "bom.jsonl"
+    labelled = [{"evidence": EVIDENCE, "claim": "The Eiffel Tower is in Paris.", "label": 1},
+                {"evidence": EVIDENCE, "claim": "The Eiffel Tower is in Rome.", "label": 0}]
+    (root / "labelled_bom.jsonl").write_text(BOM + "\n".join(json.dumps(r) for r in labelled) + "\n", encoding="utf-8")
+    files["labelled_bom"] = root / "labelled_bom.jsonl"
+    # lexical scores a claim without content words NaN: here every supported claim.
+    unscorable = [{"evidence": EVIDENCE, "claim": "It is.", "label": 1}, labelled[1]]
+    (root / "labelled_nan.jsonl").write_text("\n".join(json.dumps(r) for r in unscorable) + "\n")
+    files["labelled_nan"] = root / "labelled_nan.jsonl"
+    # source files of `fspo data halueval`
+    record = {"knowledge": EVIDENCE, "question": "Where is the Eiffel Tower?", "right_answer": "Paris",
+              "hallucinated_answer": "Rome"}
+    (root / "halueval_bom.jsonl").write_text(BOM + json.dumps(record) + "\n", encoding="utf-8")
+    files["halueval_bom"] = root / "halueval_bom.jsonl"
+    (root / "number.json").write_text("12345678901234567890\n")
+    files["json_number"] = root / "number.json"
+    # model folders: one that would load, and broken ones, none of them loaded by a refusal
+    tokenizer = qwen_tokenizer_dir()
+
+    def model_folder(name: str, config: str | None = '{"model_type": "qwen2"}', weights: bool = True,
+                     chat_template: bool = True):
+        folder = root / name
+        shutil.copytree(tokenizer, folder)
+        if config is not None:
+            (folder / "config.json").write_text(config)
+        if weights:
+            (folder / "model.safetensors").write_bytes(b"")
+        if not chat_template:
+            settings = json.loads((folder / "tokenizer_config.json").read_text())
+            settings.pop("chat_template", None)
+            (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+        return folder
+
+    files["model"] = model_folder("model")
+    files["model_without_weights"] = model_folder("model_without_weights", weights=False)
+    files["model_bad_config"] = model_folder("model_bad_config", config="{not json")
+    files["model_without_template"] = model_folder("model_without_template", chat_template=False)
+    return files
+
+
+def run(argv: list[str], inputs: dict, capsys) -> tuple[int, str, str]:
+    """`fspo argv` with ``{name}`` replaced by the fixture's paths: (exit status, stdout, stderr)."""
+    argv = [arg.format(**inputs) for arg in argv]
+    capsys.readouterr()
+    try:
+        code = fspo_main(argv)
+    except SystemExit as stop:
+        code = stop.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_refused(result: tuple[int, str, str], status: int, message: str) -> None:
+    code, out, err = result
+    assert code == status, (code, out[-1000:], err[-2000:])
+    if status == 2:
+        assert err.count("\n") == 1 and message in err, err  # one line on stderr, naming the fix
+    else:
+        assert message in out + err, (out[-2000:], err[-2000:])
+    assert "Traceback" not in err
+
+
+DATA_CHECK = [
+    ("extra_info as JSON text", ["{extra_info_json_text}"], 1, "extra_info as str, not a mapping"),
+    ("evidence as a mapping", ["{evidence_mapping}"], 1, "hold evidence under 'evidence' as dict"),
+    ("evidence as bytes", ["{evidence_bytes}"], 1, "hold evidence under 'evidence' as bytes"),
+    ("empty ground truths", ["{empty_truth}"], 1, "2 rows have an empty reward_model.ground_truth"),
+    ("no rows", ["{no_rows}"], 1, "has no rows"),
+    ("a row without messages", ["{no_messages}"], 1, "1 rows have no prompt messages (first: 1)"),
+    ("--max-prompt-length without --tokenizer", ["{good}", "--max-prompt-length", "512"], 2,
+     "--max-prompt-length count prompt tokens: give --tokenizer"),
+    ("--prompt-format without --tokenizer", ["{good}", "--prompt-format", "qwen-base"], 2, "give --tokenizer"),
+    ("an empty --evidence-key", ["{good}", "--evidence-key", " "], 2, "--evidence-key is empty"),
+]
+
+
+@pytest.mark.parametrize(("argv", "status", "message"), [case[1:] for case in DATA_CHECK],
+                         ids=[case[0] for case in DATA_CHECK])
+def test_fspo_data_check(inputs, capsys, argv, status, message):
+    assert_refused(run(["data", "check", *argv], inputs, capsys), status, message)
+
+
+def test_fspo_data_check_passes_a_good_file(inputs, capsys):
+    code, out, _ = run(["data", "check", "{good}"], inputs, capsys)
+    assert code == 0 and "2 rows, can train" in out
+
+
+def test_data_check_reads_rows_as_verls_dataset_does(inputs, tmp_path, monkeypatch):
+    """verl's RLHFDataset reads every row of each file data check passes, and stops on the ones it refuses."""
+    import datasets
+    from omegaconf import OmegaConf
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from fspo.data.check import scan_file
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)
+    config = OmegaConf.create({"filter_overlong_prompts": False, "cache_dir": str(tmp_path)})
+    for name in ("good", "extra_info_json_text", "evidence_mapping", "evidence_bytes", "empty_truth"):
+        verl_problem = None
+        try:
+            dataset = RLHFDataset([str(inputs[name])], tokenizer=None, config=config)
+            for index in range(len(dataset)):
+                dataset[index]
+        except Exception as error:  # noqa: BLE001 - whatever verl raises on the row
+            verl_problem = error
+        problems = scan_file(inputs[name], check_scorers=False).problems
+        assert (verl_problem is None) == (not any("RLHFDataset" in p for p in problems)), (name, verl_problem, problems)
+        assert name != "good" or not problems
+
+
+VERIFY = [
+    ("evidence as a mapping", ["{evidence_dict}"], 2, "which training cannot read as evidence"),
+    ("a null response", ["{null_response}"], 2, "'response' is NoneType, not the response's text"),
+    ("an empty file", ["{empty_jsonl}"], 2, "no rows"),
+    ("threshold above 1", ["{bom_jsonl}", "--threshold", "1.5"], 2, "--threshold must be in [0, 1]"),
+    ("threshold NaN", ["{bom_jsonl}", "--threshold", "nan"], 2, "--threshold must be in [0, 1]"),
+    ("an unknown verifier", ["{bom_jsonl}", "--verifier", "minicheck"], 2, "unknown fspo.verifier.name 'minicheck'"),
+    ("--chart without --labelled", ["{bom_jsonl}", "--chart", "{root}/c.png"], 2, "give --labelled too"),
+    ("--chart in a missing folder", ["--labelled", "{labelled_bom}", "--chart", "{root}/nowhere/c.png"], 2,
+     "nowhere does not exist"),
+    ("--chart as text", ["--labelled", "{labelled_bom}", "--chart", "{root}/c.txt"], 2, "name the image .png"),
+    ("NaNs leave one class", ["--labelled", "{labelled_nan}"], 2, "left no supported pair scored"),
+]
+
+
+@pytest.mark.parametrize(("argv", "status", "message"), [case[1:] for case in VERIFY],
+                         ids=[case[0] for case in VERIFY])
+def test_fspo_verify(inputs, capsys, argv, status, message):
+    assert_refused(run(["verify", *argv], inputs, capsys), status, message)
+
+
+def test_fspo_verify_reads_a_bom_and_unicode_and_judges_at_the_calibrated_threshold(inputs, capsys):
+    code, out, _ = run(["verify", "{bom_jsonl}"], inputs, capsys)
+    assert code == 0 and "1 rows, 2 steps" in out and "threshold 1.0" in out
+    code, out, _ = run(["verify", "--labelled", "{labelled_bom}"], inputs, capsys)
+    assert code == 0 and "2 pairs: 1 supported, 1 unsupported" in out
+
+
+def test_fspo_verify_says_the_eiffel_tower_is_not_in_berlin(tmp_path, capsys):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"evidence": EVIDENCE, "response": "<think>The Eiffel Tower is in Berlin.</think>"}))
+    assert fspo_main(["verify", str(rows)]) == 0
+    assert "UNSUPPORTED  The Eiffel Tower is in Berlin." in capsys.readouterr().out
+
+
+EVALUATE_BASE = ["evaluate", "--model", "{model}", "--data", "{good}", "--output-dir", "{root}/eval"]
+EVALUATE = [
+    ("threshold above 1", ["--verifier", "lexical", "--threshold", "2"], 2, "--threshold must be in [0, 1], got 2.0"),
+    ("threshold without a verifier", ["--threshold", "0.7"], 2, "--threshold: only with --verifier NAME"),
+    ("verifier options without a verifier", ["--verifier-option", "cache_size=8"], 2,
+     "--verifier-option: only with --verifier"),
+    ("--limit 0", ["--limit", "0"], 2, "--limit must be >= 1, got 0"),
+    ("--max-new-tokens 0", ["--max-new-tokens", "0"], 2, "--max-new-tokens must be >= 1, got 0"),
+    ("huge tensor parallelism on transformers", ["--backend", "hf", "--tensor-parallel-size", "8"], 2,
+     "--tensor-parallel-size 8 needs the vllm backend"),
+    ("output folder is a file", ["--output-dir", "{a_file}"], 2, "is a file, not a folder"),
+    ("output folder under a file", ["--output-dir", "{a_file}/eval"], 2, "so the folder cannot be created"),
+    ("a model folder without weights", ["--model", "{model_without_weights}"], 2, "holds no weights"),
+    ("a model folder with a broken config.json", ["--model", "{model_bad_config}"], 2, "config.json is not readable JSON"),
+    ("data: CSV renamed .parquet", ["--data", "{csv_parquet}"], 2, "is not a readable parquet file"),
+    ("data with no rows", ["--data", "{no_rows}"], 2, "has no rows"),
+    ("a tokenizer without a chat template", ["--model", "{model_without_template}"], 2,
+     "does not render for model model_without_template: the model's tokenizer has no chat template"),
+]
+
+
+@pytest.mark.parametrize(("argv", "status", "message"), [case[1:] for case in EVALUATE],
+                         ids=[case[0] for case in EVALUATE])
+def test_fspo_evaluate(inputs, capsys, argv, status, message):
+    assert_refused(run([*EVALUATE_BASE, *argv], inputs, capsys), status, message)
+
+
+VERIFIER_TRAIN_BASE = ["verifier", "train", "--data", "{labelled_bom}", "--output-dir", "{root}/verifier"]
+VERIFIER_TRAIN = [
+    ("--max-length too short for a claim", ["--max-length", "7"], 2, "the nli backend needs >= 8"),
+    ("--max-length past the positions", ["--max-length", "100000"], 2, "longer than the base model's 512 positions"),
+    ("a NaN learning rate", ["--learning-rate", "nan"], 2, "--learning-rate must be a finite number above 0"),
+    ("a negative learning rate", ["--learning-rate=-1e-5"], 2, "--learning-rate must be a finite number above 0"),
+    ("threads 0", ["--threads", "0"], 2, "--threads must be >= 1"),
+    ("output folder is a file", ["--output-dir", "{a_file}"], 2, "is a file, not a folder"),
+    ("a base model without weights", ["--base-model", "{model_without_weights}"], 2, "holds no weights"),
+]
+
+
+@pytest.mark.parametrize(("argv", "status", "message"), [case[1:] for case in VERIFIER_TRAIN],
+                         ids=[case[0] for case in VERIFIER_TRAIN])
+def test_fspo_verifier_train(inputs, capsys, argv, status, message):
+    assert_refused(run([*VERIFIER_TRAIN_BASE, *argv], inputs, capsys), status, message)
+    assert not (inputs["root"] / "verifier").exists()
+
+
+DATA_BUILD = [
+    ("synthetic: a negative size", ["synthetic", "--size", "-1", "--output-dir", "{root}/s"], 2,
+     "--size must be >= 0, got -1"),
+    ("synthetic: a negative test size", ["synthetic", "--test-size", "-5", "--output-dir", "{root}/s"], 2,
+     "--test-size must be >= 0, got -5"),
+    ("synthetic: nothing to build", ["synthetic", "--size", "0", "--test-size", "0", "--output-dir", "{root}/s"], 2,
+     "nothing to build"),
+    ("synthetic: output folder is a file", ["synthetic", "--size", "1", "--output-dir", "{a_file}"], 2,
+     "is a file, not a folder"),
+    ("a negative size", ["halueval", "--input", "{halueval_bom}", "--size", "-3", "--output-dir", "{root}/h"], 2,
+     "--size must be >= 1, got -3"),
+    ("CSV renamed .parquet", ["halueval", "--input", "{csv_parquet}", "--output-dir", "{root}/h"], 2,
+     "not a readable parquet file"),
+    ("JSON holding a number", ["halueval", "--input", "{json_number}", "--output-dir", "{root}/h"], 2,
+     "holds a JSON int, not a list of records"),
+    ("output folder under a file", ["halueval", "--input", "{halueval_bom}", "--output-dir", "{a_file}/h"], 2,
+     "so the folder cannot be created"),
+    ("a tokenizer that does not load", ["halueval", "--input", "{halueval_bom}", "--tokenizer", "{folder}",
+                                        "--max-prompt-tokens", "64", "--output-dir", "{root}/h"], 2,
+     "cannot load the tokenizer"),
+    ("--max-prompt-tokens 0", ["halueval", "--input", "{halueval_bom}", "--tokenizer", "{model}",
+                               "--max-prompt-tokens", "0", "--output-dir", "{root}/h"], 2,
+     "--max-prompt-tokens must be >= 1"),
+]
+
+
+@pytest.mark.parametrize(("argv", "status", "message"), [case[1:] for case in DATA_BUILD],
+                         ids=[case[0] for case in DATA_BUILD])
+def test_fspo_data_builders(inputs, capsys, argv, status, message):
+    assert_refused(run(["data", *argv], inputs, capsys), status, message)
+    assert not any((inputs["root"] / name).exists() for name in ("s", "h"))
+
+
+def test_a_source_file_with_a_bom_builds(inputs, tmp_path, capsys):
+    code, out, err = run(["data", "halueval", "--input", "{halueval_bom}", "--output-dir", str(tmp_path)], inputs, capsys)
+    assert code == 0, err
+    assert pq.read_table(tmp_path / "test.parquet").num_rows == 1
+
+
+@pytest.fixture(scope="module")
+def trainer_config():
+    """fspo_trainer.yaml composed as `fspo train` composes it (no Ray, no model)."""
+    from hydra import compose, initialize_config_module
+
+    def compose_with(*overrides: str):
+        with initialize_config_module("fspo.config", version_base=None):
+            return compose("fspo_trainer", overrides=list(overrides))
+
+    return compose_with
+
+
+TRAIN = [
+    ("grpo with one rollout per prompt", ["actor_rollout_ref.rollout.n=1"],
+     "algorithm.adv_estimator=grpo compares each rollout with the others of its prompt"),
+    ("rloo with one rollout per prompt", ["algorithm.adv_estimator=rloo", "actor_rollout_ref.rollout.n=1"],
+     "set rollout.n >= 2"),
+    ("gae without a critic model", ["algorithm.adv_estimator=gae"],
+     "algorithm.adv_estimator=gae trains a value model (the critic), but critic.model.path is"),
+    ("gae with a critic model that is not there", ["algorithm.adv_estimator=gae", "critic.model.path=/nowhere/critic"],
+     "critic.model.path=/nowhere/critic does not exist"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), [case[1:] for case in TRAIN], ids=[case[0] for case in TRAIN])
+def test_fspo_train_estimator_needs(trainer_config, overrides, message):
+    from fspo.checks import ConfigError, check_advantage_estimator
+
+    with pytest.raises(ConfigError) as error:
+        check_advantage_estimator(trainer_config(*overrides))
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_fspo_train_accepts_the_default_group_and_a_critic_free_single_rollout(trainer_config):
+    from fspo.checks import check_advantage_estimator
+
+    check_advantage_estimator(trainer_config())  # grpo, n=8
+    check_advantage_estimator(trainer_config("algorithm.adv_estimator=reinforce_plus_plus", "actor_rollout_ref.rollout.n=1"))
+
+
+# --- the pure helpers behind the checks ---------------------------------------------------------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+stored_values = st.recursive(
+    st.none() | st.text(max_size=8) | st.binary(max_size=4) | st.integers() | st.floats(allow_nan=True),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
+    max_leaves=6,
+)
+
+
+@given(stored_values)
+def test_evidence_training_reads_is_never_taken_for_no_evidence(value):
+    """`fspo data check` counts a row as holding unusable evidence only when training reads none from it."""
+    from fspo.data.check import _blank
+    from fspo.reward import row_evidence
+
+    if row_evidence({"extra_info": {"evidence": value}}, "evidence"):
+        assert not _blank(value)
+
+
+@given(st.lists(st.sampled_from(["hydra.run.dir=/x", "hydra.output_subdir=o", "hydra/job_logging=default",
+                                 "trainer.n_gpus_per_node=8", "+hydra/hydra_logging=default"]), unique=True))
+def test_the_dry_run_keeps_the_users_hydra_settings(argv):
+    from fspo.main import DRY_RUN_HYDRA_OVERRIDES, without_hydra_outputs
+
+    extended = without_hydra_outputs(argv)
+    assert extended[: len(argv)] == argv
+    keys = [arg.split("=", 1)[0].lstrip("+~") for arg in extended]
+    assert len(keys) == len(set(keys))  # each key set once: the user's value wins
+    assert set(keys) >= {override.split("=", 1)[0] for override in DRY_RUN_HYDRA_OVERRIDES}
