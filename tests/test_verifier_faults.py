@@ -178,6 +178,8 @@ def test_a_killed_server_loses_at_most_its_requests_in_flight(servers, qwen_toke
     assert killed, "the stream ended before a request was in flight on the server to kill"
     unlabelled = sum(info["fspo_labelled"] == 0 for info in infos)
     failed = sum(info["fspo_verifier_failed"] for info in infos)
+    print(f"killed after {killed['at']} rollouts with {killed['in_flight']} in flight on it: {unlabelled} lost, "
+          f"client counts {dict(client.counts)}")
     assert unlabelled == failed <= killed["in_flight"]  # lost only what was on it, and every loss is counted
     assert client.counts["died"] >= 1 and client.counts["died"] + client.counts["failed"] >= 1
     assert len(infos) == 600 and all(info["fspo_labelled"] for info in infos[killed["at"] + 64:])

@@ -299,6 +299,7 @@ class ColocatedVerifier(Verifier):
         self._discovery: asyncio.Task | None = None  # one lookup shared by the rollouts that arrive first
         self._rediscovery: asyncio.Task | None = None
         self._last_lookup = 0.0
+        self._unreached = 0
         self._turn = itertools.count()
         self.counts: Counter = Counter()  # requests, retries, timeouts, died, unavailable, errors, failed
 
@@ -344,14 +345,17 @@ class ColocatedVerifier(Verifier):
         self._last_lookup = time.monotonic()
         known = {server.name: server for server in self._servers}
         wanted = [name for name in names if name not in known or known[name].dead]
-        found = []
-        for name in wanted:
+
+        async def look_up(name: str) -> _Server | None:
             try:
                 handle = await asyncio.to_thread(ray.get_actor, name)
                 info = await asyncio.wait_for(asyncio.wrap_future(handle.describe.remote().future()), 30.0)
             except Exception:  # noqa: BLE001 - it died again or is still loading: the next lookup retries
-                continue
-            found.append(_Server(name, handle, info))
+                return None
+            return _Server(name, handle, info)
+
+        found = [server for server in await asyncio.gather(*map(look_up, wanted)) if server is not None]
+        self._unreached = len(wanted) - len(found)  # named but not answering yet: looked up again later
         for server in found:
             if server.name in known:
                 self._servers[self._servers.index(known[server.name])] = server
@@ -364,8 +368,8 @@ class ColocatedVerifier(Verifier):
         await self._adopt(await asyncio.to_thread(self._names))
 
     def _maybe_rediscover(self) -> None:
-        """Look the servers up again in the background while one is dead, at most every ``REDISCOVER_S``."""
-        if not any(server.dead for server in self._servers):
+        """Look the servers up again in the background while one is dead or unreached, at most every ``REDISCOVER_S``."""
+        if not self._unreached and not any(server.dead for server in self._servers):
             return
         if time.monotonic() - self._last_lookup < REDISCOVER_S:
             return
