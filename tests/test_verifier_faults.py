@@ -1,9 +1,9 @@
 """The colocated verifier under faults: dead, hung and failing servers, and bad pairs in merged batches.
 
-Four verifier servers on four logical GPUs of one Ray cluster (shared by the module), reached through the
-real reward manager; the faults are real (``ray.kill``, a backend that blocks or raises on a marked pair:
-:mod:`fspo_testing.faulty_verifier`). Each test starts its servers under a job id of its own, which also
-shows two jobs in one namespace never use each other's servers.
+Four verifier servers on four logical GPUs of one Ray cluster, shared by the module's tests (each breaks
+one at most), reached through the real reward manager; the faults are real (``ray.kill``, a backend that
+blocks or raises on a marked pair: :mod:`fspo_testing.faulty_verifier`). The merged-batch test runs one
+server under another job id in the same namespace, which also shows two jobs never use each other's.
 """
 
 from __future__ import annotations
@@ -98,30 +98,29 @@ def gpu_bundles():
     ray.shutdown()
 
 
-@pytest.fixture
-def servers(gpu_bundles, request):
-    """``start(count, coalesce_ms)``: faulty-capable servers under a job id of the test's own; killed after."""
+def start_servers(group, job_id: str, coalesce_ms: float = 10.0) -> list:
+    """Faulty-capable lexical servers, one per bundle of ``group``, under ``job_id``."""
     from fspo.verifiers.ray_actor import start_colocated_servers
     from fspo_testing.faulty_verifier import FaultyVerifierServer
 
-    started = []
+    handles, _ = start_colocated_servers(
+        [group], {"name": "lexical", "coalesce_ms": coalesce_ms}, gpu_fraction=1 / 4, num_cpus=0,
+        start_timeout_s=120, server_class=FaultyVerifierServer, job_id=job_id,
+    )
+    return handles
 
-    def start(count: int = SERVERS, coalesce_ms: float = 10.0):
-        job_id = f"test{len(started)}{abs(hash(request.node.name)) % 10_000}"
-        handles, _ = start_colocated_servers(
-            [gpu_bundles[count]],
-            {"name": "lexical", "coalesce_ms": coalesce_ms},
-            gpu_fraction=1 / 4,
-            num_cpus=0,
-            start_timeout_s=120,
-            server_class=FaultyVerifierServer,
-            job_id=job_id,
-        )
-        started.extend(handles)
-        return job_id, handles
 
-    yield start
-    for handle in started:
+@pytest.fixture(scope="module")
+def pool(gpu_bundles):
+    """Four servers shared by the module's fault tests (a server process takes ~8 s to start on two cores).
+
+    ``pool["servers"]`` maps name -> handle of the sound ones: a test that breaks a server for good takes it
+    out; each test needs two sound ones and builds a fresh client (a new reward worker's view).
+    """
+    job_id = "pool"
+    handles = start_servers(gpu_bundles[SERVERS], job_id)
+    yield {"job_id": job_id, "servers": {colocated_server_name(job_id, rank): h for rank, h in enumerate(handles)}}
+    for handle in handles:
         ray.kill(handle)
 
 
@@ -160,19 +159,20 @@ async def stream(manager, rollouts, concurrency: int = 64, on_done=None):
     return await asyncio.gather(*(one(data) for data in rollouts))
 
 
-def test_a_killed_server_loses_at_most_its_requests_in_flight(servers, qwen_tokenizer):
-    job_id, handles = servers()
-    manager = reward_manager(qwen_tokenizer, job_id)
+def test_a_killed_server_loses_at_most_its_requests_in_flight(pool, qwen_tokenizer):
+    manager = reward_manager(qwen_tokenizer, pool["job_id"])
     client = manager.verifier
     rollouts = [rollout(qwen_tokenizer, i) for i in range(600)]
-    victim = colocated_server_name(job_id, 0)
+    victim, victim_handle = next(iter(pool["servers"].items()))
+    others = [handle for name, handle in pool["servers"].items() if name != victim]
     killed: dict = {}
 
     async def kill_mid_stream(done):
         if not killed and done >= 200 and client.in_flight(victim):
             killed["in_flight"] = client.in_flight(victim)
             killed["at"] = done
-            ray.kill(handles[0])
+            ray.kill(victim_handle)
+            del pool["servers"][victim]
 
     infos = asyncio.run(stream(manager, rollouts, on_done=kill_mid_stream))
     assert killed, "the stream ended before a request was in flight on the server to kill"
@@ -183,32 +183,35 @@ def test_a_killed_server_loses_at_most_its_requests_in_flight(servers, qwen_toke
     assert unlabelled == failed <= killed["in_flight"]  # lost only what was on it, and every loss is counted
     assert client.counts["died"] >= 1 and client.counts["died"] + client.counts["failed"] >= 1
     assert len(infos) == 600 and all(info["fspo_labelled"] for info in infos[killed["at"] + 64:])
-    served = ray.get([handle.describe.remote() for handle in handles[1:]])
+    served = ray.get([handle.describe.remote() for handle in others])
     assert all(info["requests"] for info in served)  # the others took the rest
 
 
-def test_a_hung_server_costs_one_deadline_not_the_step(servers, qwen_tokenizer):
-    job_id, handles = servers()
+def test_a_hung_server_costs_one_deadline_not_the_step(pool, qwen_tokenizer):
     timeout_s = 3.0
     rollouts = [rollout(qwen_tokenizer, i) for i in range(500)]
-    healthy = reward_manager(qwen_tokenizer, job_id, timeout_s)
+    healthy = reward_manager(qwen_tokenizer, pool["job_id"], timeout_s)
     started = time.monotonic()
     asyncio.run(stream(healthy, rollouts))
     baseline = time.monotonic() - started
 
-    ray.get(handles[1].hang.remote(3600))
-    manager = reward_manager(qwen_tokenizer, job_id, timeout_s)
+    name, hung = next(iter(pool["servers"].items()))
+    ray.get(hung.hang.remote(3600))
+    del pool["servers"][name]
+    manager = reward_manager(qwen_tokenizer, pool["job_id"], timeout_s)
     started = time.monotonic()
     infos = asyncio.run(stream(manager, rollouts))
     elapsed = time.monotonic() - started
-    print(f"500 rollouts: {baseline:.1f} s with 4 sound servers, {elapsed:.1f} s with one hung")
+    ray.kill(hung)  # for good: later tests' clients must not find it
+    print(f"500 rollouts: {baseline:.1f} s with {len(pool['servers']) + 1} sound servers, {elapsed:.1f} s with one hung")
     assert elapsed <= baseline + timeout_s + 10.0
     assert manager.verifier.counts["timeouts"] >= 1
     assert all(info["fspo_labelled"] for info in infos)  # every request it held went elsewhere
 
 
-def test_one_raising_pair_in_a_merged_batch_costs_only_its_own_rollout(servers, qwen_tokenizer):
-    job_id, handles = servers(count=1, coalesce_ms=500)
+def test_one_raising_pair_in_a_merged_batch_costs_only_its_own_rollout(gpu_bundles, qwen_tokenizer):
+    job_id = "one"  # a job of its own, in the same namespace as the pool's: neither sees the other's servers
+    handles = start_servers(gpu_bundles[1], job_id, coalesce_ms=500)
     manager = reward_manager(qwen_tokenizer, job_id)
     marked = 17
     infos = asyncio.run(stream(manager, [rollout(qwen_tokenizer, i, marked=i == marked) for i in range(64)]))
@@ -219,3 +222,37 @@ def test_one_raising_pair_in_a_merged_batch_costs_only_its_own_rollout(servers, 
     assert described["failed_pairs"] == 1
     assert described["requests"] == 64 and described["model_calls"] <= 2 * 6 + 1  # one batch, split around the pair
     assert not manager.verifier.counts["errors"]
+    assert len(manager.verifier.server_infos) == 1  # its own server, none of the pool's
+    ray.kill(handles[0])
+
+
+def test_a_crashed_server_is_restarted_by_ray_and_used_again(pool, qwen_tokenizer, monkeypatch):
+    """A server process that dies unasked (``ray.kill(no_restart=False)``: as a segfault would) is restarted by
+    Ray under its name (``max_restarts``), and the client sends requests to it again once its back-off ends."""
+    from fspo.verifiers import ray_actor
+
+    monkeypatch.setattr(ray_actor, "SET_ASIDE_S", 1.0)  # the back-off, shortened for the test
+    monkeypatch.setattr(ray_actor, "REDISCOVER_S", 1.0)
+    manager = reward_manager(qwen_tokenizer, pool["job_id"])
+    client = manager.verifier
+    rollouts = [rollout(qwen_tokenizer, i) for i in range(128)]
+    victim = next(iter(pool["servers"].values()))
+    asyncio.run(stream(manager, rollouts))
+    pid = ray.get(victim.describe.remote())["pid"]
+    ray.kill(victim, no_restart=False)
+    infos = asyncio.run(stream(manager, rollouts))  # while it restarts
+    deadline = time.monotonic() + 120
+    while True:  # Ray answers "unavailable" until the restarted process has loaded its verifier
+        try:
+            restarted = ray.get(victim.describe.remote(), timeout=30)
+            break
+        except ray.exceptions.ActorUnavailableError:
+            assert time.monotonic() < deadline, "Ray did not restart the server"
+            time.sleep(0.5)
+    assert restarted["pid"] != pid
+    time.sleep(1.5)  # past the back-off and the lookup interval
+    asyncio.run(stream(manager, rollouts))
+    asyncio.run(stream(manager, rollouts))
+    print(f"restart: client counts {dict(client.counts)}")
+    assert all(info["fspo_labelled"] for info in infos)
+    assert ray.get(victim.describe.remote())["requests"] > 0  # the restarted process serves again

@@ -378,6 +378,8 @@ class ColocatedVerifier(Verifier):
             self._rediscovery = asyncio.ensure_future(self._rediscover())
 
     def _set_aside(self, server: _Server, why: str, error: BaseException | None) -> None:
+        if server.aside_until > time.monotonic():
+            return  # another request in flight on it when it failed: the same failure, one back-off
         back_off = min(SET_ASIDE_S * 2**server.set_asides_in_a_row, SET_ASIDE_MAX_S)
         server.set_asides_in_a_row += 1
         server.aside_until = time.monotonic() + back_off
