@@ -178,18 +178,19 @@ class ModelVerifier(PairPipeline):
         pairs = list(pairs)
         if not self.windows_evidence or self.max_row_tokens is None or not pairs:
             return pairs, list(range(len(pairs)))
-        claims = list(dict.fromkeys(claim for _, claim in pairs))
-        bare_rows, bare_owners = self.encode([("", claim) for claim in claims])
+        least_budget = self.max_row_tokens // 4
+        tokenized = {evidence: self._token_spans(evidence) for evidence in dict.fromkeys(e for e, _ in pairs)}
+        # What the prompt and the claim take, measured only where the evidence may not fit beside them.
+        claims = list(dict.fromkeys(claim for evidence, claim in pairs if len(tokenized[evidence]) > least_budget))
         overhead = dict.fromkeys(claims, 0)
-        for row, owner in zip(bare_rows, bare_owners):
-            overhead[claims[owner]] = max(overhead[claims[owner]], len(row["input_ids"]))
-        tokenized: dict[str, list[tuple[int, int]]] = {}
+        if claims:
+            bare_rows, bare_owners = self.encode([("", claim) for claim in claims])
+            for row, owner in zip(bare_rows, bare_owners):
+                overhead[claims[owner]] = max(overhead[claims[owner]], len(row["input_ids"]))
         windowed, owners = [], []
         for index, (evidence, claim) in enumerate(pairs):
-            budget = max(self.max_row_tokens - overhead[claim], self.max_row_tokens // 4)
-            spans = tokenized.get(evidence)
-            if spans is None:
-                spans = tokenized[evidence] = self._token_spans(evidence)
+            spans = tokenized[evidence]
+            budget = max(self.max_row_tokens - overhead.get(claim, 0), least_budget)
             if len(spans) > budget and self.long_evidence == "top_k":
                 evidence = top_k_evidence(evidence, claim, self.evidence_top_k or LONG_EVIDENCE_TOP_K)
                 spans = self._token_spans(evidence)
