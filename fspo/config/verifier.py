@@ -25,6 +25,8 @@ from fspo.verifiers.placement import MODEL_BACKENDS, PLACEMENTS
 
 logger = logging.getLogger(__name__)
 
+# fspo.verifier.long_evidence's values (fspo.verifiers.model_base).
+LONG_EVIDENCE = ("chunks", "top_k")
 EVERY_BACKEND = VERIFIER_NAMES
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -64,6 +66,10 @@ class VerifierConfig(BaseConfig):
     num_cpus: float = _option(1.0, "placement=ray or colocated: CPUs each verifier actor asks Ray for.")
     actor_name: str = _option("fspo_verifier", "placement=ray: the actor's Ray name; reward workers that use the "
                                                "same name share one model.")
+    request_timeout_s: float = _option(
+        300.0, "placement=colocated: seconds a reward worker waits for one rollout's verdicts from a server (queueing "
+               "behind the step's other batches included) before it sets that server aside and asks another; a "
+               "server that fails or times out is retried after a back-off (30 s, doubling).")
     start_timeout_s: float = _option(600.0, "placement=ray or colocated: seconds the verifier servers may take to "
                                             "start and load their model before the run fails instead of hanging.")
     model_path: Optional[str] = _option(
@@ -79,6 +85,16 @@ class VerifierConfig(BaseConfig):
     max_tokens_per_batch: Optional[int] = _option(
         None, "Padded tokens per micro-batch of the model; null = the backend's default. A CUDA out-of-memory "
               "error halves it.", MODEL_BACKENDS)
+    max_row_tokens: Optional[int] = _option(
+        None, "Most model tokens in one verifier row (prompt + evidence + step); a longer evidence is cut into "
+              "overlapping windows that fit and the step scores as its best window. Bounds the verifier's memory "
+              "per row (T5 attention grows with the square of the length) at the cost of E / (0.75 W) rows per "
+              "pair for an evidence of E tokens and windows of W. null = 512; 0 = whole evidence (the paper's).",
+        MODEL_BACKENDS)
+    long_evidence: Optional[str] = _option(
+        None, "How an evidence past max_row_tokens is verified: chunks (every window, best one counts) or top_k "
+              "(the step's evidence_top_k best sentences, 5 if unset, windowed if still too long: fewer rows, "
+              "may drop the supporting sentence). null = chunks.", MODEL_BACKENDS)
     trust_remote_code: Optional[bool] = _option(
         None, "Run the checkpoint's own code. null: hhem true (as published; false loads its weights into "
               "transformers' T5ForTokenClassification), nli false.", ("hhem", "nli"))
@@ -120,6 +136,10 @@ class VerifierConfig(BaseConfig):
         check_name(self.name)
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"fspo.verifier.placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
+        if self.long_evidence is not None and self.long_evidence not in LONG_EVIDENCE:
+            raise ConfigError(
+                f"fspo.verifier.long_evidence must be one of {', '.join(LONG_EVIDENCE)} or null, got {self.long_evidence!r}"
+            )
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ConfigError(f"fspo.verifier.dtype must be one of {', '.join(DTYPES)} or null, got {self.dtype!r}")
         _require(0.0 <= self.threshold <= 1.0, "threshold", self.threshold, "a number in [0, 1]")
@@ -169,6 +189,8 @@ _LOWER_BOUNDS = (
     ("num_gpus", 0, "a non-negative number"),
     ("num_cpus", 0, "a non-negative number"),
     ("start_timeout_s", 1e-9, "a positive number of seconds"),
+    ("request_timeout_s", 1e-9, "a positive number of seconds"),
+    ("max_row_tokens", 0, "a non-negative integer (0 = no limit) or null"),
     ("max_tokens_per_batch", 1, "a positive integer or null"),
     ("max_length", 1, "a positive integer or null"),
     ("stride", 0, "a non-negative integer or null"),

@@ -72,7 +72,9 @@ def build_verifier(config: Mapping) -> Verifier:
     if settings.placement == "colocated":
         from fspo.verifiers.ray_actor import ColocatedVerifier
 
-        return ColocatedVerifier(settings.name, threshold=settings.threshold)
+        return ColocatedVerifier(
+            settings.name, threshold=settings.threshold, request_timeout_s=settings.request_timeout_s
+        )
     if settings.placement == "ray":
         from fspo.verifiers.ray_actor import RayVerifier
 

@@ -75,12 +75,16 @@ class Verifier(ABC):
         """[`~Verifier.score`] for async callers such as verl's reward loop, which scores one rollout per call.
 
         Concurrent calls are merged by a [`fspo.coalesce.Coalescer`], so the model still sees the whole
-        step's pairs in one batched [`~Verifier.score`] call, run in a worker thread.
+        step's pairs in one batched [`~Verifier.score`] call, run in a worker thread. A merged batch that
+        raises is split until the failing pairs are isolated: they score NaN (unverifiable), the others
+        are scored; a request whose every pair fails gets the error.
         """
         loop = asyncio.get_running_loop()
         coalescer = getattr(self, "_coalescer", None)
         if coalescer is None or getattr(self, "_coalescer_loop", None) is not loop:
-            coalescer = self._coalescer = Coalescer(lambda _key, batch: self.score(batch), window_s=self.coalesce_ms / 1000)
+            coalescer = self._coalescer = Coalescer(
+                lambda _key, batch: self.score(batch), window_s=self.coalesce_ms / 1000, failed_result=UNVERIFIABLE
+            )
             self._coalescer_loop = loop
         scores, _ = await coalescer.submit(check_pairs(pairs))
         return scores

@@ -37,10 +37,12 @@ class EmbeddingVerifier(ModelVerifier):
     Args:
         model_path: a BERT-like encoder directory; default: the packaged all-MiniLM-L6-v2.
         max_length: tokens per sentence (MiniLM was trained with 256).
-        **kwargs: device, dtype, max_tokens_per_batch, evidence_top_k, cache_size.
+        **kwargs: device, dtype, max_tokens_per_batch, evidence_top_k, cache_size (``max_row_tokens``
+            and ``long_evidence`` do not apply: every row is one sentence).
     """
 
     name = "embedding"
+    windows_evidence = False  # each row is one sentence of at most max_length tokens already
 
     def __init__(
         self,

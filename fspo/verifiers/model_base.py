@@ -1,4 +1,24 @@
-"""Shared plumbing of the model backends (hhem, nli, embedding): device, dtype, batched scoring."""
+"""Shared plumbing of the model backends (hhem, nli, embedding): device, dtype, long evidence, batched scoring.
+
+A backend subclasses :class:`ModelVerifier` and implements ``encode(pairs) -> (rows, owners)`` and
+``forward(batch) -> Tensor[rows]``; :meth:`ModelVerifier.score` does the rest, in this order:
+
+1. deduplicate, trim to ``evidence_top_k`` sentences if set, look up the cache (:class:`PairPipeline`);
+2. **long evidence** (:meth:`ModelVerifier.evidence_windows`): an evidence whose pair would pass
+   ``max_row_tokens`` model tokens is cut into overlapping windows of the model's tokens, each of which
+   fits beside the prompt and the claim (``long_evidence: chunks``, the default), or first cut to the
+   claim's top-k sentences and then windowed (``long_evidence: top_k``). Each window becomes a pair of
+   its own; the original pair scores as its best-supporting window (:func:`best_row_scores`), as
+   factual-consistency checkers (SummaC, AlignScore, MiniCheck) score long documents. Memory per row is
+   then bounded by ``max_row_tokens`` whatever the evidence's length (T5's eager attention keeps several
+   ``heads x L x L`` fp32 tensors per row); the cost is more rows: about ``E / (0.75 W)`` windows of
+   ``W`` tokens for an evidence of ``E`` tokens, each repeating the prompt and the claim;
+3. ``encode`` the windowed pairs, run ``forward`` in token-budget micro-batches
+   (:func:`~fspo.verifiers.batching.run_batched`), and take each pair's best row.
+
+A new backend gets the windowing by construction: it only has to encode the pairs it is given. One
+whose rows are already bounded (``embedding`` embeds sentences) sets ``windows_evidence = False``.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +30,18 @@ from collections.abc import Sequence
 
 import torch
 
+from fspo.config.verifier import LONG_EVIDENCE
 from fspo.verifiers.base import Pair, PairPipeline
+from fspo.verifiers.text import top_k_evidence
 from fspo.verifiers.batching import (
     Features,
     pad_features,
     plan_micro_batches,
     run_batched,
 )
+
+# long_evidence=top_k with evidence_top_k unset: sentences kept from an evidence past max_row_tokens.
+LONG_EVIDENCE_TOP_K = 5
 
 DTYPES = {
     "float32": torch.float32,
@@ -89,6 +114,21 @@ def best_row_scores(owners: Sequence[int], values: Sequence[float], pairs: int) 
     return [math.nan if score == float("-inf") else score for score in scores]
 
 
+def plan_windows(length: int, window: int, overlap: int) -> list[tuple[int, int]]:
+    """Token windows ``[start, end)`` that cover ``range(length)``, each at most ``window`` long.
+
+    Consecutive windows share ``overlap`` tokens (a sentence cut by one window's end is whole in the
+    next); a sequence that fits is one window.
+    """
+    if window < 1 or not 0 <= overlap < window:
+        raise ValueError(f"need window >= 1 and 0 <= overlap < window, got window={window}, overlap={overlap}")
+    windows = [(0, min(length, window))]
+    while windows[-1][1] < length:
+        start = windows[-1][1] - overlap
+        windows.append((start, min(length, start + window)))
+    return windows
+
+
 class ModelVerifier(PairPipeline):
     """A verifier whose pairs become tokenized rows scored by one model forward per micro-batch.
 
@@ -101,8 +141,16 @@ class ModelVerifier(PairPipeline):
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: model dtype name (``float32``, ``bfloat16``, ``float16``).
         max_tokens_per_batch: padded-token budget of one micro-batch.
+        max_row_tokens: the most model tokens one row (prompt + evidence + claim) may have; a longer
+            evidence is cut into windows (see the module doc). ``0`` or ``None``: no limit (whole
+            evidence, as in the paper; memory grows with the square of the longest evidence).
+        long_evidence: ``chunks`` (every window of the evidence, best one counts) or ``top_k`` (the
+            claim's ``evidence_top_k`` best sentences, 5 if unset, then windows if still too long).
         evidence_top_k, cache_size: see [`~fspo.verifiers.base.PairPipeline`].
     """
+
+    # False for a backend whose rows never hold a whole evidence (embedding: one sentence per row).
+    windows_evidence: bool = True
 
     def __init__(
         self,
@@ -110,13 +158,19 @@ class ModelVerifier(PairPipeline):
         device: str = "auto",
         dtype: str = "float32",
         max_tokens_per_batch: int = 16384,
+        max_row_tokens: int | None = 512,
+        long_evidence: str = "chunks",
         evidence_top_k: int | None = None,
         cache_size: int = 0,
     ):
         super().__init__(evidence_top_k=evidence_top_k, cache_size=cache_size)
+        if long_evidence not in LONG_EVIDENCE:
+            raise ValueError(f"long_evidence must be one of {LONG_EVIDENCE}, got {long_evidence!r}")
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.max_tokens_per_batch = max_tokens_per_batch
+        self.max_row_tokens = max_row_tokens or None
+        self.long_evidence = long_evidence
 
     @property
     def pad_token_id(self) -> int:
@@ -129,8 +183,50 @@ class ModelVerifier(PairPipeline):
     @abstractmethod
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor: ...
 
+    def evidence_windows(self, pairs: Sequence[Pair]) -> tuple[list[Pair], list[int]]:
+        """``pairs`` with every evidence too long for ``max_row_tokens`` cut into windows that fit.
+
+        Returns the pairs to encode and, for each, the index of its pair in ``pairs``. A window is a
+        slice of the evidence's text on the model's token boundaries; it fits beside the claim and the
+        backend's prompt (measured by encoding the claim with an empty evidence), give or take a token
+        at its edges. A claim that leaves less than a quarter of the row still gets a quarter.
+        """
+        pairs = list(pairs)
+        if not self.windows_evidence or self.max_row_tokens is None or not pairs:
+            return pairs, list(range(len(pairs)))
+        least_budget = self.max_row_tokens // 4
+        tokenized = {evidence: self._token_spans(evidence) for evidence in dict.fromkeys(e for e, _ in pairs)}
+        # What the prompt and the claim take, measured only where the evidence may not fit beside them.
+        claims = list(dict.fromkeys(claim for evidence, claim in pairs if len(tokenized[evidence]) > least_budget))
+        overhead = dict.fromkeys(claims, 0)
+        if claims:
+            bare_rows, bare_owners = self.encode([("", claim) for claim in claims])
+            for row, owner in zip(bare_rows, bare_owners):
+                overhead[claims[owner]] = max(overhead[claims[owner]], len(row["input_ids"]))
+        windowed, owners = [], []
+        for index, (evidence, claim) in enumerate(pairs):
+            spans = tokenized[evidence]
+            budget = max(self.max_row_tokens - overhead.get(claim, 0), least_budget)
+            if len(spans) > budget and self.long_evidence == "top_k":
+                evidence = top_k_evidence(evidence, claim, self.evidence_top_k or LONG_EVIDENCE_TOP_K)
+                spans = self._token_spans(evidence)
+            if len(spans) <= budget:
+                windowed.append((evidence, claim))
+                owners.append(index)
+                continue
+            for start, end in plan_windows(len(spans), budget, budget // 4):
+                windowed.append((evidence[spans[start][0] : spans[end - 1][1]], claim))
+                owners.append(index)
+        return windowed, owners
+
+    def _token_spans(self, text: str) -> list[tuple[int, int]]:
+        """Character span of each of ``text``'s model tokens (no special tokens)."""
+        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return [tuple(span) for span in encoded["offset_mapping"]]
+
     def _score_unique(self, pairs: list[Pair]) -> list[float]:
-        rows, owners = self.encode(pairs)
+        windowed, window_owners = self.evidence_windows(pairs)
+        rows, owners = self.encode(windowed)
         outputs = run_batched(
             rows,
             self.forward,
@@ -138,11 +234,12 @@ class ModelVerifier(PairPipeline):
             device=self.device,
             max_tokens_per_batch=self.max_tokens_per_batch,
         )
-        return best_row_scores(owners, [float(value) for value in outputs], len(pairs))
+        pair_of_row = [window_owners[owner] for owner in owners]
+        return best_row_scores(pair_of_row, [float(value) for value in outputs], len(pairs))
 
     def micro_batches(self, pairs: Sequence[Pair]) -> list[dict[str, torch.Tensor]]:
         """The padded micro-batches [`score`] would run for ``pairs`` (deduplicated): for benchmarks."""
-        rows, _ = self.encode(list(dict.fromkeys(self.prepare(pairs))))
+        rows, _ = self.encode(self.evidence_windows(list(dict.fromkeys(self.prepare(pairs))))[0])
         plan = plan_micro_batches(
             [len(r["input_ids"]) for r in rows], self.max_tokens_per_batch
         )

@@ -12,44 +12,120 @@ thread). A model verifier therefore runs in :class:`VerifierServer` actors, plac
   (:class:`ColocatedVerifier`) and spread their requests over them.
 - ``ray``: one named actor that asks Ray for ``num_gpus`` of its own (:class:`RayVerifier`), for a
   cluster that keeps a GPU out of verl's pool.
+
+Colocated servers are named after the Ray job (:func:`colocated_server_name`), so two jobs sharing a
+namespace never find each other's. A week-long run meets dead and hung servers, so the client
+(:class:`ColocatedVerifier`) gives every request a deadline (``fspo.verifier.request_timeout_s``); a
+server that dies, restarts, times out or keeps failing is set aside (back-off 30 s, doubling to 10
+minutes) and the request is retried on another one, so a step's labels are lost only when every server
+fails it. Ray restarts a server whose process died (``max_restarts``; Ray does not retry its tasks, the
+client does, elsewhere), and the client looks the servers up again while any is missing. A server
+empties its CUDA cache when it goes idle, not after every request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from fspo.verifiers.base import Pair, Verifier, check_pairs
 
-# Named actors of the colocated placement: f"{COLOCATED_PREFIX}{rank}".
+logger = logging.getLogger(__name__)
+
+# Named actors of the colocated placement: f"{COLOCATED_PREFIX}{job id}_{rank}" (colocated_server_name).
 COLOCATED_PREFIX = "fspo_verifier_colocated_"
+# Ray restarts a colocated server whose process died this many times (in its bundle, model reloaded).
+SERVER_RESTARTS = 4
+# A server idle this long empties its CUDA cache (the GPU is shared with vLLM and the FSDP actor).
+IDLE_EMPTY_CACHE_S = 2.0
+# Back-off of a set-aside server: first, and most.
+SET_ASIDE_S, SET_ASIDE_MAX_S = 30.0, 600.0
+# Request errors raised by the backend (not a dead or late server) in a row before a server is set aside.
+ERRORS_BEFORE_SET_ASIDE = 3
+# While a server is missing, the client lists Ray's named actors again at most this often.
+REDISCOVER_S = 10.0
+
+
+def colocated_server_name(job_id: str, rank: int) -> str:
+    """The Ray name of colocated server ``rank`` of job ``job_id``."""
+    return f"{COLOCATED_PREFIX}{job_id}_{rank}"
+
+
+def colocated_server_rank(name: str, job_id: str) -> int | None:
+    """The rank in ``name`` if it names a colocated server of job ``job_id``, else ``None``."""
+    head = f"{COLOCATED_PREFIX}{job_id}_"
+    rank = name.removeprefix(head)
+    return int(rank) if name.startswith(head) and rank.isdigit() else None
+
+
+def choose_server(in_flight: Sequence[int], available: Sequence[bool], turn: int) -> int | None:
+    """The available server with the fewest requests in flight; ties rotate with ``turn``. ``None`` if none."""
+    count = len(in_flight)
+    candidates = [i for i in range(count) if available[i]]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda i: (in_flight[i], (i - turn) % count))
+
+
+def current_job_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_job_id()
 
 
 class VerifierServer:
     """A local verifier inside a Ray actor; an async actor, so concurrent requests merge into batches."""
 
     def __init__(self, config):
-        from fspo.verifiers import build_verifier
-
         self.started = time.perf_counter()
-        self.verifier = build_verifier(local_copy(config))
+        self.verifier = self.build(local_copy(config))
         self.load_seconds = time.perf_counter() - self.started
         self.requests = 0
+        self._active = 0
+        self._idle_task: asyncio.Task | None = None
+        self.cache_emptied = 0
         print(f"fspo: verifier server {self._summary()}", flush=True)
+
+    def build(self, config) -> Verifier:
+        """The verifier this server runs (a test server overrides it)."""
+        from fspo.verifiers import build_verifier
+
+        return build_verifier(config)
 
     async def score(self, pairs: list[Pair]) -> list[float]:
         self.requests += 1
+        self._active += 1
         try:
             return await self.verifier.ascore(pairs)
         finally:
-            if getattr(getattr(self.verifier, "device", None), "type", "") == "cuda":
-                import torch
+            self._active -= 1
+            if not self._active and (self._idle_task is None or self._idle_task.done()):
+                self._idle_task = asyncio.create_task(self._empty_cache_when_idle())
 
-                # The GPU is shared with vLLM and the FSDP actor: keep no idle cache between batches.
-                torch.cuda.empty_cache()
+    async def _empty_cache_when_idle(self) -> None:
+        """Return the CUDA cache to the GPU's other tenants once no request has come for a while.
+
+        Per request it would sync the device and churn the allocator while the next batch runs.
+        """
+        while True:
+            seen = self.requests
+            await asyncio.sleep(IDLE_EMPTY_CACHE_S)
+            if self._active:
+                return  # the request that is running schedules the next check when it ends
+            if self.requests == seen:
+                break
+        if getattr(getattr(self.verifier, "device", None), "type", "") == "cuda":
+            import torch
+
+            await asyncio.to_thread(torch.cuda.empty_cache)
+            self.cache_emptied += 1
 
     def _summary(self) -> str:
         info = self._info()
@@ -66,12 +142,14 @@ class VerifierServer:
             "name": self.verifier.name,
             "pid": os.getpid(),
             "node_ip": ray.util.get_node_ip_address(),
+            "node_id": ray.get_runtime_context().get_node_id(),
             "ray_gpu_ids": [str(i) for i in ray.get_gpu_ids()],
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "device": str(getattr(self.verifier, "device", "cpu")),
             "requests": self.requests,
             "model_calls": coalescer.calls if coalescer else 0,
             "busy_seconds": coalescer.busy_seconds if coalescer else 0.0,
+            "failed_pairs": coalescer.failed_items if coalescer else 0,
         }
 
     async def describe(self) -> dict:
@@ -90,10 +168,10 @@ def local_copy(config):
     return dataclasses.replace(verifier_config(config), placement="local")
 
 
-def _server_options(**options):
+def _server_options(server_class=None, **options):
     import ray
 
-    return ray.remote(VerifierServer).options(**options)
+    return ray.remote(server_class or VerifierServer).options(**options)
 
 
 def _ready_or_raise(handles: list, timeout_s: float, what: str, fix: str, kill: bool = True) -> list[dict]:
@@ -116,6 +194,8 @@ def start_colocated_servers(
     gpu_fraction: float,
     num_cpus: float = 1,
     start_timeout_s: float = 600.0,
+    server_class: type | None = None,
+    job_id: str | None = None,
 ) -> tuple[list, list[dict]]:
     """Start one verifier server in every bundle of ``placement_groups`` (verl's actor pool).
 
@@ -127,21 +207,29 @@ def start_colocated_servers(
             (``1 / max_colocate_count``: the slot verl leaves for a colocated reward model).
         num_cpus: CPUs each server asks for from its bundle.
         start_timeout_s: how long the servers may take to load their model.
+        server_class: :class:`VerifierServer` or a subclass (tests inject faults through one).
+        job_id: the job the servers serve (their names' scope); default: this process's Ray job.
 
     Returns:
-        The server handles (named ``COLOCATED_PREFIX + rank``) and what each reported when ready.
+        The server handles (named :func:`colocated_server_name` of this job) and what each reported
+        when ready. Ray restarts a server whose process dies (``SERVER_RESTARTS`` times); it does not
+        retry the requests that were on it: :class:`ColocatedVerifier` sends them elsewhere.
     """
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
     from verl.utils.device import get_platform
 
     handles = []
     config = local_copy(config)
+    job_id = job_id or current_job_id()
     bundles = [(pg, index) for pg in placement_groups for index in range(pg.bundle_count)]
     for rank, (pg, index) in enumerate(bundles):
         handles.append(
             _server_options(
-                name=f"{COLOCATED_PREFIX}{rank}",
+                server_class,
+                name=colocated_server_name(job_id, rank),
                 num_cpus=num_cpus,
+                max_restarts=SERVER_RESTARTS,
+                max_task_retries=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     placement_group=pg, placement_group_bundle_index=index
                 ),
@@ -158,50 +246,174 @@ def start_colocated_servers(
     return handles, infos
 
 
+@dataclass
+class _Server:
+    """One colocated server as a client sees it."""
+
+    name: str
+    handle: Any
+    info: dict
+    in_flight: int = 0
+    dead: bool = False  # gone for good (killed, out of restarts): dropped until found again by name
+    errors_in_a_row: int = 0
+    set_asides_in_a_row: int = 0
+    aside_until: float = 0.0  # time.monotonic() before which no request is sent to it
+
+
+class ServerFailure(RuntimeError):
+    """Every server a request was tried on failed it."""
+
+
 class ColocatedVerifier(Verifier):
     """The reward workers' side of ``placement: colocated``: sends each request to the least busy server.
 
     The servers are found by name on first use, so the client can be built before the trainer has
-    started them (verl builds reward managers while it sets up its workers).
+    started them (verl builds reward managers while it sets up its workers). A request that a server
+    fails (its process died or is restarting, it passed ``request_timeout_s``, or the backend raised) is
+    retried on another server; the failed server is set aside for a back-off (a backend error only after
+    ``ERRORS_BEFORE_SET_ASIDE`` in a row: one bad request must not exclude a sound server). A dead server
+    is dropped and the servers are looked up again while any is missing. ``counts`` says what happened.
+
+    Args:
+        name: the backend's name (for logs and ``describe``).
+        threshold: ``fspo.verifier.threshold``.
+        request_timeout_s: the deadline of one request on one server.
+        discover_timeout_s: how long the first lookup waits for the trainer to start the servers.
+        job_id: the Ray job whose servers to use; default: this process's.
     """
 
-    def __init__(self, name: str, threshold: float = 0.5, discover_timeout_s: float = 600.0):
+    def __init__(
+        self,
+        name: str,
+        threshold: float = 0.5,
+        request_timeout_s: float = 300.0,
+        discover_timeout_s: float = 600.0,
+        job_id: str | None = None,
+    ):
         self.name = name
         self.threshold = threshold
+        self.request_timeout_s = request_timeout_s
         self.discover_timeout_s = discover_timeout_s
-        self._servers: list = []
+        self.job_id = job_id
+        self._servers: list[_Server] = []
         self._discovery: asyncio.Task | None = None  # one lookup shared by the rollouts that arrive first
-        self._in_flight: list[int] = []
+        self._rediscovery: asyncio.Task | None = None
+        self._last_lookup = 0.0
+        self._unreached = 0
         self._turn = itertools.count()
-        self.server_infos: list[dict] = []
+        self.counts: Counter = Counter()  # requests, retries, timeouts, died, unavailable, errors, failed
+
+    @property
+    def server_infos(self) -> list[dict]:
+        return [server.info for server in self._servers if not server.dead]
 
     @property
     def ray_gpu_assigned(self) -> bool:
         """Whether every server this client uses holds a GPU that Ray assigned it."""
-        return bool(self.server_infos) and all(info["ray_gpu_ids"] for info in self.server_infos)
+        infos = self.server_infos
+        return bool(infos) and all(info["ray_gpu_ids"] for info in infos)
 
-    async def _discover(self) -> None:
+    def in_flight(self, name: str) -> int:
+        """Requests this client has on server ``name`` now."""
+        return sum(server.in_flight for server in self._servers if server.name == name)
+
+    def _names(self) -> list[str]:
         import ray
 
+        job_id = self.job_id or current_job_id()
+        ranks = {name: colocated_server_rank(name, job_id) for name in ray.util.list_named_actors()}
+        return sorted((name for name, rank in ranks.items() if rank is not None), key=ranks.get)
+
+    async def _discover(self) -> None:
         deadline = time.monotonic() + self.discover_timeout_s
         while True:
-            names = sorted(
-                (n for n in ray.util.list_named_actors() if n.startswith(COLOCATED_PREFIX)),
-                key=lambda n: int(n.removeprefix(COLOCATED_PREFIX)),
-            )
+            names = await asyncio.to_thread(self._names)
             if names or time.monotonic() > deadline:
                 break
             await asyncio.sleep(1.0)
         if not names:
             raise RuntimeError(
-                "fspo.verifier.placement=colocated but no verifier server is running: FSPO's trainer starts them "
-                "(fspo.trainer.FSPOTrainer); launch with fspo-train / python -m fspo.main"
+                "fspo.verifier.placement=colocated but no verifier server is running in this Ray job: FSPO's trainer "
+                "starts them (fspo.trainer.FSPOTrainer); launch with fspo-train / python -m fspo.main"
             )
-        servers = [ray.get_actor(name) for name in names]
-        self.server_infos = list(await asyncio.gather(*(s.describe.remote() for s in servers)))
-        self._servers, self._in_flight = servers, [0] * len(servers)
+        await self._adopt(names)
+
+    async def _adopt(self, names: list[str]) -> None:
+        """Take the servers ``names`` that are new or replace dead ones (a server re-created under its name)."""
+        import ray
+
+        self._last_lookup = time.monotonic()
+        known = {server.name: server for server in self._servers}
+        wanted = [name for name in names if name not in known or known[name].dead]
+
+        async def look_up(name: str) -> _Server | None:
+            try:
+                handle = await asyncio.to_thread(ray.get_actor, name)
+                info = await asyncio.wait_for(asyncio.wrap_future(handle.describe.remote().future()), 30.0)
+            except Exception:  # noqa: BLE001 - it died again or is still loading: the next lookup retries
+                return None
+            return _Server(name, handle, info)
+
+        found = [server for server in await asyncio.gather(*map(look_up, wanted)) if server is not None]
+        self._unreached = len(wanted) - len(found)  # named but not answering yet: looked up again later
+        for server in found:
+            if server.name in known:
+                self._servers[self._servers.index(known[server.name])] = server
+            else:
+                self._servers.append(server)
+        if found and self._discovery is not None and self._discovery.done():
+            logger.warning("fspo: verifier servers found again: %s", ", ".join(server.name for server in found))
+
+    async def _rediscover(self) -> None:
+        await self._adopt(await asyncio.to_thread(self._names))
+
+    def _maybe_rediscover(self) -> None:
+        """Look the servers up again in the background while one is dead or unreached, at most every ``REDISCOVER_S``."""
+        if not self._unreached and not any(server.dead for server in self._servers):
+            return
+        if time.monotonic() - self._last_lookup < REDISCOVER_S:
+            return
+        if self._rediscovery is None or self._rediscovery.done():
+            self._last_lookup = time.monotonic()
+            self._rediscovery = asyncio.ensure_future(self._rediscover())
+
+    def _set_aside(self, server: _Server, why: str, error: BaseException | None) -> None:
+        if server.aside_until > time.monotonic():
+            return  # another request in flight on it when it failed: the same failure, one back-off
+        back_off = min(SET_ASIDE_S * 2**server.set_asides_in_a_row, SET_ASIDE_MAX_S)
+        server.set_asides_in_a_row += 1
+        server.aside_until = time.monotonic() + back_off
+        logger.warning("fspo: verifier server %s %s; set aside for %.0f s: %r", server.name, why, back_off, error)
+
+    def _pick(self, tried: set[str]) -> _Server | None:
+        now = time.monotonic()
+        live = [server for server in self._servers if not server.dead and server.name not in tried]
+        chosen = choose_server(
+            [server.in_flight for server in live], [server.aside_until <= now for server in live], next(self._turn)
+        )
+        if chosen is not None:
+            return live[chosen]
+        if not tried and live:
+            # Every server is set aside: probe the one due back first rather than fail the request unasked.
+            return min(live, key=lambda server: server.aside_until)
+        return None
+
+    async def _request(self, server: _Server, pairs: list[Pair]) -> list[float]:
+        import ray
+
+        ref = server.handle.score.remote(pairs)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), self.request_timeout_s)
+        except asyncio.TimeoutError:
+            try:
+                ray.cancel(ref)  # the server's loop drops it; a batch already running still finishes
+            except Exception:  # noqa: BLE001 - best effort: the server may be gone already
+                pass
+            raise
 
     async def ascore(self, pairs: Sequence[Pair]) -> list[float]:
+        from ray.exceptions import ActorDiedError, RayActorError
+
         pairs = check_pairs(pairs)
         if not pairs:
             return []
@@ -209,15 +421,50 @@ class ColocatedVerifier(Verifier):
             if self._discovery is None or self._discovery.done():
                 self._discovery = asyncio.ensure_future(self._discover())
             await asyncio.shield(self._discovery)
-        # Least in-flight requests first; ties rotate so that idle servers share the load.
-        start = next(self._turn)
-        order = sorted(range(len(self._servers)), key=lambda i: (self._in_flight[i], (i - start) % len(self._servers)))
-        chosen = order[0]
-        self._in_flight[chosen] += 1
-        try:
-            return await self._servers[chosen].score.remote(pairs)
-        finally:
-            self._in_flight[chosen] -= 1
+        self._maybe_rediscover()
+        self.counts["requests"] += 1
+        tried: set[str] = set()
+        last_error: BaseException | None = None
+        backend_errors = 0
+        while (server := self._pick(tried)) is not None:
+            if tried:
+                self.counts["retries"] += 1
+            tried.add(server.name)
+            server.in_flight += 1
+            try:
+                scores = await self._request(server, pairs)
+            except asyncio.TimeoutError as error:
+                self.counts["timeouts"] += 1
+                self._set_aside(server, f"gave no answer within {self.request_timeout_s:g} s", error)
+                last_error = error
+            except ActorDiedError as error:
+                self.counts["died"] += 1
+                server.dead = True
+                logger.warning("fspo: verifier server %s died; its requests go to the others: %r", server.name, error)
+                last_error = error
+            except RayActorError as error:  # unavailable: restarting, or its node is unreachable
+                self.counts["unavailable"] += 1
+                self._set_aside(server, "is unavailable", error)
+                last_error = error
+            except Exception as error:  # noqa: BLE001 - the backend raised on every pair of this request
+                self.counts["errors"] += 1
+                server.errors_in_a_row += 1
+                if server.errors_in_a_row >= ERRORS_BEFORE_SET_ASIDE:
+                    self._set_aside(server, f"failed {server.errors_in_a_row} requests in a row", error)
+                last_error = error
+                backend_errors += 1
+                if backend_errors >= 2:
+                    break  # two servers failed the same pairs: the pairs are at fault, not the servers
+            else:
+                server.errors_in_a_row = server.set_asides_in_a_row = 0
+                return scores
+            finally:
+                server.in_flight -= 1
+        self.counts["failed"] += 1
+        self._maybe_rediscover()
+        raise ServerFailure(
+            f"no verifier server could score this request ({len(tried)} tried of {len(self._servers)}): {last_error!r}"
+        ) from last_error
 
     def score(self, pairs: Sequence[Pair]) -> list[float]:
         return asyncio.run(self.ascore(pairs))
@@ -247,7 +494,7 @@ class RayVerifier(Verifier):
         # worker that created it kills it on a timeout.
         created_here = actor_name not in ray.util.list_named_actors()
         self.actor = _server_options(
-            name=actor_name, get_if_exists=True, num_gpus=num_gpus, num_cpus=num_cpus
+            None, name=actor_name, get_if_exists=True, num_gpus=num_gpus, num_cpus=num_cpus
         ).remote(config)
         (self.info,) = _ready_or_raise(
             [self.actor],
