@@ -44,7 +44,8 @@ class VerifierConfig(BaseConfig):
 
     name: str = _option("hhem", "The backend: lexical (offline word overlap), embedding (offline MiniLM cosine), "
                                 "hhem (Vectara HHEM-2.1-Open, the paper's), nli (any sequence-classification NLI "
-                                "model) or llm_judge (an OpenAI-compatible chat server).")
+                                "model), llm_judge (an OpenAI-compatible chat server), minicheck (MiniCheck's "
+                                "Flan-T5/DeBERTa/RoBERTa fact checkers) or factcg (FactCG-DeBERTa-v3-Large).")
     threshold: float = _option(0.5, "A step is supported (+1) when its score >= threshold, else -1; a NaN score "
                                     "(unverifiable) labels 0. Part of the verifier's calibration: measure it with "
                                     "`fspo verify --labelled`.")
@@ -68,7 +69,8 @@ class VerifierConfig(BaseConfig):
                                             "start and load their model before the run fails instead of hanging.")
     model_path: Optional[str] = _option(
         None, "Model directory or hub id. null: hhem = vectara/hallucination_evaluation_model, embedding = the "
-              "packaged all-MiniLM-L6-v2; nli needs one.", MODEL_BACKENDS)
+              "packaged all-MiniLM-L6-v2, minicheck = lytang/MiniCheck-Flan-T5-Large, factcg = "
+              "yaxili96/FactCG-DeBERTa-v3-Large; nli needs one.", MODEL_BACKENDS)
     tokenizer_path: Optional[str] = _option(
         None, "Tokenizer directory or hub id; null = the model's own (hhem: its config.foundation).", MODEL_BACKENDS)
     device: Optional[str] = _option(
