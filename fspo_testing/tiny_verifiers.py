@@ -2,9 +2,9 @@
 
 Each builder writes a directory that loads the way the published checkpoint does: the real
 architecture (``RobertaForSequenceClassification``, ``DebertaV2ForSequenceClassification``,
-``T5ForConditionalGeneration``) with a real tokenizer of its kind trained here on a small corpus
-(byte-level BPE for RoBERTa, SentencePiece for DeBERTa-v3 and T5). ``dims`` picks tiny sizes for
-tests or the full-size ones (``FULL_SIZE``) for throughput benchmarks.
+``T5ForConditionalGeneration``) with a real tokenizer of its kind trained here (byte-level BPE for RoBERTa, SentencePiece for DeBERTa-v3 and T5)
+on ``texts`` (default: a small built-in corpus) with ``tokenizer_vocab`` entries. ``dims`` picks tiny
+sizes for tests (default) or the full-size ones (``FULL_SIZE``) for throughput benchmarks.
 """
 
 from __future__ import annotations
@@ -44,16 +44,17 @@ def corpus(lines: int = 400, seed: int = 0) -> list[str]:
     return out
 
 
-def _sentencepiece_tokenizer(tokenizer_cls, file_name: str, vocab_size: int, pieces: dict, **kwargs):
-    """``tokenizer_cls`` loaded from a SentencePiece unigram model (``file_name``) trained on :func:`corpus`."""
+def _sentencepiece_tokenizer(tokenizer_cls, file_name: str, vocab_size: int, texts: list[str], pieces: dict,
+                             **kwargs):
+    """``tokenizer_cls`` loaded from a SentencePiece (BPE) model (``file_name``) trained on ``texts``."""
     import tempfile
 
     import sentencepiece as spm
 
     with tempfile.TemporaryDirectory() as directory:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(corpus()), model_prefix=f"{directory}/trained", vocab_size=vocab_size,
-            model_type="unigram", hard_vocab_limit=False, character_coverage=1.0, minloglevel=2, **pieces,
+            sentence_iterator=iter(texts), model_prefix=f"{directory}/trained", vocab_size=vocab_size,
+            model_type="bpe", hard_vocab_limit=False, character_coverage=1.0, minloglevel=2, **pieces,
         )
         Path(f"{directory}/trained.model").rename(f"{directory}/{file_name}")
         return tokenizer_cls.from_pretrained(directory, **kwargs)
@@ -64,7 +65,10 @@ def _scaled(config: dict, vocab_size: int) -> dict:
     return {**config, "vocab_size": max(config.get("vocab_size", 0), vocab_size)}
 
 
-def build_roberta_checker(output_dir: str | Path, dims: dict | None = None, seed: int = 0) -> Path:
+def build_roberta_checker(
+    output_dir: str | Path, dims: dict | None = None, seed: int = 0, texts: list[str] | None = None,
+    tokenizer_vocab: int | None = None,
+) -> Path:
     """A MiniCheck-RoBERTa-Large layout: ``RobertaForSequenceClassification`` (2 labels) + byte-level BPE."""
     import torch
     from tokenizers import ByteLevelBPETokenizer
@@ -73,7 +77,8 @@ def build_roberta_checker(output_dir: str | Path, dims: dict | None = None, seed
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(corpus(), vocab_size=600, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    bpe.train_from_iterator(texts or corpus(), vocab_size=tokenizer_vocab or 600,
+                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
     bpe.save_model(str(output_dir))
     tokenizer = RobertaTokenizer(vocab=str(output_dir / "vocab.json"), merges=str(output_dir / "merges.txt"))
     config = RobertaConfig(**_scaled(dims or TINY["roberta-large"], len(tokenizer)), max_position_embeddings=514,
@@ -85,7 +90,10 @@ def build_roberta_checker(output_dir: str | Path, dims: dict | None = None, seed
     return output_dir
 
 
-def build_deberta_v3_checker(output_dir: str | Path, dims: dict | None = None, seed: int = 0) -> Path:
+def build_deberta_v3_checker(
+    output_dir: str | Path, dims: dict | None = None, seed: int = 0, texts: list[str] | None = None,
+    tokenizer_vocab: int | None = None,
+) -> Path:
     """A MiniCheck/FactCG-DeBERTa-v3-Large layout: ``DebertaV2ForSequenceClassification`` (2 labels, v3's
     relative attention) + a SentencePiece tokenizer with DeBERTa-v3's ids ([PAD]=0, [CLS]=1, [SEP]=2, [UNK]=3)."""
     import torch
@@ -94,7 +102,7 @@ def build_deberta_v3_checker(output_dir: str | Path, dims: dict | None = None, s
     output_dir = Path(output_dir)
     pieces = {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3, "pad_piece": "[PAD]", "bos_piece": "[CLS]",
               "eos_piece": "[SEP]", "unk_piece": "[UNK]", "user_defined_symbols": ["[MASK]"]}
-    tokenizer = _sentencepiece_tokenizer(DebertaV2Tokenizer, "spm.model", 400, pieces)
+    tokenizer = _sentencepiece_tokenizer(DebertaV2Tokenizer, "spm.model", tokenizer_vocab or 400, texts or corpus(), pieces)
     config = DebertaV2Config(
         **_scaled(dims or TINY["deberta-v3-large"], len(tokenizer)), max_position_embeddings=512, type_vocab_size=0,
         relative_attention=True, position_buckets=256, norm_rel_ebd="layer_norm", share_att_key=True,
@@ -107,7 +115,10 @@ def build_deberta_v3_checker(output_dir: str | Path, dims: dict | None = None, s
     return output_dir
 
 
-def build_flan_t5_checker(output_dir: str | Path, dims: dict | None = None, seed: int = 0) -> Path:
+def build_flan_t5_checker(
+    output_dir: str | Path, dims: dict | None = None, seed: int = 0, texts: list[str] | None = None,
+    tokenizer_vocab: int | None = None,
+) -> Path:
     """A MiniCheck-Flan-T5-Large layout: ``T5ForConditionalGeneration`` (gated-GELU, untied head) + a
     SentencePiece tokenizer with T5's ids (<pad>=0, </s>=1, <unk>=2) and its 100 sentinel tokens."""
     import torch
@@ -116,7 +127,8 @@ def build_flan_t5_checker(output_dir: str | Path, dims: dict | None = None, seed
     output_dir = Path(output_dir)
     pieces = {"pad_id": 0, "eos_id": 1, "unk_id": 2, "bos_id": -1, "pad_piece": "<pad>", "eos_piece": "</s>",
               "unk_piece": "<unk>"}
-    tokenizer = _sentencepiece_tokenizer(T5Tokenizer, "spiece.model", 300, pieces, extra_ids=100)
+    tokenizer = _sentencepiece_tokenizer(T5Tokenizer, "spiece.model", tokenizer_vocab or 300, texts or corpus(), pieces,
+                                         extra_ids=100)
     config = T5Config(**_scaled(dims or TINY["flan-t5-large"], len(tokenizer)), feed_forward_proj="gated-gelu",
                       tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
     torch.manual_seed(seed)

@@ -7,7 +7,7 @@
 # step, where Qwen2.5-3B-Instruct would first have to learn the <think>/<answer> format; its bf16
 # weights (8 GB) leave room for vLLM's KV cache of 8 rollouts x 6k tokens next to the actor.
 # LoRA through verl's own support: only the adapters train (rank 64 on every linear layer, ~130 M
-# parameters, their fp32 Adam states ~2 GB); the reference policy is the actor with its adapters
+# parameters: their fp32 weights, gradients and Adam moments ~2 GB); the reference policy is the actor with its adapters
 # off, so no second copy of the model. vLLM loads the base weights from MODEL_PATH itself
 # (load_format=safetensors) and verl sends only the adapters after each update.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

@@ -76,3 +76,38 @@ def test_thinking_can_be_switched_off_and_a_bad_lora_rank_is_named():
     too_big = run_recipe("run_qwen3_4b_lora_1gpu.sh", "actor_rollout_ref.model.lora_rank=1024")
     assert too_big.returncode != 0
     assert "lora_rank must be at most 512" in too_big.stderr
+
+
+def _load_recipe_memory():
+    import sys
+
+    if "recipe_memory" not in sys.modules:  # its dataclasses need their module registered
+        spec = importlib.util.spec_from_file_location("recipe_memory", RECIPES.parent / "benchmarks" / "recipe_memory.py")
+        sys.modules["recipe_memory"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["recipe_memory"])
+    return sys.modules["recipe_memory"]
+
+
+@pytest.mark.parametrize("name", QWEN3_RECIPES)
+def test_the_memory_estimate_reads_the_recipes_settings(configs, name):
+    """benchmarks/recipe_memory.py's table (README's hardware table) holds what the dry run resolves."""
+    recipe = _load_recipe_memory().RECIPES[name]
+    config = configs[name]
+    actor_rollout_ref = config["actor_rollout_ref"]
+    assert recipe.gpus == config["trainer"]["nnodes"] * config["trainer"]["n_gpus_per_node"]
+    assert (recipe.prompt, recipe.response) == (config["data"]["max_prompt_length"], config["data"]["max_response_length"])
+    assert recipe.micro_batch == actor_rollout_ref["actor"]["ppo_micro_batch_size_per_gpu"]
+    assert recipe.rollout_tp == actor_rollout_ref["rollout"]["tensor_model_parallel_size"]
+    assert recipe.gpu_memory_utilization == actor_rollout_ref["rollout"]["gpu_memory_utilization"]
+    assert recipe.lora_rank == actor_rollout_ref["model"]["lora_rank"]
+    assert recipe.verifier == config["fspo"]["verifier"]["name"]
+
+
+def test_the_one_gpu_recipe_is_estimated_to_fit_80_gb_and_lora_is_what_makes_it_fit():
+    import dataclasses
+
+    memory = _load_recipe_memory()
+    lora = memory.RECIPES["run_qwen3_4b_lora_1gpu.sh"]
+    assert memory.estimate(lora, 80)["peak"] < 80
+    full_fine_tuning = dataclasses.replace(lora, lora_rank=0)
+    assert memory.estimate(full_fine_tuning, 80)["peak"] > 80  # 4B x 16 bytes of fp32 state alone is 64 GB
