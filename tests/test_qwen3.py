@@ -130,5 +130,5 @@ def test_fspo_labels_only_reasoning_tokens(tokenizers, variant):
     assert "Vigio Shipping" in supported and "Gorlan" not in supported
 
 
-def test_qwen3_template_survives_the_unknown_format_check():
+def test_qwen3_format_opens_no_think_unless_thinking_is_off():
     assert chat_template("qwen3").count("<think>") == 1  # only the enable_thinking=False block
