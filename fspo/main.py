@@ -130,7 +130,36 @@ def validate(config: DictConfig, check_files: bool = True) -> None:
     for message in [line, *warnings]:
         if message:
             print(message, file=sys.stderr, flush=True)
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    validate_config(config=without_vllm_lora_check(config), use_reference_policy=need_reference_policy(config),
+                    use_critic=need_critic(config))
+
+
+# The ranks vLLM serves LoRA adapters up to (verl's fallback list when it cannot ask vLLM).
+VLLM_MAX_LORA_RANK = 512
+
+
+def without_vllm_lora_check(config: DictConfig) -> DictConfig:
+    """``config``, or a copy whose LoRA rank verl's ``validate_config`` will not check against vLLM.
+
+    verl checks a LoRA rank with vLLM rollouts by importing vLLM, which a machine without it (a dry run
+    on a laptop or CI) cannot: there the rank is checked against vLLM's largest here instead.
+    """
+    import copy
+    import importlib.util
+
+    from fspo.checks import ConfigError
+
+    model = config.actor_rollout_ref.model
+    rank = model.get("lora", {}).get("rank", 0) or model.get("lora_rank", 0)
+    if rank <= 0 or config.actor_rollout_ref.rollout.name != "vllm" or importlib.util.find_spec("vllm") is not None:
+        return config
+    if rank > VLLM_MAX_LORA_RANK:
+        raise ConfigError(f"actor_rollout_ref.model.lora_rank must be at most {VLLM_MAX_LORA_RANK} for vLLM, got {rank}")
+    unchecked = copy.deepcopy(config)
+    unchecked.actor_rollout_ref.model.lora_rank = 0
+    if "lora" in unchecked.actor_rollout_ref.model:
+        unchecked.actor_rollout_ref.model.lora.rank = 0
+    return unchecked
 
 
 def run(config: DictConfig) -> None:

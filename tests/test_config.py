@@ -113,7 +113,7 @@ def test_each_backend_gets_only_its_own_options():
         ({"verifier": {"dtype": "fp16"}}, "fspo.verifier.dtype must be one of float32, bfloat16, float16"),
         ({"verifier": {"cache_size": -1}}, "fspo.verifier.cache_size must be a non-negative integer"),
         ({"verifier": {"start_timeout_s": 0}}, "fspo.verifier.start_timeout_s must be a positive number"),
-        ({"verifier": {"name": "minicheck"}}, "unknown fspo.verifier.name 'minicheck'; valid names: lexical"),
+        ({"verifier": {"name": "alignscore"}}, "unknown fspo.verifier.name 'alignscore'; valid names: lexical"),
         ({"verifier": {"placement": "gpu"}}, "fspo.verifier.placement must be one of auto, local, colocated, ray"),
         ({"verifier": None}, "fspo.verifier: field 'verifier' is not Optional"),
         ({"enable": None}, "fspo.enable: Incompatible value 'None' for field of type 'bool'"),

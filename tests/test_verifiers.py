@@ -221,7 +221,7 @@ def test_other_errors_are_not_swallowed():
 # --- config ---------------------------------------------------------------------------------------
 def test_build_verifier_errors_name_the_valid_choices():
     with pytest.raises(
-        ValueError, match="valid names: lexical, embedding, hhem, nli, llm_judge"
+        ValueError, match="valid names: lexical, embedding, hhem, nli, llm_judge, minicheck, factcg"
     ):
         build_verifier({"name": "hhme"})
     with pytest.raises(
@@ -242,7 +242,7 @@ def test_build_verifier_errors_name_the_valid_choices():
         build_verifier({"name": "nli"})
     with pytest.raises(ValueError, match="evidence_top_k"):
         build_verifier({"name": "lexical", "evidence_top_k": 0})
-    assert VERIFIER_NAMES == ("lexical", "embedding", "hhem", "nli", "llm_judge")
+    assert VERIFIER_NAMES == ("lexical", "embedding", "hhem", "nli", "llm_judge", "minicheck", "factcg")
 
 
 def test_other_backends_options_are_ignored_with_a_warning(caplog):

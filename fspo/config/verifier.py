@@ -46,7 +46,8 @@ class VerifierConfig(BaseConfig):
 
     name: str = _option("hhem", "The backend: lexical (offline word overlap), embedding (offline MiniLM cosine), "
                                 "hhem (Vectara HHEM-2.1-Open, the paper's), nli (any sequence-classification NLI "
-                                "model) or llm_judge (an OpenAI-compatible chat server).")
+                                "model), llm_judge (an OpenAI-compatible chat server), minicheck (MiniCheck's "
+                                "Flan-T5/DeBERTa/RoBERTa fact checkers) or factcg (FactCG-DeBERTa-v3-Large).")
     threshold: float = _option(0.5, "A step is supported (+1) when its score >= threshold, else -1; a NaN score "
                                     "(unverifiable) labels 0. Part of the verifier's calibration: measure it with "
                                     "`fspo verify --labelled`.")
@@ -74,7 +75,8 @@ class VerifierConfig(BaseConfig):
                                             "start and load their model before the run fails instead of hanging.")
     model_path: Optional[str] = _option(
         None, "Model directory or hub id. null: hhem = vectara/hallucination_evaluation_model, embedding = the "
-              "packaged all-MiniLM-L6-v2; nli needs one.", MODEL_BACKENDS)
+              "packaged all-MiniLM-L6-v2, minicheck = lytang/MiniCheck-Flan-T5-Large, factcg = "
+              "yaxili96/FactCG-DeBERTa-v3-Large; nli needs one.", MODEL_BACKENDS)
     tokenizer_path: Optional[str] = _option(
         None, "Tokenizer directory or hub id; null = the model's own (hhem: its config.foundation).", MODEL_BACKENDS)
     device: Optional[str] = _option(
@@ -89,7 +91,8 @@ class VerifierConfig(BaseConfig):
         None, "Most model tokens in one verifier row (prompt + evidence + step); a longer evidence is cut into "
               "overlapping windows that fit and the step scores as its best window. Bounds the verifier's memory "
               "per row (T5 attention grows with the square of the length) at the cost of E / (0.75 W) rows per "
-              "pair for an evidence of E tokens and windows of W. null = 512; 0 = whole evidence (the paper's).",
+              "pair for an evidence of E tokens and windows of W. null = 512 (minicheck, factcg: their authors' chunk "
+              "plus room for the step); 0 = whole evidence (the paper's).",
         MODEL_BACKENDS)
     long_evidence: Optional[str] = _option(
         None, "How an evidence past max_row_tokens is verified: chunks (every window, best one counts) or top_k "

@@ -15,6 +15,16 @@ context). The *format* decides how those messages become text:
 - ``chatml-think``: ChatML (SmolLM2, Qwen) whose generation prompt opens the ``<think>`` block, as
   ``qwen-base`` does: a small instruct model that would not start its reasoning on its own writes
   steps from the first token (``fspo quickstart`` trains SmolLM2-135M-Instruct with it).
+- ``qwen3``: the ChatML layout of Qwen3's hybrid thinking models (Qwen3-4B/8B/14B, ...), whose own
+  template adds no ``<think>``: with thinking on (their default) the model opens ``<think>`` itself,
+  so the reasoning FSPO labels is the model's own block and the format must not add a second one
+  (``qwen-base`` and ``chatml-think`` would). ``enable_thinking=False`` (a chat-template keyword, which
+  verl passes from ``data.apply_chat_template_kwargs``) appends the empty ``<think>\n\n</think>\n\n``
+  block the model's template writes to switch reasoning off. The Qwen3-2507 *Thinking* models' own
+  template instead ends the generation prompt with ``<think>\n``: their responses hold only the closing
+  ``</think>``, which :func:`fspo.steps.reasoning_span` reads as reasoning from the response's start.
+  Keep the model's own template for either (``custom_chat_template`` unset); this one renders and
+  counts the hybrid layout with any tokenizer.
 - ``passthrough``: the messages' text as it is, nothing added (no roles, no generation prompt), for
   prompts already rendered to text. The paper's released parquet files hold the whole transcript in
   one user message (e.g. ending ``Assistant: Let me solve this step by step. <think>``); without this
@@ -23,7 +33,7 @@ context). The *format* decides how those messages become text:
 
 from __future__ import annotations
 
-PROMPT_FORMATS = ("qwen-base", "qwen-instruct", "llama-instruct", "chatml-think", "passthrough")
+PROMPT_FORMATS = ("qwen-base", "qwen-instruct", "llama-instruct", "chatml-think", "passthrough", "qwen3")
 
 INSTRUCTION = (
     "A conversation between User and Assistant. The User asks a question, and the Assistant answers it. "
@@ -75,6 +85,17 @@ CHATML_THINK_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n<think>' }}{%- endif -%}"
 )
 
+# Qwen3's hybrid template for system/user turns: no default system message, no <think> of its own
+# unless thinking is switched off.
+QWEN3_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif -%}"
+    "{%- endif -%}"
+)
+
 PASSTHROUGH_TEMPLATE = "{%- for message in messages -%}{{ message['content'] }}{%- endfor -%}"
 
 _TEMPLATES = {
@@ -82,6 +103,7 @@ _TEMPLATES = {
     "qwen-instruct": QWEN_INSTRUCT_TEMPLATE,
     "llama-instruct": LLAMA_INSTRUCT_TEMPLATE,
     "chatml-think": CHATML_THINK_TEMPLATE,
+    "qwen3": QWEN3_TEMPLATE,
     "passthrough": PASSTHROUGH_TEMPLATE,
 }
 
@@ -112,27 +134,29 @@ def build_messages(user_text: str, prompt_format: str = "qwen-base") -> list[dic
     return [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": user_text}]
 
 
-def render_prompt(messages: list[dict[str, str]], prompt_format: str, tokenizer=None) -> str:
+def render_prompt(messages: list[dict[str, str]], prompt_format: str, tokenizer=None, **template_kwargs) -> str:
     """Render `messages` as the text the model sees, with the generation prompt appended.
 
     Uses `tokenizer.apply_chat_template` when a tokenizer is given (the same call verl makes), otherwise
-    renders the template with jinja2 directly.
+    renders the template with jinja2 directly. `template_kwargs` are the template's variables (verl's
+    ``data.apply_chat_template_kwargs``, e.g. ``enable_thinking=False`` for ``qwen3``).
     """
     template = chat_template(prompt_format)
     if tokenizer is not None:
         return tokenizer.apply_chat_template(
-            messages, chat_template=template, add_generation_prompt=True, tokenize=False
+            messages, chat_template=template, add_generation_prompt=True, tokenize=False, **template_kwargs
         )
     import jinja2
 
     environment = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-    return environment.from_string(template).render(messages=messages, add_generation_prompt=True)
+    return environment.from_string(template).render(messages=messages, add_generation_prompt=True, **template_kwargs)
 
 
-def count_prompt_tokens(messages: list[dict[str, str]], prompt_format: str, tokenizer) -> int:
+def count_prompt_tokens(messages: list[dict[str, str]], prompt_format: str, tokenizer, **template_kwargs) -> int:
     """Number of tokens of the rendered prompt, counted as verl's overlong-prompt filter counts them."""
     ids = tokenizer.apply_chat_template(
-        messages, chat_template=chat_template(prompt_format), add_generation_prompt=True, tokenize=True
+        messages, chat_template=chat_template(prompt_format), add_generation_prompt=True, tokenize=True,
+        **template_kwargs,
     )
     if isinstance(ids, dict) or hasattr(ids, "keys"):  # transformers 5 may return a BatchEncoding
         ids = ids["input_ids"]

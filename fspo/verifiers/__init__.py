@@ -28,7 +28,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 # The backends; each one's options and their types: fspo.config.VerifierConfig.
-VERIFIER_NAMES = ("lexical", "embedding", "hhem", "nli", "llm_judge")
+VERIFIER_NAMES = ("lexical", "embedding", "hhem", "nli", "llm_judge", "minicheck", "factcg")
 
 
 def _class_for(name: str):
@@ -40,6 +40,10 @@ def _class_for(name: str):
         from fspo.verifiers.hhem import HHEMVerifier as cls
     elif name == "nli":
         from fspo.verifiers.nli import NLIVerifier as cls
+    elif name == "minicheck":
+        from fspo.verifiers.minicheck import build_minicheck as cls
+    elif name == "factcg":
+        from fspo.verifiers.factcg import FactCGVerifier as cls
     else:
         from fspo.verifiers.llm_judge import LLMJudgeVerifier as cls
     return cls
@@ -50,7 +54,8 @@ def build_verifier(config: Mapping) -> Verifier:
 
     Args:
         config: a :class:`fspo.config.VerifierConfig`, or a mapping of its fields (a ``DictConfig``
-            or a dict): ``name`` (one of ``lexical``, ``embedding``, ``hhem``, ``nli``, ``llm_judge``) and
+            or a dict): ``name`` (one of ``lexical``, ``embedding``, ``hhem``, ``nli``, ``llm_judge``,
+            ``minicheck``, ``factcg``) and
             that backend's options. ``placement``: ``local``/``auto`` build the model in this process;
             ``colocated`` returns a client of the servers FSPO's trainer starts on verl's GPUs;
             ``ray`` runs it in a named Ray actor that requests ``num_gpus`` GPUs (see

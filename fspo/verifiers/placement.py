@@ -2,7 +2,7 @@
 
 ``fspo.verifier.placement``:
 
-- ``auto`` (default): ``colocated`` for a model backend (``hhem``, ``nli``, ``embedding``) on an
+- ``auto`` (default): ``colocated`` for a model backend (``hhem``, ``nli``, ``embedding``, ``minicheck``, ``factcg``) on an
   accelerator, ``local`` otherwise (model-free ``lexical``, the HTTP ``llm_judge``, and CPU runs);
 - ``colocated``: one verifier server per GPU of verl's actor pool, in that GPU's placement-group
   bundle (:mod:`fspo.verifiers.ray_actor`); every GPU still trains, and rewards stream with rollout;
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, open_dict
 
-MODEL_BACKENDS = ("hhem", "nli", "embedding")
+MODEL_BACKENDS = ("hhem", "nli", "embedding", "minicheck", "factcg")
 PLACEMENTS = ("auto", "local", "colocated", "ray")
 # fspo.verifier.url value meaning "verl's reward-model router" (the address reward managers receive).
 REWARD_ROUTER = "reward_router"
