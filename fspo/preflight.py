@@ -266,7 +266,7 @@ def verifier_needs(verifier, cache_dir: str | None = None) -> list[ModelNeed]:
             return [*needs, ModelNeed(key, model, MODEL_FILES + (() if tokenizer else TOKENIZER_FILES), download)]
         needs.append(ModelNeed(key, model, CONFIG_FILES + (("model.safetensors",),), download, remote_code))
         foundation = config.get("foundation") or HHEM_FOUNDATION
-        needs.append(ModelNeed(f"{key} (HHEM's foundation, config.foundation)", foundation,
+        needs.append(ModelNeed(f"{key}'s config.foundation", foundation,
                                CONFIG_FILES + TOKENIZER_FILES, download))
     elif verifier.name in ("nli", "embedding"):
         model = verifier.model_path or (minilm_path() if verifier.name == "embedding" else None)
@@ -274,6 +274,13 @@ def verifier_needs(verifier, cache_dir: str | None = None) -> list[ModelNeed]:
             needs.append(ModelNeed(key, model, MODEL_FILES + (() if tokenizer else TOKENIZER_FILES), download,
                                    bool(verifier.trust_remote_code)))
     return needs
+
+
+def check_verifier(verifier) -> list[str]:
+    """Resolve what ``verifier`` (a :class:`fspo.config.VerifierConfig`) loads, as :func:`preflight` does for a
+    run; where each is. A verifier server checks here again (its node may lack the driver's cache)."""
+    probe = HubProbe()
+    return [resolve(need, probe) for need in verifier_needs(verifier)]
 
 
 def _readable_config(ref: str, cache_dir: str | None = None) -> dict:

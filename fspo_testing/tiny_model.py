@@ -310,3 +310,19 @@ def put_in_hub_cache(cache_dir: str | Path, repo_id: str, folder: str | Path, re
     (repo_root / "refs").mkdir(exist_ok=True)
     (repo_root / "refs" / revision).write_text(commit)
     return snapshot
+
+
+def build_tiny_hhem_cache(root: str | Path, with_foundation: bool = True) -> dict[str, Path]:
+    """Under ``root``: the tiny foundation and HHEM folders, and an HF hub cache (``root/hub``) holding
+    HHEM under its hub id and (``with_foundation``) the foundation as ``google/flan-t5-base``, as
+    ``fspo verifier download hhem`` leaves it. Point ``HF_HUB_CACHE`` at ``paths["cache"]``."""
+    from fspo.verifiers.hhem import HHEM_MODEL
+
+    root = Path(root)
+    foundation = build_tiny_t5_foundation(root / "flan-t5")
+    hhem = build_tiny_hhem(root / "hhem", foundation)
+    cache = root / "hub"
+    put_in_hub_cache(cache, HHEM_MODEL, hhem)
+    if with_foundation:
+        put_in_hub_cache(cache, HHEM_FOUNDATION_REPO, foundation)
+    return {"foundation": foundation, "hhem": hhem, "cache": cache}

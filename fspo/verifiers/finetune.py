@@ -186,6 +186,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "download":  # `fspo verifier download`: fspo.verifiers.download
+        from fspo.verifiers.download import main as download_main
+
+        return download_main(argv[1:])
     if not argv or argv[0] != "train":
         print("usage: fspo verifier train --data SOURCE --output-dir DIR [options]  (see fspo verifier train -h)",
               file=sys.stderr)

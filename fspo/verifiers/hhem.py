@@ -88,6 +88,12 @@ def load_hhem(
     does not run at all, or with ``trust_remote_code=False``, the weights go into transformers' own
     ``T5ForTokenClassification`` built from ``config.foundation``: the same computation.
     """
+    from fspo.config import VerifierConfig
+    from fspo.preflight import check_verifier
+
+    # A missing cache, token or foundation is named as the driver's preflight names it, not as a traceback.
+    check_verifier(VerifierConfig(name="hhem", model_path=model_path, tokenizer_path=tokenizer_path,
+                                  trust_remote_code=trust_remote_code))
     from transformers import (
         AutoConfig,
         AutoModelForSequenceClassification,
