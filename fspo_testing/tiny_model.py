@@ -326,3 +326,15 @@ def build_tiny_hhem_cache(root: str | Path, with_foundation: bool = True) -> dic
     if with_foundation:
         put_in_hub_cache(cache, HHEM_FOUNDATION_REPO, foundation)
     return {"foundation": foundation, "hhem": hhem, "cache": cache}
+
+
+def recipe_weights_env(root: str | Path) -> dict[str, str]:
+    """The environment under which a GPU recipe's dry run finds its weights (its preflight checks them):
+    ``MODEL_PATH`` a tiny local policy, HHEM and its foundation in an HF cache read with ``HF_HUB_OFFLINE=1``,
+    as on a node prepared with ``fspo verifier download hhem``."""
+    root = Path(root)
+    return {
+        "MODEL_PATH": str(build_tiny_model(root / "policy")),
+        "HF_HUB_CACHE": str(build_tiny_hhem_cache(root)["cache"]),
+        "HF_HUB_OFFLINE": "1",
+    }

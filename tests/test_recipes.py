@@ -32,13 +32,26 @@ GPU_RECIPES = [
 ALL_RECIPES = [*GPU_RECIPES, "run_cpu.sh"]
 
 
+# The dry run checks that the policy and the verifier's weights can be had (fspo.preflight): filled by
+# `weights` with a tiny local policy and HHEM in an offline HF cache.
+WEIGHTS_ENV: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def weights(tmp_path_factory) -> dict[str, str]:
+    from fspo_testing.tiny_model import recipe_weights_env
+
+    WEIGHTS_ENV.update(recipe_weights_env(tmp_path_factory.mktemp("weights")))
+    return WEIGHTS_ENV
+
+
 def run_recipe(name: str, *overrides: str, **env: str) -> subprocess.CompletedProcess:
     """Run ``recipes/<name>`` in dry-run mode with the venv's python; returns the finished process."""
     full_env = {
         **os.environ,
         "FSPO_DRY_RUN": "1",
         "PYTHON": sys.executable,
-        "MODEL_PATH": "/nonexistent/model",  # a dry run does not read files
+        **WEIGHTS_ENV,
         **env,
     }
     return subprocess.run(
@@ -55,7 +68,7 @@ def printed_config(process: subprocess.CompletedProcess) -> dict:
 
 
 @pytest.fixture(scope="module")
-def dry_run_processes() -> dict[str, subprocess.CompletedProcess]:
+def dry_run_processes(weights) -> dict[str, subprocess.CompletedProcess]:
     """Every recipe's dry run, two at a time."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(ALL_RECIPES, pool.map(run_recipe, ALL_RECIPES)))
@@ -91,7 +104,7 @@ def test_gpu_recipe_carries_the_paper_settings(dry_runs, name):
     assert config["data"]["train_files"] == ["data/hotpotqa/train.parquet", "data/simplerl_math/train.parquet"]
     assert config["fspo"]["verifier"]["name"] == "hhem"
     assert config["fspo"]["verifier"]["threshold"] == 0.5  # HHEM's published operating point
-    assert actor_rollout_ref["model"]["path"] == "/nonexistent/model"
+    assert actor_rollout_ref["model"]["path"] == WEIGHTS_ENV["MODEL_PATH"]
 
 
 @pytest.mark.parametrize("name", [n for n in GPU_RECIPES if n != "run_ablation_grpo.sh"])
@@ -181,9 +194,9 @@ def test_cpu_recipe_needs_a_model_path(tmp_path):
 
 
 def test_cpu_recipe_defaults_to_the_quickstarts_smollm2(tmp_path):
-    model = tmp_path / "SmolLM2-135M-Instruct"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
+    from fspo_testing.tiny_model import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "SmolLM2-135M-Instruct")  # the dry run checks the folder holds a model
     env = {key: value for key, value in os.environ.items() if key != "MODEL_PATH"}
     process = subprocess.run(["bash", str(RECIPES / "run_cpu.sh")], capture_output=True, text=True, timeout=300,
                              env={**env, "FSPO_CACHE": str(tmp_path), "FSPO_DRY_RUN": "1", "PYTHON": sys.executable})
@@ -194,7 +207,7 @@ def test_cpu_recipe_defaults_to_the_quickstarts_smollm2(tmp_path):
 def test_recipes_use_the_projects_venv_without_activating_it():
     # As the README runs it after scripts/setup.sh: no PYTHON, no venv on PATH.
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHON", "VIRTUAL_ENV")}
-    env.update(PATH="/usr/bin:/bin", FSPO_DRY_RUN="1", MODEL_PATH="/nonexistent/model")
+    env.update(PATH="/usr/bin:/bin", FSPO_DRY_RUN="1", **WEIGHTS_ENV)
     process = subprocess.run(["bash", str(RECIPES / "run_qwen2.5_7b_instruct.sh")], env=env, capture_output=True,
                              text=True, timeout=300)
     assert f"exec {REPO / '.venv' / 'bin' / 'python'} -m fspo.main" in process.stderr
