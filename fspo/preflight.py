@@ -154,10 +154,13 @@ class HubProbe:
 
 def resolve(need: ModelNeed, probe: HubProbe, cache_dir: str | None = None) -> str:
     """Where ``need`` will load from (a folder, the cache or the hub); raises ConfigError naming the fix."""
+    if "://" in need.ref:  # hdfs:// and kin: verl copies it to local disk in each worker
+        return need.ref
     local = Path(os.path.expanduser(need.ref))
+    if local.is_file():
+        raise ConfigError(f"{need.key}={need.ref} is a file: fix the path (a Hugging Face model folder)")
     if local.exists():
-        missing = missing_files(local, need) if local.is_dir() else ["a folder, not a file"]
-        if missing:
+        if missing := missing_files(local, need):
             raise ConfigError(
                 f"{need.key}={need.ref} lacks {', '.join(missing)}: fix the path (a Hugging Face model folder)"
             )
@@ -176,7 +179,7 @@ def resolve(need: ModelNeed, probe: HubProbe, cache_dir: str | None = None) -> s
             f"where the hub is reachable with `{need.download}` into the cache this node reads (HF_HOME / "
             "HF_HUB_CACHE), or point the key at a local folder"
         )
-    problem = probe.problem(need.ref)
+    problem = probe.problem(need.ref, "config.json" if CONFIG_FILES[0] in need.files else "tokenizer_config.json")
     if problem is None:
         return f"{probe.endpoint}/{need.ref}"
     kind, detail = problem

@@ -100,6 +100,15 @@ def test_a_path_that_does_not_exist_says_so(path):
         resolve(need(path), HubProbe(CLOSED_PORT))
 
 
+def test_a_remote_filesystem_path_is_left_to_verl():
+    assert resolve(need("hdfs://namenode/models/qwen"), HubProbe(CLOSED_PORT)) == "hdfs://namenode/models/qwen"
+
+
+def test_a_file_is_not_a_model_folder(policy):
+    with pytest.raises(ConfigError, match=r"model.safetensors is a file: fix the path"):
+        resolve(need(policy / "model.safetensors"), HubProbe(CLOSED_PORT))
+
+
 def test_offline_and_not_cached_names_the_download_command(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ConfigError) as error:
