@@ -251,13 +251,15 @@ def verifier_needs(verifier, cache_dir: str | None = None) -> list[ModelNeed]:
     remote code, and the T5 fallback, load by hub id.
     """
     from fspo.verifiers.embedding import minilm_path
-    from fspo.verifiers.hhem import HHEM_FOUNDATION, HHEM_MODEL
+    from fspo.verifiers.hhem import HHEM_FOUNDATION, HHEM_MODEL, has_tokenizer_files
 
     key = "fspo.verifier.model_path"
     download = f"fspo verifier download {verifier.name}"
     if verifier.model_path:
         download += f" --model-path {verifier.model_path}"
     tokenizer = verifier.tokenizer_path
+    if tokenizer:
+        download += f" --tokenizer-path {tokenizer}"
     needs = []
     if tokenizer:
         needs.append(ModelNeed("fspo.verifier.tokenizer_path", tokenizer, TOKENIZER_FILES, download))
@@ -268,9 +270,12 @@ def verifier_needs(verifier, cache_dir: str | None = None) -> list[ModelNeed]:
         if config.get("model_type") == "t5":  # a bare T5ForTokenClassification folder: self-contained
             return [*needs, ModelNeed(key, model, MODEL_FILES + (() if tokenizer else TOKENIZER_FILES), download)]
         needs.append(ModelNeed(key, model, CONFIG_FILES + (("model.safetensors",),), download, remote_code))
+        # The remote code loads the foundation's tokenizer whatever the backend then uses; the T5 fallback
+        # only its config when the tokenizer comes from tokenizer_path or the checkpoint folder.
         foundation = config.get("foundation") or HHEM_FOUNDATION
-        needs.append(ModelNeed(f"{key}'s config.foundation", foundation,
-                               CONFIG_FILES + TOKENIZER_FILES, download))
+        own_tokenizer = bool(tokenizer) or has_tokenizer_files(os.path.expanduser(model))
+        foundation_files = CONFIG_FILES + (() if own_tokenizer and not remote_code else TOKENIZER_FILES)
+        needs.append(ModelNeed(f"{key}'s config.foundation", foundation, foundation_files, download))
     elif verifier.name in ("nli", "embedding"):
         model = verifier.model_path or (minilm_path() if verifier.name == "embedding" else None)
         if model:

@@ -190,6 +190,12 @@ def test_hhem_needs_its_checkpoint_and_the_foundation_its_remote_code_loads(tmp_
     ]
     assert needs[1].files == (("config.json",),) + TOKENIZER_FILES  # flan-t5's config and tokenizer, no weights
     assert not verifier_needs(VerifierConfig(name="hhem", trust_remote_code=False), cache_dir=str(tmp_path))[0].remote_code
+    # Without the remote code and with a tokenizer of its own, the T5 fallback reads only the foundation's config.
+    own = verifier_needs(VerifierConfig(name="hhem", trust_remote_code=False, tokenizer_path="org/tok"), str(tmp_path))
+    assert [(n.ref, n.files) for n in own] == [
+        ("org/tok", TOKENIZER_FILES), (HHEM_MODEL, (("config.json",), ("model.safetensors",))),
+        (HHEM_FOUNDATION, (("config.json",),))]
+    assert own[0].download == "fspo verifier download hhem --tokenizer-path org/tok"
 
 
 def test_a_bare_t5_verifier_folder_needs_nothing_else(tmp_path):
