@@ -245,12 +245,14 @@ def policy_needs(config: DictConfig) -> list[ModelNeed]:
 
 def verifier_needs(verifier, cache_dir: str | None = None) -> list[ModelNeed]:
     """What backend ``verifier`` (a :class:`fspo.config.VerifierConfig`) loads; [] for lexical and llm_judge.
+    A model backend other than HHEM reads a model folder (weights, config, tokenizer) at ``model_path``.
 
     HHEM: its checkpoint (config.json, model.safetensors and, with ``trust_remote_code``, the modules its
     ``auto_map`` names) and ``config.foundation`` (``google/flan-t5-base``): the config and tokenizer the
     remote code, and the T5 fallback, load by hub id.
     """
     from fspo.verifiers.embedding import minilm_path
+    from fspo.verifiers.placement import MODEL_BACKENDS
     from fspo.verifiers.hhem import HHEM_FOUNDATION, HHEM_MODEL, has_tokenizer_files
 
     key = "fspo.verifier.model_path"
@@ -276,7 +278,7 @@ def verifier_needs(verifier, cache_dir: str | None = None) -> list[ModelNeed]:
         own_tokenizer = bool(tokenizer) or has_tokenizer_files(os.path.expanduser(model))
         foundation_files = CONFIG_FILES + (() if own_tokenizer and not remote_code else TOKENIZER_FILES)
         needs.append(ModelNeed(f"{key}'s config.foundation", foundation, foundation_files, download))
-    elif verifier.name in ("nli", "embedding"):
+    elif verifier.name in MODEL_BACKENDS:  # nli, embedding: a sequence-classification or encoder folder
         model = verifier.model_path or (minilm_path() if verifier.name == "embedding" else None)
         if model:
             needs.append(ModelNeed(key, model, MODEL_FILES + (() if tokenizer else TOKENIZER_FILES), download,

@@ -8,9 +8,14 @@ file stays well under a minute.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,17 +37,23 @@ GPU_RECIPES = [
 ALL_RECIPES = [*GPU_RECIPES, "run_cpu.sh"]
 
 
-# The dry run checks that the policy and the verifier's weights can be had (fspo.preflight): filled by
-# `weights` with a tiny local policy and HHEM in an offline HF cache.
-WEIGHTS_ENV: dict[str, str] = {}
+_weights_lock = threading.Lock()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def weights(tmp_path_factory) -> dict[str, str]:
+@functools.cache
+def _weights_env() -> dict[str, str]:
     from fspo_testing.tiny_model import recipe_weights_env
 
-    WEIGHTS_ENV.update(recipe_weights_env(tmp_path_factory.mktemp("weights")))
-    return WEIGHTS_ENV
+    root = tempfile.mkdtemp(prefix="fspo-recipe-weights-")
+    atexit.register(shutil.rmtree, root, True)
+    return recipe_weights_env(root)
+
+
+def weights_env() -> dict[str, str]:
+    """What a recipe's dry run finds its weights by (it checks them: fspo.preflight): a tiny local policy as
+    MODEL_PATH and HHEM in an offline HF cache, built once per test process for every caller of run_recipe."""
+    with _weights_lock:
+        return _weights_env()
 
 
 def run_recipe(name: str, *overrides: str, **env: str) -> subprocess.CompletedProcess:
@@ -51,7 +62,7 @@ def run_recipe(name: str, *overrides: str, **env: str) -> subprocess.CompletedPr
         **os.environ,
         "FSPO_DRY_RUN": "1",
         "PYTHON": sys.executable,
-        **WEIGHTS_ENV,
+        **weights_env(),
         **env,
     }
     return subprocess.run(
@@ -68,7 +79,7 @@ def printed_config(process: subprocess.CompletedProcess) -> dict:
 
 
 @pytest.fixture(scope="module")
-def dry_run_processes(weights) -> dict[str, subprocess.CompletedProcess]:
+def dry_run_processes() -> dict[str, subprocess.CompletedProcess]:
     """Every recipe's dry run, two at a time."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(ALL_RECIPES, pool.map(run_recipe, ALL_RECIPES)))
@@ -104,7 +115,7 @@ def test_gpu_recipe_carries_the_paper_settings(dry_runs, name):
     assert config["data"]["train_files"] == ["data/hotpotqa/train.parquet", "data/simplerl_math/train.parquet"]
     assert config["fspo"]["verifier"]["name"] == "hhem"
     assert config["fspo"]["verifier"]["threshold"] == 0.5  # HHEM's published operating point
-    assert actor_rollout_ref["model"]["path"] == WEIGHTS_ENV["MODEL_PATH"]
+    assert actor_rollout_ref["model"]["path"] == weights_env()["MODEL_PATH"]
 
 
 @pytest.mark.parametrize("name", [n for n in GPU_RECIPES if n != "run_ablation_grpo.sh"])
@@ -207,7 +218,7 @@ def test_cpu_recipe_defaults_to_the_quickstarts_smollm2(tmp_path):
 def test_recipes_use_the_projects_venv_without_activating_it():
     # As the README runs it after scripts/setup.sh: no PYTHON, no venv on PATH.
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHON", "VIRTUAL_ENV")}
-    env.update(PATH="/usr/bin:/bin", FSPO_DRY_RUN="1", **WEIGHTS_ENV)
+    env.update(PATH="/usr/bin:/bin", FSPO_DRY_RUN="1", **weights_env())
     process = subprocess.run(["bash", str(RECIPES / "run_qwen2.5_7b_instruct.sh")], env=env, capture_output=True,
                              text=True, timeout=300)
     assert f"exec {REPO / '.venv' / 'bin' / 'python'} -m fspo.main" in process.stderr
