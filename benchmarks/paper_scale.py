@@ -60,7 +60,8 @@ def recipe_scale(recipe: str) -> dict:
     """The sizes a recipe trains at, read from its printed dry-run config."""
     import yaml
 
-    env = {**os.environ, "FSPO_DRY_RUN": "1", "PYTHON": sys.executable, "MODEL_PATH": "/nonexistent/model"}
+    env = {**os.environ, "FSPO_DRY_RUN": "1", "PYTHON": sys.executable, "MODEL_PATH": "/nonexistent/model",
+           "FSPO_PREFLIGHT": "0"}  # the sizes, not the weights
     process = subprocess.run(
         ["bash", str(REPO / "recipes" / recipe)], env=env, capture_output=True, text=True, timeout=600
     )

@@ -16,6 +16,7 @@ import ray
 from omegaconf import DictConfig, OmegaConf
 
 from fspo.cpu import cpu_mode_requested
+from fspo.hub_env import describe, hub_env_vars, with_env_vars
 
 # verl's platform name for CUDA GPUs (verl.plugin.platform: "nvidia").
 CUDA_PLATFORM = "nvidia"
@@ -103,6 +104,7 @@ def validate(config: DictConfig, check_files: bool = True) -> None:
         check_trainer_mode,
     )
     from fspo.config import fspo_config
+    from fspo.preflight import preflight, preflight_requested
     from fspo.verifiers.placement import resolve_verifier_placement
 
     auto_set_device(config)
@@ -132,6 +134,8 @@ def validate(config: DictConfig, check_files: bool = True) -> None:
             print(message, file=sys.stderr, flush=True)
     validate_config(config=without_vllm_lora_check(config), use_reference_policy=need_reference_policy(config),
                     use_critic=need_critic(config))
+    if preflight_requested():  # last: the checks above cost nothing, this one may ask the hub
+        print(f"fspo: models found: {'; '.join(preflight(config)) or 'none to load'}", file=sys.stderr, flush=True)
 
 
 # The ranks vLLM serves LoRA adapters up to (verl's fallback list when it cannot ask vLLM).
@@ -167,7 +171,15 @@ def run(config: DictConfig) -> None:
     from verl.trainer.main_ppo import run_ppo
 
     validate(config)
-    run_ppo(config, task_runner_class=FSPOTaskRunner)
+    run_ppo(config, task_runner_class=with_env_vars(FSPOTaskRunner, forwarded_hub_env()))
+
+
+def forwarded_hub_env() -> dict[str, str]:
+    """The Hugging Face variables every Ray process gets (:mod:`fspo.hub_env`), named on stderr."""
+    env = hub_env_vars()
+    if line := describe(env):
+        print(line, file=sys.stderr, flush=True)
+    return env
 
 
 def dry_run_requested() -> bool:
@@ -184,6 +196,7 @@ def _hydra_main(config: DictConfig) -> None:
             # not exist yet (data is often built on the cluster), everything else is checked.
             validate(config, check_files=False)
             print(OmegaConf.to_yaml(config))
+            forwarded_hub_env()
             print("fspo: dry run OK (FSPO_DRY_RUN=1): the config resolves and validates", file=sys.stderr)
             return
         run(config)
@@ -225,6 +238,16 @@ def cluster_has_accelerator(address: str) -> bool:
     return any(resources.get(name, 0) > 0 for name in ("GPU", "NPU"))
 
 
+def pin_cuda_platform(argv: list[str]) -> list[str]:
+    """Pin ``VERL_PLATFORM`` to CUDA here and in every Ray process, so that the CPU backend (which takes over
+    where no accelerator is found) stays off in processes that land on a GPU-less head node."""
+    os.environ["VERL_PLATFORM"] = CUDA_PLATFORM
+    key = "ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM"
+    if any(arg.split("=", 1)[0].lstrip("+~") == key for arg in argv):
+        return argv
+    return [*argv, f"+{key}={CUDA_PLATFORM}"]
+
+
 def with_platform_default(argv: list[str]) -> list[str]:
     """Pick the hardware preset from where the run trains, not from the machine that launches it.
 
@@ -232,20 +255,23 @@ def with_platform_default(argv: list[str]) -> list[str]:
     ``platform=cpu``; a run that joins a Ray cluster (``RAY_ADDRESS`` or ``ray_kwargs.ray_init.address``)
     gets the CPU preset only when that cluster has no GPU. A GPU cluster keeps the GPU preset, and
     ``VERL_PLATFORM`` is pinned to CUDA here and in every Ray process (the CPU backend otherwise takes
-    over in processes that land on a GPU-less head node).
+    over in processes that land on a GPU-less head node). ``platform=gpu`` given on a machine without an
+    accelerator pins ``VERL_PLATFORM`` the same way; ``platform=cpu`` is left as given.
     """
-    if any(arg.split("=", 1)[0].lstrip("+~") == "platform" for arg in argv):
+    platforms = [arg.split("=", 1)[1] for arg in argv if arg.split("=", 1)[0].lstrip("+~") == "platform" and "=" in arg]
+    if platforms and platforms[-1] != "gpu":
         return argv
     if not cpu_mode_requested():
         return argv
+    if platforms:  # platform=gpu from a machine without an accelerator: the GPUs are in the cluster
+        return pin_cuda_platform(argv)
     address = ray_address(argv)
     if address and cluster_has_accelerator(address):
         print(
             f"fspo: no accelerator on this machine, but the Ray cluster at {address} has GPUs; using the GPU preset",
             file=sys.stderr,
         )
-        os.environ["VERL_PLATFORM"] = CUDA_PLATFORM
-        return [*argv, f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM={CUDA_PLATFORM}"]
+        return pin_cuda_platform(argv)
     print("fspo: no accelerator found; using the CPU preset (platform=cpu)", file=sys.stderr)
     return [*argv, "platform=cpu"]
 

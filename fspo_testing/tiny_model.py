@@ -279,3 +279,194 @@ def teach_reasoning_format(
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     return {"first_loss": losses[0], "last_loss": losses[-1]}
+
+
+# --- HHEM-2.1-Open in its published layout --------------------------------------------------------
+#
+# `vectara/hallucination_evaluation_model` as published: config.json names the remote code through
+# `auto_map` (model_type "HHEMv2Config", no `foundation`/`prompt` keys: those are class attributes of
+# the config class), model.safetensors holds `t5.*` tensors of a T5ForTokenClassification with only the
+# shared embedding saved, and there are no tokenizer files: the remote code loads `google/flan-t5-base`'s
+# config and tokenizer by hub id when the model is built. The remote code below is a stand-in written
+# here with the same classes and the same lookups; the architecture and tokenizer are real, the sizes tiny.
+
+HHEM_FOUNDATION_REPO = "google/flan-t5-base"
+
+HHEM_CONFIGURATION_CODE = '''\
+from transformers import PretrainedConfig
+
+
+class HHEMv2Config(PretrainedConfig):
+    """Stand-in for HHEM-2.1-Open's config class: the foundation and the prompt are class attributes."""
+
+    model_type = "HHEMv2"
+    foundation = "google/flan-t5-base"
+    prompt = "<pad> Determine if the hypothesis is true given the premise?\\n\\nPremise: {text1}\\n\\nHypothesis: {text2}"
+'''
+
+HHEM_MODELING_CODE = '''\
+import torch
+from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, T5ForTokenClassification
+
+from .configuration_hhem_v2 import HHEMv2Config
+
+
+class HHEMv2ForSequenceClassification(PreTrainedModel):
+    """Stand-in for HHEM-2.1-Open's model class: a T5 token classifier built from the foundation's config
+    (fetched by hub id), the foundation's tokenizer, and the first token's logits as the pair's."""
+
+    config_class = HHEMv2Config
+
+    def __init__(self, config=HHEMv2Config()):
+        super().__init__(config)
+        self.t5 = T5ForTokenClassification(AutoConfig.from_pretrained(config.foundation))
+        self.prompt = config.prompt
+        self.tokenzier = AutoTokenizer.from_pretrained(config.foundation)
+
+    def forward(self, **kwargs):
+        self.t5.eval()
+        with torch.no_grad():
+            outputs = self.t5(**kwargs)
+        outputs.logits = outputs.logits[:, 0, :]
+        return outputs
+'''
+
+HHEM_CONFIG_JSON = {
+    "_name_or_path": "vectara/hallucination_evaluation_model",
+    "architectures": ["HHEMv2ForSequenceClassification"],
+    "auto_map": {
+        "AutoConfig": "configuration_hhem_v2.HHEMv2Config",
+        "AutoModelForSequenceClassification": "modeling_hhem_v2.HHEMv2ForSequenceClassification",
+    },
+    "model_type": "HHEMv2Config",
+    "torch_dtype": "float32",
+    "transformers_version": "4.44.1",
+}
+
+_T5_TOKENIZER_TEXT = [
+    "Determine if the hypothesis is true given the premise?",
+    "Premise: Paris is the capital of France. Hypothesis: The capital of France is Berlin.",
+    "The Eiffel Tower was completed in 1889 and stands in Paris.",
+    "Marie Curie won the Nobel Prize in Physics in 1903 and in Chemistry in 1911.",
+    "numbers 0 1 2 3 4 5 6 7 8 9, letters a b c d e f g h i j k l m n o p q r s t u v w x y z",
+]
+
+
+def build_t5_tokenizer(output_dir: str | Path, vocab_size: int = 200, extra_ids: int = 100) -> Path:
+    """A real T5 tokenizer (SentencePiece unigram, ``<pad>``=0 ``</s>``=1 ``<unk>``=2, ``<extra_id_N>``)
+    trained here on a few sentences; writes ``spiece.model`` and transformers' tokenizer files."""
+    import io
+
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2
+    from transformers import T5Tokenizer
+
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(_T5_TOKENIZER_TEXT * 20), model_writer=model, vocab_size=vocab_size,
+        model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1, character_coverage=1.0,
+        hard_vocab_limit=False, minloglevel=2,
+    )
+    (output_dir / "spiece.model").write_bytes(model.getvalue())
+    proto = sentencepiece_model_pb2.ModelProto.FromString(model.getvalue())
+    tokenizer = T5Tokenizer(
+        vocab=[(piece.piece, piece.score) for piece in proto.pieces] + [(f"<extra_id_{i}>", 0.0) for i in reversed(range(extra_ids))],
+        _spm_precompiled_charsmap=proto.normalizer_spec.precompiled_charsmap,
+        extra_ids=extra_ids,
+    )
+    tokenizer.save_pretrained(output_dir)
+    return output_dir
+
+
+def build_tiny_t5_foundation(output_dir: str | Path, d_model: int = 32, num_layers: int = 2) -> Path:
+    """A tiny stand-in for ``google/flan-t5-base`` as HHEM's remote code reads it: config.json (flan's
+    gated-gelu T5, tiny sizes) and the tokenizer files; no weights (HHEM ships its own)."""
+    from transformers import T5Config
+
+    output_dir = build_t5_tokenizer(output_dir)
+    from transformers import AutoTokenizer
+
+    vocab_size = len(AutoTokenizer.from_pretrained(str(output_dir)))
+    T5Config(
+        vocab_size=vocab_size, d_model=d_model, d_kv=8, d_ff=2 * d_model, num_layers=num_layers,
+        num_decoder_layers=num_layers, num_heads=4, feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+    ).save_pretrained(output_dir)
+    return output_dir
+
+
+def build_tiny_hhem(output_dir: str | Path, foundation_dir: str | Path, seed: int = 0) -> Path:
+    """HHEM-2.1-Open's published layout with random weights shaped by the config in ``foundation_dir``:
+    config.json (``auto_map``, no foundation key), the two remote-code files, model.safetensors of
+    ``t5.*`` tensors with only ``t5.transformer.shared.weight`` for the tied encoder embedding."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, T5ForTokenClassification
+
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    t5 = T5ForTokenClassification(AutoConfig.from_pretrained(str(foundation_dir), num_labels=2))
+    state = {f"t5.{key}": tensor.contiguous() for key, tensor in t5.state_dict().items()
+             if key != "transformer.encoder.embed_tokens.weight"}
+    save_file(state, str(output_dir / "model.safetensors"), metadata={"format": "pt"})
+    (output_dir / "config.json").write_text(json.dumps(HHEM_CONFIG_JSON, indent=2) + "\n")
+    (output_dir / "configuration_hhem_v2.py").write_text(HHEM_CONFIGURATION_CODE)
+    (output_dir / "modeling_hhem_v2.py").write_text(HHEM_MODELING_CODE)
+    return output_dir
+
+
+def put_in_hub_cache(cache_dir: str | Path, repo_id: str, folder: str | Path, revision: str = "main") -> Path:
+    """Copy ``folder``'s files into ``cache_dir`` in huggingface_hub's cache layout for model ``repo_id``
+    (blobs, a snapshot of symlinks, ``refs/<revision>``), as a download would leave them; the snapshot path."""
+    import hashlib
+    import os
+
+    repo_root = Path(cache_dir) / ("models--" + repo_id.replace("/", "--"))
+    files = sorted(p for p in Path(folder).iterdir() if p.is_file())
+    commit = hashlib.sha1("".join(p.name for p in files).encode() + repo_id.encode()).hexdigest()
+    snapshot = repo_root / "snapshots" / commit
+    (repo_root / "blobs").mkdir(parents=True, exist_ok=True)
+    snapshot.mkdir(parents=True, exist_ok=True)
+    for path in files:
+        data = path.read_bytes()
+        blob = repo_root / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        link = snapshot / path.name
+        if not link.exists():
+            os.symlink(os.path.relpath(blob, snapshot), link)
+    (repo_root / "refs").mkdir(exist_ok=True)
+    (repo_root / "refs" / revision).write_text(commit)
+    return snapshot
+
+
+def build_tiny_hhem_cache(root: str | Path, with_foundation: bool = True) -> dict[str, Path]:
+    """Under ``root``: the tiny foundation and HHEM folders, and an HF hub cache (``root/hub``) holding
+    HHEM under its hub id and (``with_foundation``) the foundation as ``google/flan-t5-base``, as
+    ``fspo verifier download hhem`` leaves it. Point ``HF_HUB_CACHE`` at ``paths["cache"]``."""
+    from fspo.verifiers.hhem import HHEM_MODEL
+
+    root = Path(root)
+    foundation = build_tiny_t5_foundation(root / "flan-t5")
+    hhem = build_tiny_hhem(root / "hhem", foundation)
+    cache = root / "hub"
+    put_in_hub_cache(cache, HHEM_MODEL, hhem)
+    if with_foundation:
+        put_in_hub_cache(cache, HHEM_FOUNDATION_REPO, foundation)
+    return {"foundation": foundation, "hhem": hhem, "cache": cache}
+
+
+def recipe_weights_env(root: str | Path) -> dict[str, str]:
+    """The environment under which a GPU recipe's dry run finds its weights (its preflight checks them):
+    ``MODEL_PATH`` a tiny local policy, HHEM and its foundation in an HF cache read with ``HF_HUB_OFFLINE=1``,
+    as on a node prepared with ``fspo verifier download hhem``."""
+    root = Path(root)
+    return {
+        "MODEL_PATH": str(build_tiny_model(root / "policy")),
+        "HF_HUB_CACHE": str(build_tiny_hhem_cache(root)["cache"]),
+        "HF_HUB_OFFLINE": "1",
+    }

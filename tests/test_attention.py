@@ -92,7 +92,9 @@ def test_the_fallback_reaches_verls_actor_through_the_interpolation():
 def test_a_gpu_recipe_dry_run_without_flash_attn_says_so_in_one_line_and_runs_sdpa():
     if importable("flash_attn"):
         pytest.skip("flash-attn is installed: nothing falls back")
-    env = {**os.environ, "FSPO_DRY_RUN": "1", "PYTHON": sys.executable, "MODEL_PATH": "/nonexistent/model"}
+    # FSPO_PREFLIGHT=0: the weights check is not what this measures (tests/test_preflight.py is).
+    env = {**os.environ, "FSPO_DRY_RUN": "1", "FSPO_PREFLIGHT": "0", "PYTHON": sys.executable,
+           "MODEL_PATH": "/nonexistent/model"}
     process = subprocess.run(
         ["bash", str(REPO / "recipes" / "run_qwen2.5_7b_instruct.sh")],
         env=env, capture_output=True, text=True, timeout=300,

@@ -65,15 +65,18 @@ def test_unknown_verifier_is_named(model_and_data):
     assert "unknown fspo.verifier.name 'alignscore'; valid names: lexical, embedding, hhem, nli, llm_judge, minicheck, factcg" in result.stderr
 
 
-def test_dry_run_validates_without_files(tmp_path):
+def test_dry_run_validates_without_files(model_and_data, tmp_path):
     import os
 
     env = {**os.environ, "FSPO_DRY_RUN": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    ok = run_main("actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct", "data.train_files=later.parquet", env=env,
-                  cwd=tmp_path)
+    model, _ = model_and_data  # the model is checked (fspo.preflight), the data may come later
+    ok = run_main(f"actor_rollout_ref.model.path={model}", "data.train_files=later.parquet", env=env, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "dry run OK" in ok.stderr and "adv_estimator: grpo" in ok.stdout
     assert list(tmp_path.iterdir()) == []  # "starts nothing": no Hydra outputs/<date>/<time>/main.log either
+    offline = run_main("actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct", "data.train_files=later.parquet",
+                       env={**env, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": os.devnull}, cwd=tmp_path)
+    assert offline.returncode == 2 and "HF_HUB_OFFLINE is set and Qwen/Qwen2.5-7B-Instruct is not in the HF cache" in offline.stderr
     bad = run_main("actor_rollout_ref.model.path=x/y", "data.train_files=later.parquet", "fspo.thresold=0.3", env=env)
     assert bad.returncode != 0 and "thresold" in bad.stderr  # Hydra names the mistyped key
 
@@ -100,11 +103,11 @@ def test_a_config_file_that_sets_the_old_threshold_names_the_verifiers():
     assert "fspo.verifier.threshold" in str(error.value)
 
 
-def test_separate_async_on_cpu_is_refused_before_ray_and_colocate_async_is_not():
+def test_separate_async_on_cpu_is_refused_before_ray_and_colocate_async_is_not(model_and_data):
     import os
 
     env = {**os.environ, "FSPO_DRY_RUN": "1"}
-    common = ("actor_rollout_ref.model.path=x/y", "data.train_files=later.parquet", "platform=cpu")
+    common = (f"actor_rollout_ref.model.path={model_and_data[0]}", "data.train_files=later.parquet", "platform=cpu")
     refused = run_main(*common, "trainer.v1.trainer_mode=separate_async", env=env)
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert "trainer.v1.trainer_mode=separate_async needs" in refused.stderr and "Traceback" not in refused.stderr

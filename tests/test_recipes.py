@@ -8,9 +8,14 @@ file stays well under a minute.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,13 +39,32 @@ GPU_RECIPES = [
 ALL_RECIPES = [*GPU_RECIPES, "run_cpu.sh"]
 
 
+_weights_lock = threading.Lock()
+
+
+@functools.cache
+def _weights_env() -> dict[str, str]:
+    from fspo_testing.tiny_model import recipe_weights_env
+
+    root = tempfile.mkdtemp(prefix="fspo-recipe-weights-")
+    atexit.register(shutil.rmtree, root, True)
+    return recipe_weights_env(root)
+
+
+def weights_env() -> dict[str, str]:
+    """What a recipe's dry run finds its weights by (it checks them: fspo.preflight): a tiny local policy as
+    MODEL_PATH and HHEM in an offline HF cache, built once per test process for every caller of run_recipe."""
+    with _weights_lock:
+        return _weights_env()
+
+
 def run_recipe(name: str, *overrides: str, **env: str) -> subprocess.CompletedProcess:
     """Run ``recipes/<name>`` in dry-run mode with the venv's python; returns the finished process."""
     full_env = {
         **os.environ,
         "FSPO_DRY_RUN": "1",
         "PYTHON": sys.executable,
-        "MODEL_PATH": "/nonexistent/model",  # a dry run does not read files
+        **weights_env(),
         **env,
     }
     return subprocess.run(
@@ -93,7 +117,7 @@ def test_gpu_recipe_carries_the_paper_settings(dry_runs, name):
     assert config["data"]["train_files"] == ["data/hotpotqa/train.parquet", "data/simplerl_math/train.parquet"]
     assert config["fspo"]["verifier"]["name"] == "hhem"
     assert config["fspo"]["verifier"]["threshold"] == 0.5  # HHEM's published operating point
-    assert actor_rollout_ref["model"]["path"] == "/nonexistent/model"
+    assert actor_rollout_ref["model"]["path"] == weights_env()["MODEL_PATH"]
 
 
 @pytest.mark.parametrize("name", [n for n in GPU_RECIPES if n != "run_ablation_grpo.sh"])
@@ -184,9 +208,9 @@ def test_cpu_recipe_needs_a_model_path(tmp_path):
 
 
 def test_cpu_recipe_defaults_to_the_quickstarts_smollm2(tmp_path):
-    model = tmp_path / "SmolLM2-135M-Instruct"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
+    from fspo_testing.tiny_model import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "SmolLM2-135M-Instruct")  # the dry run checks the folder holds a model
     env = {key: value for key, value in os.environ.items() if key != "MODEL_PATH"}
     process = subprocess.run(["bash", str(RECIPES / "run_cpu.sh")], capture_output=True, text=True, timeout=300,
                              env={**env, "FSPO_CACHE": str(tmp_path), "FSPO_DRY_RUN": "1", "PYTHON": sys.executable})
@@ -197,7 +221,7 @@ def test_cpu_recipe_defaults_to_the_quickstarts_smollm2(tmp_path):
 def test_recipes_use_the_projects_venv_without_activating_it():
     # As the README runs it after scripts/setup.sh: no PYTHON, no venv on PATH.
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHON", "VIRTUAL_ENV")}
-    env.update(PATH="/usr/bin:/bin", FSPO_DRY_RUN="1", MODEL_PATH="/nonexistent/model")
+    env.update(PATH="/usr/bin:/bin", FSPO_DRY_RUN="1", **weights_env())
     process = subprocess.run(["bash", str(RECIPES / "run_qwen2.5_7b_instruct.sh")], env=env, capture_output=True,
                              text=True, timeout=300)
     assert f"exec {REPO / '.venv' / 'bin' / 'python'} -m fspo.main" in process.stderr

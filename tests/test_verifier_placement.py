@@ -169,7 +169,8 @@ def ray_head(request):
 
 def _dry_run(address: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
-    env.update(FSPO_DRY_RUN="1", RAY_ADDRESS=address, RAY_AUTH_MODE="disabled")
+    # FSPO_PREFLIGHT=0: the preset is under test here, not the weights (tests/test_preflight.py)
+    env.update(FSPO_DRY_RUN="1", RAY_ADDRESS=address, RAY_AUTH_MODE="disabled", FSPO_PREFLIGHT="0")
     return subprocess.run(
         [sys.executable, "-m", "fspo.main", "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct"],
         env=env,

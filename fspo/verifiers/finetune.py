@@ -225,7 +225,14 @@ def main(argv: list[str] | None = None) -> int:
     from fspo.arguments import UsageError, refuse
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: fspo verifier train --data SOURCE --output-dir DIR [options]  (see fspo verifier train -h)"
+    if argv and argv[0] == "download":  # `fspo verifier download`: fspo.verifiers.download
+        from fspo.verifiers.download import main as download_main
+
+        return download_main(argv[1:])
+    usage = (
+        "usage: fspo verifier train --data SOURCE --output-dir DIR [options]  (see fspo verifier train -h)\n"
+        "       fspo verifier download NAME [options]  (see fspo verifier download -h)"
+    )
     if argv[:1] in (["-h"], ["--help"]):
         print(usage)
         return 0

@@ -31,7 +31,7 @@ HHEM_PROMPT = "<pad> Determine if the hypothesis is true given the premise?\n\nP
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "spiece.model")
 
 
-def _has_tokenizer(path: str) -> bool:
+def has_tokenizer_files(path: str) -> bool:
     return os.path.isdir(path) and any(
         os.path.exists(os.path.join(path, f)) for f in _TOKENIZER_FILES
     )
@@ -88,6 +88,12 @@ def load_hhem(
     does not run at all, or with ``trust_remote_code=False``, the weights go into transformers' own
     ``T5ForTokenClassification`` built from ``config.foundation``: the same computation.
     """
+    from fspo.config import VerifierConfig
+    from fspo.preflight import check_verifier
+
+    # A missing cache, token or foundation is named as the driver's preflight names it, not as a traceback.
+    check_verifier(VerifierConfig(name="hhem", model_path=model_path, tokenizer_path=tokenizer_path,
+                                  trust_remote_code=trust_remote_code))
     from transformers import (
         AutoConfig,
         AutoModelForSequenceClassification,
@@ -127,7 +133,7 @@ def load_hhem(
         _load_t5_state(model, model_path)
         model = model.to(dtype)
     if tokenizer_path is None:
-        tokenizer_path = model_path if _has_tokenizer(model_path) else foundation
+        tokenizer_path = model_path if has_tokenizer_files(model_path) else foundation
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
     return model.to(device).eval(), tokenizer, prompt
 

@@ -1,0 +1,327 @@
+"""The weights check before Ray starts: can every model the run loads be had, from here, now?
+
+A model that cannot be had otherwise shows up only when verl's workers or the verifier servers load it,
+after FSDP, vLLM and CUDA graphs have started: minutes per try, on every node. This module resolves each
+model the config names (the policy, its tokenizer, a critic or reward model, the verifier's weights and,
+for HHEM, the ``google/flan-t5-base`` config and tokenizer its remote code loads) as a local folder, the
+Hugging Face cache or the hub with the user's token, and raises :class:`~fspo.checks.ConfigError` with
+one line naming the fix: the path, ``HF_TOKEN``, the model's terms on its hub page, or the command that
+pre-downloads it. Hub requests are single HEADs with a short timeout (``HF_HUB_ETAG_TIMEOUT``, 10 s by
+default); ``HF_HUB_OFFLINE`` makes it a cache-only check, as it does for the loaders.
+
+``FSPO_PREFLIGHT=0`` skips it (e.g. a dry run that validates a cluster's config from a laptop).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from fspo.checks import ConfigError
+
+# What a loader reads from a folder. Each entry is a group of alternatives: one of them must be there.
+CONFIG_FILES = (("config.json",),)
+WEIGHT_FILES = (("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"),)
+TOKENIZER_FILES = (("tokenizer.json", "tokenizer_config.json", "spiece.model", "vocab.txt", "vocab.json"),)
+MODEL_FILES = CONFIG_FILES + WEIGHT_FILES
+
+
+@dataclass(frozen=True)
+class ModelNeed:
+    """A model (or tokenizer) the run loads: where the config names it, and which files it reads."""
+
+    key: str  # the config key, e.g. "actor_rollout_ref.model.path"
+    ref: str  # a local folder or a hub id
+    files: tuple[tuple[str, ...], ...]  # groups of alternatives
+    download: str  # the command that pre-downloads it into the HF cache
+    remote_code: bool = False  # also the modules its config.json's auto_map names
+
+
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` (or transformers' older ``TRANSFORMERS_OFFLINE``), read now, as huggingface_hub does."""
+    return _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE")
+
+
+def preflight_requested() -> bool:
+    return os.environ.get("FSPO_PREFLIGHT", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def looks_like_hub_id(ref: str) -> bool:
+    """``org/name`` (or a bare ``name``): what from_pretrained would look up on the hub, not a path."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if ref.startswith((".", "~", "/")) or ref.count("/") > 1:
+        return False
+    try:
+        validate_repo_id(ref)
+    except HFValidationError:
+        return False
+    return True
+
+
+def remote_code_files(config_file: Path) -> list[str]:
+    """The ``.py`` modules a config.json's ``auto_map`` names (``module.Class`` or ``repo--module.Class``)."""
+    try:
+        auto_map = json.loads(config_file.read_text()).get("auto_map") or {}
+    except (OSError, ValueError):
+        return []
+    names = []
+    for value in auto_map.values():
+        for reference in value if isinstance(value, list) else [value]:
+            if reference and "--" not in reference:  # code in another repo is fetched from there
+                names.append(reference.rsplit(".", 1)[0] + ".py")
+    return sorted(set(names))
+
+
+def missing_files(folder: Path, need: ModelNeed) -> list[str]:
+    """The files of ``need`` that ``folder`` lacks (one name per missing group); [] = complete."""
+    missing = [" or ".join(group) for group in need.files if not any((folder / name).is_file() for name in group)]
+    for index in (folder / "model.safetensors.index.json", folder / "pytorch_model.bin.index.json"):
+        if index.is_file():
+            try:
+                shards = set(json.loads(index.read_text())["weight_map"].values())
+            except (OSError, ValueError, KeyError):
+                shards = set()
+            missing += sorted(name for name in shards if not (folder / name).is_file())
+    if need.remote_code and (folder / "config.json").is_file():
+        missing += [name for name in remote_code_files(folder / "config.json") if not (folder / name).is_file()]
+    return missing
+
+
+def cached_snapshot(repo_id: str, cache_dir: str | None = None) -> Path | None:
+    """The HF cache's snapshot folder of ``repo_id``'s ``main`` revision (where its config.json is), if any."""
+    from huggingface_hub import try_to_load_from_cache
+
+    for name in ("config.json", "tokenizer_config.json"):
+        found = try_to_load_from_cache(repo_id, name, cache_dir=cache_dir)
+        if isinstance(found, str):
+            return Path(found).parent
+    return None
+
+
+def hub_cache_dir(cache_dir: str | None = None) -> str:
+    from huggingface_hub import constants
+
+    return str(cache_dir or constants.HF_HUB_CACHE)
+
+
+class HubProbe:
+    """One HEAD request per hub repo (its config.json), remembering an unreachable endpoint so that a
+    run with several hub models waits for the network once."""
+
+    def __init__(self, endpoint: str | None = None, token: str | None = None, timeout_s: float | None = None):
+        from huggingface_hub import constants, get_token
+
+        self.endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
+        self.token = token if token is not None else get_token()
+        self.timeout_s = timeout_s if timeout_s is not None else float(constants.HF_HUB_ETAG_TIMEOUT)
+        self.unreachable: str | None = None
+
+    def problem(self, repo_id: str, filename: str = "config.json") -> tuple[str, str] | None:
+        """None if the hub serves ``filename`` of ``repo_id`` to this token; else ``(kind, detail)`` with
+        kind one of ``gated``, ``not_found``, ``no_file``, ``refused``, ``unreachable``."""
+        import httpx
+        from huggingface_hub import get_hf_file_metadata, hf_hub_url
+        from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+
+        if self.unreachable:
+            return "unreachable", self.unreachable
+        url = hf_hub_url(repo_id, filename, endpoint=self.endpoint)
+        try:
+            get_hf_file_metadata(url, token=self.token or False, timeout=self.timeout_s)
+        except GatedRepoError:  # 401/403 with the hub's GatedRepo code: the terms are not accepted
+            return "gated", ""
+        except RepositoryNotFoundError:
+            return "not_found", ""
+        except EntryNotFoundError:
+            return "no_file", filename
+        except HfHubHTTPError as error:
+            status = error.response.status_code if error.response is not None else "?"
+            return "refused", f"HTTP {status}"
+        except (httpx.TransportError, OSError) as error:  # DNS, no route, refused connection, timeout
+            self.unreachable = f"{type(error).__name__}: {error}"
+        return ("unreachable", self.unreachable) if self.unreachable else None
+
+
+def resolve(need: ModelNeed, probe: HubProbe, cache_dir: str | None = None) -> str:
+    """Where ``need`` will load from (a folder, the cache or the hub); raises ConfigError naming the fix."""
+    if "://" in need.ref:  # hdfs:// and kin: verl copies it to local disk in each worker
+        return need.ref
+    local = Path(os.path.expanduser(need.ref))
+    if local.is_file():
+        raise ConfigError(f"{need.key}={need.ref} is a file: fix the path (a Hugging Face model folder)")
+    if local.exists():
+        if missing := missing_files(local, need):
+            raise ConfigError(
+                f"{need.key}={need.ref} lacks {', '.join(missing)}: fix the path (a Hugging Face model folder)"
+            )
+        return str(local)
+    if not looks_like_hub_id(need.ref):
+        raise ConfigError(f"{need.key}={need.ref} does not exist: fix the path (a Hugging Face model folder or hub id)")
+    snapshot = cached_snapshot(need.ref, cache_dir)
+    cached_missing = missing_files(snapshot, need) if snapshot else None
+    cache = hub_cache_dir(cache_dir)
+    if hub_offline():
+        if snapshot and not cached_missing:
+            return str(snapshot)
+        what = f"lacks {', '.join(cached_missing)}" if snapshot else "is not"
+        raise ConfigError(
+            f"{need.key}: HF_HUB_OFFLINE is set and {need.ref} {what} in the HF cache ({cache}): pre-download it "
+            f"where the hub is reachable with `{need.download}` into the cache this node reads (HF_HOME / "
+            "HF_HUB_CACHE), or point the key at a local folder"
+        )
+    problem = probe.problem(need.ref, "config.json" if CONFIG_FILES[0] in need.files else "tokenizer_config.json")
+    if problem is None:
+        return f"{probe.endpoint}/{need.ref}"
+    kind, detail = problem
+    page = f"{probe.endpoint}/{need.ref}"
+    if kind == "gated":
+        if probe.token:
+            raise ConfigError(
+                f"{need.key}: {need.ref} is gated and your HF_TOKEN's account has not been granted access: accept "
+                f"its terms at {page} with that account (or set HF_TOKEN to the token of an account that did)"
+            )
+        raise ConfigError(
+            f"{need.key}: {need.ref} is gated: accept its terms at {page}, then set HF_TOKEN to a token of that "
+            "account (or `hf auth login`)"
+        )
+    if kind == "not_found":
+        who = "your HF_TOKEN" if probe.token else "anonymous requests (set HF_TOKEN for a private repo)"
+        raise ConfigError(f"{need.key}: {need.ref} is not on {probe.endpoint} or not visible to {who}: fix the hub id")
+    if kind == "no_file":
+        raise ConfigError(f"{need.key}: {need.ref} has no {detail} on the hub: it is not a model repo; fix the hub id")
+    if kind == "refused":
+        raise ConfigError(f"{need.key}: the hub refused {need.ref} ({detail}): check HF_TOKEN")
+    if snapshot and not cached_missing:
+        return str(snapshot)  # huggingface_hub falls back to the cache when the hub cannot be reached
+    raise ConfigError(
+        f"{need.key}: cannot reach the hub at {probe.endpoint} ({detail}) and {need.ref} is not in the HF cache "
+        f"({cache}): pre-download it with `{need.download}` where the hub is reachable and set HF_HUB_OFFLINE=1, "
+        "or set HF_ENDPOINT to a reachable mirror"
+    )
+
+
+def _hub_download_command(ref: str) -> str:
+    return f"hf download {ref}"
+
+
+def policy_needs(config: DictConfig) -> list[ModelNeed]:
+    """The policy model and the tokenizers, critic and reward model verl's workers load by path."""
+    from verl.trainer.ppo.utils import need_critic
+
+    def select(key: str) -> str | None:
+        value = OmegaConf.select(config, key, default=None)
+        return str(value) if value not in (None, "") else None
+
+    needs = []
+    policy = select("actor_rollout_ref.model.path")
+    own_tokenizer = select("actor_rollout_ref.model.tokenizer_path")
+    if policy:
+        files = MODEL_FILES if own_tokenizer else MODEL_FILES + TOKENIZER_FILES
+        needs.append(ModelNeed("actor_rollout_ref.model.path", policy, files, _hub_download_command(policy)))
+    for key in ("actor_rollout_ref.model.tokenizer_path", "data.tokenizer"):
+        if select(key):
+            needs.append(ModelNeed(key, select(key), TOKENIZER_FILES, _hub_download_command(select(key))))
+    with warnings.catch_warnings():  # validate() has printed verl's note on the critic already
+        warnings.simplefilter("ignore")
+        critic = need_critic(config)
+    if critic and select("critic.model.path"):
+        path = select("critic.model.path")
+        needs.append(ModelNeed("critic.model.path", path, MODEL_FILES, _hub_download_command(path)))
+    if OmegaConf.select(config, "reward.reward_model.enable", default=False) and select("reward.reward_model.model_path"):
+        path = select("reward.reward_model.model_path")
+        needs.append(ModelNeed("reward.reward_model.model_path", path, MODEL_FILES, _hub_download_command(path)))
+    return needs
+
+
+def verifier_needs(verifier, cache_dir: str | None = None) -> list[ModelNeed]:
+    """What backend ``verifier`` (a :class:`fspo.config.VerifierConfig`) loads; [] for lexical and llm_judge.
+    A model backend other than HHEM reads a model folder (weights, config, tokenizer) at ``model_path``
+    (minicheck, factcg and embedding have a default; nli has none).
+
+    HHEM: its checkpoint (config.json, model.safetensors and, with ``trust_remote_code``, the modules its
+    ``auto_map`` names) and ``config.foundation`` (``google/flan-t5-base``): the config and tokenizer the
+    remote code, and the T5 fallback, load by hub id.
+    """
+    from fspo.verifiers.embedding import minilm_path
+    from fspo.verifiers.factcg import FACTCG_MODEL
+    from fspo.verifiers.minicheck import MINICHECK_FLAN_T5
+    from fspo.verifiers.placement import MODEL_BACKENDS
+    from fspo.verifiers.hhem import HHEM_FOUNDATION, HHEM_MODEL, has_tokenizer_files
+
+    key = "fspo.verifier.model_path"
+    download = f"fspo verifier download {verifier.name}"
+    if verifier.model_path:
+        download += f" --model-path {verifier.model_path}"
+    tokenizer = verifier.tokenizer_path
+    if tokenizer:
+        download += f" --tokenizer-path {tokenizer}"
+    needs = []
+    if tokenizer:
+        needs.append(ModelNeed("fspo.verifier.tokenizer_path", tokenizer, TOKENIZER_FILES, download))
+    if verifier.name == "hhem":
+        model = verifier.model_path or HHEM_MODEL
+        remote_code = verifier.trust_remote_code is not False
+        config = _readable_config(model, cache_dir)
+        if config.get("model_type") == "t5":  # a bare T5ForTokenClassification folder: self-contained
+            return [*needs, ModelNeed(key, model, MODEL_FILES + (() if tokenizer else TOKENIZER_FILES), download)]
+        needs.append(ModelNeed(key, model, CONFIG_FILES + (("model.safetensors",),), download, remote_code))
+        # The remote code loads the foundation's tokenizer whatever the backend then uses; the T5 fallback
+        # only its config when the tokenizer comes from tokenizer_path or the checkpoint folder.
+        foundation = config.get("foundation") or HHEM_FOUNDATION
+        own_tokenizer = bool(tokenizer) or has_tokenizer_files(os.path.expanduser(model))
+        foundation_files = CONFIG_FILES + (() if own_tokenizer and not remote_code else TOKENIZER_FILES)
+        needs.append(ModelNeed(f"{key}'s config.foundation", foundation, foundation_files, download))
+    elif verifier.name in MODEL_BACKENDS:  # nli, embedding, minicheck, factcg: one model folder
+        defaults = {"embedding": minilm_path, "minicheck": lambda: MINICHECK_FLAN_T5, "factcg": lambda: FACTCG_MODEL}
+        model = verifier.model_path or (defaults[verifier.name]() if verifier.name in defaults else None)
+        if model:
+            needs.append(ModelNeed(key, model, MODEL_FILES + (() if tokenizer else TOKENIZER_FILES), download,
+                                   bool(verifier.trust_remote_code)))
+    return needs
+
+
+def check_verifier(verifier) -> list[str]:
+    """Resolve what ``verifier`` (a :class:`fspo.config.VerifierConfig`) loads, as :func:`preflight` does for a
+    run; where each is. A verifier server checks here again (its node may lack the driver's cache)."""
+    probe = HubProbe()
+    return [resolve(need, probe) for need in verifier_needs(verifier)]
+
+
+def _readable_config(ref: str, cache_dir: str | None = None) -> dict:
+    """``ref``'s config.json from a local folder or the HF cache, without the network; {} if neither has it."""
+    local = Path(os.path.expanduser(ref))
+    folder = local if local.is_dir() else (cached_snapshot(ref, cache_dir) if looks_like_hub_id(ref) else None)
+    try:
+        return json.loads((folder / "config.json").read_text()) if folder else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def preflight(config: DictConfig) -> list[str]:
+    """Resolve every model ``config`` loads; ``["KEY: where", ...]``. Raises ConfigError on the first that
+    cannot be had. ``config`` is the resolved trainer config (``fspo.config.fspo_config`` has run)."""
+    from fspo.config import fspo_config
+
+    settings = fspo_config(config)
+    needs = policy_needs(config)
+    if settings.enable:
+        needs += verifier_needs(settings.verifier)
+    probe = HubProbe()
+    seen: dict[tuple, str] = {}
+    resolved = []
+    for need in needs:
+        identity = (need.ref, need.files, need.remote_code)
+        if identity not in seen:
+            seen[identity] = resolve(need, probe)
+        resolved.append(f"{need.key}: {seen[identity]}")
+    return resolved
