@@ -182,6 +182,17 @@ def verifier_settings(args) -> dict:
     return config
 
 
+def build_checked_verifier(config: dict):
+    """The verifier ``config`` describes, once what it loads is found where it should be (as a training run's
+    preflight finds it: one line naming the fix, not a hub library's traceback)."""
+    from fspo.config.verifier import verifier_config
+    from fspo.preflight import check_verifier
+    from fspo.verifiers import build_verifier
+
+    check_verifier(verifier_config(config))
+    return build_verifier(config)
+
+
 def verdict(score: float, threshold: float) -> str:
     if math.isnan(score):
         return "UNVERIFIABLE"
@@ -237,7 +248,6 @@ def format_quality(figures: dict) -> list[str]:
 
 def run_labelled(args) -> int:
     """``--labelled``: score every labelled pair in one call and print the verifier's quality figures."""
-    from fspo.verifiers import build_verifier
     from fspo.verifiers.labelled import load_labelled
     from fspo.verifiers.quality import summarise
 
@@ -251,7 +261,7 @@ def run_labelled(args) -> int:
             raise ValueError(
                 f"{args.labelled}: need both supported (1) and unsupported (0) rows, got labels {sorted(set(labels))}"
             )
-        verifier = build_verifier(config)
+        verifier = build_checked_verifier(config)
     except (OSError, ValueError) as error:
         print(f"fspo verify: {error}", file=sys.stderr)
         return 2
@@ -321,8 +331,6 @@ def main(argv: list[str] | None = None) -> int:
         return run_labelled(args)
     if args.input is None:
         parser.error("give an input file of {evidence, response} rows, or --labelled SOURCE")
-    from fspo.verifiers import build_verifier
-
     try:
         config = verifier_settings(args)
         if args.input == "-":
@@ -335,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows = read_rows(
                     stream, args.evidence_key, args.response_key, args.limit
                 )
-        verifier = build_verifier(config)
+        verifier = build_checked_verifier(config)
     except (OSError, ValueError) as error:
         print(f"fspo verify: {error}", file=sys.stderr)
         return 2
