@@ -4,14 +4,16 @@
 dot-product instructions: AMX (Intel Sapphire Rapids and later) or AVX512-BF16 (Intel Cooper Lake,
 AMD Zen 4 and later) on x86, the BF16 extension on Arm. Elsewhere (AVX2, plain AVX512) it converts
 through a reference kernel: on a 2-core AMD EPYC with AVX2, one forward+backward of SmolLM2-135M
-(8 x 256 tokens) takes 3.7 times longer under bf16 autocast than in fp32
-(``benchmarks/cpu_dtype.py``), and verl's FSDP default (``mixed_precision.param_dtype: bf16``) made
-the quickstart's actor update 11 times slower. So the CPU preset asks :func:`compute_dtype` (through
+(2 x 128 tokens) takes 28 times longer under bf16 autocast than in fp32, the quickstart's biggest matmul
+6 times longer (``benchmarks/cpu_dtype.py``), and verl's FSDP default (``mixed_precision.param_dtype:
+bf16``) made ``recipes/run_cpu.sh``'s actor update 11 times slower. So the CPU preset asks :func:`compute_dtype` (through
 the ``${fspo_cpu_dtype:}`` resolver) and computes in bf16 only where those instructions exist.
 
 **Threads.** Ray starts an actor that asked for no CPUs with ``OMP_NUM_THREADS=1``; verl's workers ask
 for none, so torch would compute on one core. On a CPU run the trainer's phases take turns (rollout,
-log-probs, update), so each process may use every core it is allowed: :func:`cpu_threads`.
+log-probs, update), so each process may use every core it is allowed: :func:`cpu_threads` (1.7 times
+faster forward+backward on 2 cores; on a machine shared with other jobs, set ``FSPO_CPU_THREADS=1``:
+OpenMP threads that wait for a busy core are slower than one).
 """
 
 from __future__ import annotations
