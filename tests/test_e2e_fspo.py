@@ -41,11 +41,14 @@ def test_grpo_actor_batch_carries_step_labels(grpo_run):
     for record in grpo_run["first"]:
         metrics = record["data"]
         assert metrics["fspo/evidence_rollout_frac"] == 1.0
-        assert metrics["fspo/labelled_frac"] > 0
-        assert metrics["fspo/steps_per_response"] > 0
         assert metrics["fspo/verifier_failures"] == 0
         # The outcome scorer (a file-path custom reward) ran in each reward worker's scorer process.
         assert metrics["fspo/scorer_timeouts"] == 0
+    # Over the run, not per step: the tiny model samples 8 rollouts a step at temperature 1 and closes
+    # </think> within 40 tokens in 1 to 5 of them, so a step with none happens (seen once in CI).
+    records = grpo_run["first"] + grpo_run["resumed"]
+    assert sum(record["data"]["fspo/steps_per_response"] for record in records) > 0
+    assert sum(record["data"]["fspo/labelled_frac"] for record in records) > 0
 
 
 def test_colocate_async_reinforce_plus_plus_on_two_logical_gpus_with_colocated_verifier(

@@ -140,7 +140,9 @@ def test_released_schema_rows_train_with_step_labels(pipeline):
     assert record["step"] == 1
     assert metrics["fspo/evidence_rollout_frac"] == 1.0
     assert metrics["fspo/steps_per_response"] > 0
-    assert metrics["fspo/labelled_frac"] > 0
+    # Labelled, unless every step of the step's few closed reasonings was unverifiable (NaN, label 0: a
+    # step without a content word for `lexical`), as once in CI with one step in 8 rollouts.
+    assert metrics["fspo/labelled_frac"] > 0 or metrics["fspo/unverifiable_step_rate"] == 1.0
     assert metrics["fspo/verifier_failures"] == 0
 
 
