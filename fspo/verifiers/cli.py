@@ -201,10 +201,11 @@ def verdict(score: float, threshold: float) -> str:
 
 def missing_model_path(path: str | None) -> str | None:
     """A --model-path that names a local folder that is not there (an `org/name` hub id is left to the hub)."""
-    if path is None or os.path.exists(os.path.expanduser(path)):
+    from fspo.preflight import looks_like_hub_id
+
+    if path is None or os.path.exists(os.path.expanduser(path)) or looks_like_hub_id(path):
         return None
-    looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "~", "/"))
-    return None if looks_like_hub_id else f"--model-path {path} does not exist: give a model folder or an org/name hub id"
+    return f"--model-path {path} does not exist: give a model folder or an org/name hub id"
 
 
 def reliability_chart(bins: list[dict], path: str, title: str) -> None:
