@@ -22,7 +22,6 @@ import torch
 
 from fspo.cpu.compute import CPUFeatures, choose_compute_dtype, cpu_threads
 
-
 BATCH, LENGTH = 2, 128
 
 
@@ -37,14 +36,19 @@ def timed(fn, repeats: int) -> float:
 def smollm2():
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-    from fspo.smollm2 import MODEL_NAME, default_cache_dir
+    from fspo.quickstart.smollm2 import MODEL_NAME, default_cache_dir
 
     path = default_cache_dir() / MODEL_NAME
     if (path / "config.json").exists():
         return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa"), "SmolLM2"
     config = LlamaConfig(  # SmolLM2-135M's shape
-        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-        num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True,
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        tie_word_embeddings=True,
     )
     return LlamaForCausalLM(config), "random SmolLM2-135M-shaped model"
 
@@ -74,8 +78,10 @@ def main() -> None:
 
         return run
 
-    print(f"cpu_capability: {features.capability} ({features.machine}; avx512_bf16={features.avx512_bf16}, "
-          f"amx={features.amx}, arm_bf16={features.arm_bf16})")
+    print(
+        f"cpu_capability: {features.capability} ({features.machine}; avx512_bf16={features.avx512_bf16}, "
+        f"amx={features.amx}, arm_bf16={features.arm_bf16})"
+    )
     print(f"model: {model_name}")
     seconds = {}
     threads = cpu_threads()
@@ -87,14 +93,19 @@ def main() -> None:
         torch.set_num_threads(run_threads)
         name = str(dtype).removeprefix("torch.")
         seconds[dtype, run_threads] = (timed(matmul(dtype), args.repeats), timed(forward_backward(dtype), args.repeats))
-        print(f"dtype={name} threads={run_threads} matmul_512x576x49152_s={seconds[dtype, run_threads][0]:.3f} "
-              f"forward_backward_{BATCH}x{LENGTH}_s={seconds[dtype, run_threads][1]:.2f}", flush=True)
+        print(
+            f"dtype={name} threads={run_threads} matmul_512x576x49152_s={seconds[dtype, run_threads][0]:.3f} "
+            f"forward_backward_{BATCH}x{LENGTH}_s={seconds[dtype, run_threads][1]:.2f}",
+            flush=True,
+        )
     fp32, bf16 = seconds[torch.float32, threads][1], seconds[torch.bfloat16, threads][1]
     faster = "float32" if fp32 <= bf16 else "bfloat16"
     print(f"bf16/fp32 forward+backward time at {threads} threads: {bf16 / fp32:.2f}")
     print(f"fp32 forward+backward, 1 thread / {threads} threads: {seconds[torch.float32, 1][1] / fp32:.2f}")
-    print(f"fspo picks: {choice.dtype} ({choice.reason}); faster here: {faster}; "
-          f"{'agrees' if faster == choice.dtype else 'DISAGREES'}")
+    print(
+        f"fspo picks: {choice.dtype} ({choice.reason}); faster here: {faster}; "
+        f"{'agrees' if faster == choice.dtype else 'DISAGREES'}"
+    )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ import psutil
 import torch
 
 from fspo.cpu.compute import compute_dtype_choice, cpu_threads
-from fspo.launch import launch
 from fspo.main import ACTOR_PARAM_DTYPE
+from fspo.quickstart.launch import launch
 from fspo_testing.tiny_run import build_tiny_reasoner, tiny_run_overrides
 
 
@@ -104,6 +104,7 @@ def main() -> None:
     report("verifier_seconds_per_rollout", statistics.mean(r["data"]["fspo/verifier_seconds"] for r in records), 4)
     report("total_seconds (launch to exit)", total)
     report("peak_memory_gib (process tree)", memory.peak / 2**30, 2)
+
 
 if __name__ == "__main__":
     main()

@@ -26,6 +26,7 @@ import time
 import torch
 from verifier_throughput import build_model_dir, make_pairs
 
+from fspo.config.verifier import verifier_config
 from fspo.verifiers import build_verifier
 from fspo_testing.tiny_verifiers import BUILDERS, FULL_SIZE, corpus
 
@@ -64,16 +65,28 @@ def main(argv=None) -> int:
     # The tokenizers learn this kind of text from a larger sample of it (512 rollouts' pairs).
     sample = [pair for rollout in make_pairs(512, steps, 8, args.evidence_chars, seed=1) for pair in rollout]
     texts = list(dict.fromkeys(text for evidence, claim in sample for text in (evidence, claim))) + corpus()
-    print(f"device: {args.device}, dtype: {args.dtype}, threads: {args.threads}, pairs: {len(pairs)}, "
-          f"evidence chars: mean {statistics.mean(len(e) for e, _ in pairs):.0f}")
-    print(f"| verifier | parameters | tokens/pair | pairs/s | tokens/s |\n|---|---|---|---|---|")
+    print(
+        f"device: {args.device}, dtype: {args.dtype}, threads: {args.threads}, pairs: {len(pairs)}, "
+        f"evidence chars: mean {statistics.mean(len(e) for e, _ in pairs):.0f}"
+    )
+    print("| verifier | parameters | tokens/pair | pairs/s | tokens/s |\n|---|---|---|---|---|")
     for label, name, arch in VERIFIERS:
         if args.only and label not in args.only and name not in args.only:
             continue
         with tempfile.TemporaryDirectory() as directory:
             path = build(name, arch, directory, texts)
-            verifier = build_verifier({"name": name, "model_path": path, "device": args.device, "dtype": args.dtype,
-                                       "max_tokens_per_batch": args.max_tokens_per_batch, "placement": "local"})
+            verifier = build_verifier(
+                verifier_config(
+                    {
+                        "name": name,
+                        "model_path": path,
+                        "device": args.device,
+                        "dtype": args.dtype,
+                        "max_tokens_per_batch": args.max_tokens_per_batch,
+                        "placement": "local",
+                    }
+                )
+            )
         parameters = sum(p.numel() for p in verifier.model.parameters())
         rows, _ = verifier.encode(pairs)
         tokens = statistics.mean(len(row["input_ids"]) for row in rows)
@@ -83,8 +96,11 @@ def main(argv=None) -> int:
         if verifier.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-        print(f"| {label} | {parameters / 1e6:.0f} M | {tokens:.0f} | {len(pairs) / seconds:.2f} | "
-              f"{len(pairs) * tokens / seconds:.0f} |", flush=True)
+        print(
+            f"| {label} | {parameters / 1e6:.0f} M | {tokens:.0f} | {len(pairs) / seconds:.2f} | "
+            f"{len(pairs) * tokens / seconds:.0f} |",
+            flush=True,
+        )
         del verifier
         gc.collect()
     return 0

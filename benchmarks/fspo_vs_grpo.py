@@ -5,7 +5,7 @@ once per seed; the seeds share their data across arms, so arms are compared on t
 After training each run's greedy answers on the held-out questions are scored four ways: answer F1,
 the independent world judge's hallucinated-step rate, the supported-step rate of the ``lexical`` (the
 verifier every arm trains with) and ``embedding`` verifiers, and the share of steps copied verbatim
-from the evidence (see :mod:`fspo.evaluation.step_report`).
+from the evidence (see :mod:`fspo.quickstart.step_report`).
 
 Writes ``results.json`` (every run), ``results.md`` (mean ± std per arm) and ``fspo_vs_grpo.png`` to
 ``--output-dir``. A finished run is kept: run the command again after an interruption and only the
@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 from fspo.data.io import read_rows
-from fspo.evaluation.step_report import step_report, validation_samples
-from fspo.quickstart import VAL_ROWS, prepare_data, say, train
+from fspo.quickstart.cli import VAL_ROWS, prepare_data, say, train
+from fspo.quickstart.step_report import step_report, validation_samples
 
 # arm -> the overrides that make it; all three train against the quickstart's lexical verifier.
 ARMS = {
@@ -64,8 +64,12 @@ def _parser() -> argparse.ArgumentParser:
 def figures(dump: Path, rows: list[dict], answer_f1: float | None) -> dict:
     """One validation pass's figures: answer F1 (from the trainer's metrics) and the step report."""
     report = step_report(validation_samples(dump, rows))
-    return {"answer_f1": answer_f1, **{key: report[key] for key, _ in FIGURES if key in report},
-            "steps": report["steps"], "answers": report["answers"]}
+    return {
+        "answer_f1": answer_f1,
+        **{key: report[key] for key, _ in FIGURES if key in report},
+        "steps": report["steps"],
+        "answers": report["answers"],
+    }
 
 
 def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
@@ -114,8 +118,10 @@ def summarise(results: list[dict]) -> dict[str, dict[str, tuple[float, float, in
     groups: dict[str, list[dict]] = {"base model": [r["before"] for r in results if r["arm"] == results[0]["arm"]]}
     for result in results:
         groups.setdefault(result["arm"], []).append(result["after"])
-    return {name: {key: mean_std([figure_value(f, key) for f in runs]) for key, _ in FIGURES}
-            for name, runs in groups.items()}
+    return {
+        name: {key: mean_std([figure_value(f, key) for f in runs]) for key, _ in FIGURES}
+        for name, runs in groups.items()
+    }
 
 
 def markdown_table(summary: dict, steps: int, seeds: int, val_rows: int, run_s: float) -> str:
@@ -132,8 +138,10 @@ def markdown_table(summary: dict, steps: int, seeds: int, val_rows: int, run_s: 
     ]
     for name, stats in summary.items():
         runs = max(count for _, _, count in stats.values())
-        cells = ["n/a" if count == 0 else f"{mean:.3f} ± {std:.3f}" + (f" (n={count})" if count < runs else "")
-                 for mean, std, count in stats.values()]
+        cells = [
+            "n/a" if count == 0 else f"{mean:.3f} ± {std:.3f}" + (f" (n={count})" if count < runs else "")
+            for mean, std, count in stats.values()
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -175,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model:
         model = args.model.resolve()
     else:
-        from fspo.smollm2 import convert_smollm2
+        from fspo.quickstart.smollm2 import convert_smollm2
 
         model = convert_smollm2()
     results = [run_once(arm, seed, args, model, clock) for seed in range(args.seeds) for arm in args.arms]
@@ -183,9 +191,20 @@ def main(argv: list[str] | None = None) -> int:
     run_s = sum(result["seconds"] for result in results)
     summary = summarise(results)
     table = markdown_table(summary, args.steps, args.seeds, args.val_rows, run_s)
-    (args.output_dir / "results.json").write_text(json.dumps(
-        {"steps": args.steps, "seeds": args.seeds, "val_rows": args.val_rows, "arms": args.arms,
-         "run_seconds": round(run_s, 1), "wall_seconds": round(wall_s, 1), "runs": results}, indent=2))
+    (args.output_dir / "results.json").write_text(
+        json.dumps(
+            {
+                "steps": args.steps,
+                "seeds": args.seeds,
+                "val_rows": args.val_rows,
+                "arms": args.arms,
+                "run_seconds": round(run_s, 1),
+                "wall_seconds": round(wall_s, 1),
+                "runs": results,
+            },
+            indent=2,
+        )
+    )
     (args.output_dir / "results.md").write_text(table + "\n")
     plot(summary, args.output_dir / "fspo_vs_grpo.png")
     print("\n" + table)

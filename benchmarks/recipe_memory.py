@@ -53,8 +53,15 @@ class Model:
     def lora_parameters(self, rank: int) -> float:
         """Adapter parameters of rank ``rank`` on every linear layer (q, k, v, o, gate, up, down)."""
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        shapes = [(self.hidden, q), (self.hidden, kv), (self.hidden, kv), (q, self.hidden),
-                  (self.hidden, self.intermediate), (self.hidden, self.intermediate), (self.intermediate, self.hidden)]
+        shapes = [
+            (self.hidden, q),
+            (self.hidden, kv),
+            (self.hidden, kv),
+            (q, self.hidden),
+            (self.hidden, self.intermediate),
+            (self.hidden, self.intermediate),
+            (self.intermediate, self.hidden),
+        ]
         return self.layers * rank * sum(a + b for a, b in shapes)
 
     def kv_bytes_per_token(self) -> int:
@@ -68,8 +75,13 @@ MODELS = {
     "Qwen3-4B": Model(4.02e9, 36, 2560, 9728, 151936, 32, 8, 128, tied_embeddings=True),
 }
 # Verifier weights (fp32 parameters x 4 bytes) of the backends a recipe can name.
-VERIFIER_PARAMETERS = {"hhem": 0.11e9, "minicheck-flan-t5-large": 0.78e9, "minicheck-deberta-v3-large": 0.44e9,
-                       "factcg": 0.44e9, "minicheck-roberta-large": 0.36e9}
+VERIFIER_PARAMETERS = {
+    "hhem": 0.11e9,
+    "minicheck-flan-t5-large": 0.78e9,
+    "minicheck-deberta-v3-large": 0.44e9,
+    "factcg": 0.44e9,
+    "minicheck-roberta-large": 0.36e9,
+}
 
 
 @dataclass(frozen=True)
@@ -118,8 +130,9 @@ def estimate(recipe: Recipe, gpu_gb: float) -> dict[str, float]:
     resident = sum(parts.values())
     vllm = recipe.gpu_memory_utilization * gpu_gb
     rollout = resident + vllm + verifier + 3 * CUDA_CONTEXT_GB
-    training = (resident + gradients + gathered + checkpoints + layer_working_set + logits + verifier
-                + 3 * CUDA_CONTEXT_GB)
+    training = (
+        resident + gradients + gathered + checkpoints + layer_working_set + logits + verifier + 3 * CUDA_CONTEXT_GB
+    )
     vllm_weights = 2 * model.parameters / recipe.rollout_tp / GB
     kv_cache = vllm - vllm_weights - VLLM_OVERHEAD_GB
     return {
@@ -142,15 +155,19 @@ def main(argv=None) -> int:
     parser.add_argument("--gpu-gb", type=float, default=80.0, help="memory of one GPU (H100/A100 80 GB)")
     args = parser.parse_args(argv)
     print(f"GPU: {args.gpu_gb:.0f} GB. Per-GPU estimate (GB):\n")
-    print("| recipe | model | GPUs | rollout phase | training phase | peak | fits | vLLM KV cache per GPU (tokens per vLLM replica) |")
+    print(
+        "| recipe | model | GPUs | rollout phase | training phase | peak | fits | vLLM KV cache per GPU (tokens per vLLM replica) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, recipe in RECIPES.items():
         figures = estimate(recipe, args.gpu_gb)
         lora = f", LoRA r{recipe.lora_rank}" if recipe.lora_rank else ""
         fits = "yes" if figures["peak"] <= args.gpu_gb else "NO"
-        print(f"| {name} | {recipe.model}{lora} | {recipe.gpus} | {figures['rollout']:.1f} | "
-              f"{figures['training']:.1f} | {figures['peak']:.1f} | {fits} | "
-              f"{figures['vLLM KV cache']:.0f} GB ({figures['KV-cache tokens per GPU'] / 1e3:.0f}k) |")
+        print(
+            f"| {name} | {recipe.model}{lora} | {recipe.gpus} | {figures['rollout']:.1f} | "
+            f"{figures['training']:.1f} | {figures['peak']:.1f} | {fits} | "
+            f"{figures['vLLM KV cache']:.0f} GB ({figures['KV-cache tokens per GPU'] / 1e3:.0f}k) |"
+        )
     print()
     for name, recipe in RECIPES.items():
         figures = estimate(recipe, args.gpu_gb)

@@ -2,7 +2,7 @@
 
 Every offline backend (``lexical``, ``embedding`` and, given ``--finetuned DIR``, the cross-encoder of
 ``fspo verifier train`` through the ``nli`` backend) scores the held-out split of the built-in labelled
-sources (see `fspo.verifiers.labelled`):
+sources (see `fspo.verifier_tools.labelled`):
   halueval            HaluEval-QA: "The answer to '<question>' is <right / hallucinated answer>." vs the knowledge;
   synthetic           synthetic worlds: each gold fact as the evidence states it vs the same fact with its
                       object swapped;
@@ -24,14 +24,15 @@ import argparse
 import sys
 import time
 
+from fspo.config.verifier import verifier_config
+from fspo.verifier_tools.labelled import SOURCES, load_labelled
+from fspo.verifier_tools.quality import summarise
 from fspo.verifiers import build_verifier
-from fspo.verifiers.labelled import SOURCES, load_labelled
-from fspo.verifiers.quality import summarise
 
 
 def measure(config: dict, pairs, threshold: float) -> dict:
     """Quality figures and pairs/s of the verifier ``config`` on labelled ``pairs``."""
-    verifier = build_verifier({**config, "threshold": threshold})
+    verifier = build_verifier(verifier_config({**config, "threshold": threshold}))
     started = time.perf_counter()
     scores = verifier.score([(p.evidence, p.claim) for p in pairs])
     seconds = time.perf_counter() - started
@@ -72,12 +73,16 @@ def main() -> int:
             print(f"{source} {backend} balanced_accuracy@calibrated {figures['best_balanced_accuracy']:.3f}")
             print(f"{source} {backend} pairs_per_s {figures['pairs_per_s']:.0f}", flush=True)
     print()
-    print(f"| source | backend | held-out pairs | AUROC | balanced acc. at {args.threshold:g} | calibrated threshold "
-          "| balanced acc. there | pairs/s (CPU) |")
+    print(
+        f"| source | backend | held-out pairs | AUROC | balanced acc. at {args.threshold:g} | calibrated threshold "
+        "| balanced acc. there | pairs/s (CPU) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for source, backend, count, f in rows:
-        print(f"| {source} | `{backend}` | {count} | {f['auroc']:.3f} | {f['balanced_accuracy']:.3f} "
-              f"| {f['best_threshold']:.3f} | {f['best_balanced_accuracy']:.3f} | {f['pairs_per_s']:.0f} |")
+        print(
+            f"| {source} | `{backend}` | {count} | {f['auroc']:.3f} | {f['balanced_accuracy']:.3f} "
+            f"| {f['best_threshold']:.3f} | {f['best_balanced_accuracy']:.3f} | {f['pairs_per_s']:.0f} |"
+        )
     return 0
 
 

@@ -31,6 +31,7 @@ import time
 
 import torch
 
+from fspo.config.verifier import verifier_config
 from fspo.verifiers import build_verifier
 
 ARCHS = {
@@ -140,9 +141,7 @@ def _fact(rng: random.Random) -> str:
     )
 
 
-def make_pairs(
-    rollouts: int, steps: int, group: int, evidence_chars: int, seed: int
-) -> list[list[tuple[str, str]]]:
+def make_pairs(rollouts: int, steps: int, group: int, evidence_chars: int, seed: int) -> list[list[tuple[str, str]]]:
     """Per rollout, its (evidence, step) pairs. ``group`` rollouts share a question (and its evidence), as in GRPO."""
     rng = random.Random(seed)
     out = []
@@ -157,9 +156,7 @@ def make_pairs(
         for _ in range(min(group, rollouts - len(out))):
             claims = []
             for _ in range(steps):
-                fact = (
-                    rng.choice(sentences) if rng.random() < 0.6 else _fact(rng)
-                )  # restated or made up
+                fact = rng.choice(sentences) if rng.random() < 0.6 else _fact(rng)  # restated or made up
                 claims.append(rng.choice(STEPS).format(fact=fact[0].lower() + fact[1:]))
             out.append([(evidence, c) for c in claims])
     return out
@@ -175,18 +172,14 @@ def build_model_dir(arch: str, directory: str) -> dict:
         T5ForTokenClassification,
     )
 
-    from fspo.verifiers.embedding import minilm_path
+    from fspo.preflight import minilm_path
 
     spec = dict(ARCHS[arch])
     kind = spec.pop("kind")
-    tokenizer = AutoTokenizer.from_pretrained(
-        minilm_path()
-    )  # a real tokenizer; T5's SentencePiece is not offline
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())  # a real tokenizer; T5's SentencePiece is not offline
     torch.manual_seed(0)
     if kind == "hhem":
-        model = T5ForTokenClassification(
-            T5Config(num_labels=2, pad_token_id=0, eos_token_id=1, **spec)
-        )
+        model = T5ForTokenClassification(T5Config(num_labels=2, pad_token_id=0, eos_token_id=1, **spec))
     else:
         model = BertForSequenceClassification(
             BertConfig(
@@ -253,36 +246,26 @@ def tokens_per_pair(verifier, pairs) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cuda = torch.cuda.is_available()
-    parser.add_argument(
-        "--arch", choices=sorted(ARCHS), default="t5-base" if cuda else "bert-small"
-    )
+    parser.add_argument("--arch", choices=sorted(ARCHS), default="t5-base" if cuda else "bert-small")
     parser.add_argument("--device", default="cuda" if cuda else "cpu")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--rollouts", type=int, default=64 if cuda else 32)
-    parser.add_argument(
-        "--steps", type=int, default=12, help="reasoning steps per rollout"
-    )
-    parser.add_argument(
-        "--group", type=int, default=8, help="rollouts per question (share evidence)"
-    )
+    parser.add_argument("--steps", type=int, default=12, help="reasoning steps per rollout")
+    parser.add_argument("--group", type=int, default=8, help="rollouts per question (share evidence)")
     parser.add_argument(
         "--evidence-chars",
         type=int,
         default=1250,
         help="mean evidence length (HotpotQA ~1,250)",
     )
-    parser.add_argument(
-        "--max-tokens-per-batch", type=int, default=16384 if cuda else 4096
-    )
+    parser.add_argument("--max-tokens-per-batch", type=int, default=16384 if cuda else 4096)
     parser.add_argument(
         "--released-pairs",
         type=int,
         default=None if cuda else 64,
         help="time the released loop on this many pairs only (a rate); default all on GPU",
     )
-    parser.add_argument(
-        "--top-k", type=int, default=3, help="evidence_top_k for the fewer-tokens run"
-    )
+    parser.add_argument("--top-k", type=int, default=3, help="evidence_top_k for the fewer-tokens run")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument(
         "--repeats",
@@ -294,9 +277,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    rollouts = make_pairs(
-        args.rollouts, args.steps, args.group, args.evidence_chars, args.seed
-    )
+    rollouts = make_pairs(args.rollouts, args.steps, args.group, args.evidence_chars, args.seed)
     pairs = [pair for rollout in rollouts for pair in rollout]
     with tempfile.TemporaryDirectory() as directory:
         config = build_model_dir(args.arch, directory)
@@ -306,8 +287,8 @@ def main(argv=None) -> int:
             "dtype": args.dtype,
             "max_tokens_per_batch": args.max_tokens_per_batch,
         }
-        verifier = build_verifier(common)
-        topk = build_verifier({**common, "evidence_top_k": args.top_k})
+        verifier = build_verifier(verifier_config(common))
+        topk = build_verifier(verifier_config({**common, "evidence_top_k": args.top_k}))
     device = verifier.device
     print(
         f"arch: {args.arch} ({config['name']} verifier, random weights), device: {device}, dtype: {args.dtype}, "

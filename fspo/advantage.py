@@ -11,9 +11,7 @@ from __future__ import annotations
 import torch
 
 
-def apply_step_labels(
-    advantages: torch.Tensor, labels: torch.Tensor, response_mask: torch.Tensor
-) -> torch.Tensor:
+def apply_step_labels(advantages: torch.Tensor, labels: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Flip the sign of advantages that disagree with their token's label.
 
     Args:
@@ -26,9 +24,7 @@ def apply_step_labels(
     """
     _check_shapes(advantages, labels, response_mask)
     labels = labels.to(device=advantages.device)
-    disagree = (labels.sign() * advantages.sign() < 0) & response_mask.to(
-        device=advantages.device
-    ).bool()
+    disagree = (labels.sign() * advantages.sign() < 0) & response_mask.to(device=advantages.device).bool()
     return torch.where(disagree, -advantages, advantages)
 
 
@@ -61,25 +57,16 @@ def flip_stats(
         "flipped_to_negative_frac": flipped & (after < 0),
         "flipped_to_positive_frac": flipped & (after > 0),
     }
-    stats = {
-        name: (int(hits.sum()) / response_tokens if response_tokens else 0.0)
-        for name, hits in counts.items()
-    }
+    stats = {name: (int(hits.sum()) / response_tokens if response_tokens else 0.0) for name, hits in counts.items()}
     responses = int(mask.any(dim=-1).sum())
     labelled_responses = int((mask & (labels != 0)).any(dim=-1).sum())
-    stats["labelled_responses_frac"] = (
-        labelled_responses / responses if responses else 0.0
-    )
+    stats["labelled_responses_frac"] = labelled_responses / responses if responses else 0.0
     return stats
 
 
-def _check_shapes(
-    advantages: torch.Tensor, labels: torch.Tensor, response_mask: torch.Tensor
-) -> None:
+def _check_shapes(advantages: torch.Tensor, labels: torch.Tensor, response_mask: torch.Tensor) -> None:
     if advantages.dim() != 2:
-        raise ValueError(
-            f"advantages must be (batch, response_len), got shape {tuple(advantages.shape)}"
-        )
+        raise ValueError(f"advantages must be (batch, response_len), got shape {tuple(advantages.shape)}")
     if labels.shape != advantages.shape or response_mask.shape != advantages.shape:
         raise ValueError(
             f"advantages {tuple(advantages.shape)}, labels {tuple(labels.shape)} and response_mask "

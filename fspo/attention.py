@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig, OmegaConf
 
-from fspo.checks import ConfigError
+from fspo.config.vocabulary import ConfigError
 
 # verl's default for the FSDP actor and reference (verl.workers.config.model.HFModelConfig).
 VERL_DEFAULT_ATTENTION = "flash_attention_2"

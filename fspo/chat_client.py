@@ -87,8 +87,12 @@ class ChatClient:
         self.log_name = log_name
 
     def request_body(self, messages: list[dict]) -> dict:
-        return {"model": self.model, "messages": messages, "max_tokens": self.max_tokens,
-                "temperature": self.temperature}
+        return {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+        }
 
     def _post(self, body: dict) -> dict:
         request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=self.headers, method="POST")

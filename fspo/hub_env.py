@@ -31,7 +31,9 @@ def hub_env_vars(environ: Mapping[str, str] | None = None) -> dict[str, str]:
         if not any(name in env for name in TOKEN_NAMES) and (token := get_token()):
             env["HF_TOKEN"] = token
         return env
-    return {name: value for name, value in environ.items() if value and (name.startswith("HF_") or name in HUB_ENV_NAMES)}
+    return {
+        name: value for name, value in environ.items() if value and (name.startswith("HF_") or name in HUB_ENV_NAMES)
+    }
 
 
 def describe(env: Mapping[str, str]) -> str | None:

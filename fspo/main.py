@@ -14,20 +14,20 @@ from contextlib import contextmanager
 import hydra
 import ray
 from omegaconf import DictConfig, OmegaConf
+from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+from verl.trainer.ppo.v1 import trainer_base
 
+from fspo.config.vocabulary import TRAINER_MODES, ConfigError
+from fspo.config_checks import validate
 from fspo.cpu import cpu_mode_requested
+from fspo.cpu.compute import register_dtype_resolver
+from fspo.cpu.plugin import STATE as cpu_plugin_state
+from fspo.data.templates import register_chat_template_resolver
 from fspo.hub_env import describe, hub_env_vars, with_env_vars
+from fspo.trainer import fspo_trainer_class
 
 # verl's platform name for CUDA GPUs (verl.plugin.platform: "nvidia").
 CUDA_PLATFORM = "nvidia"
-ACTOR_PARAM_DTYPE = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"
-
-
-def _verl_task_runner():
-    """verl's ``TaskRunnerV1`` class itself (``main_ppo`` exports it already wrapped as a Ray actor)."""
-    from verl.trainer.main_ppo import TaskRunnerV1
-
-    return TaskRunnerV1.__ray_actor_class__
 
 
 @contextmanager
@@ -40,10 +40,6 @@ def fspo_trainers_registered():
     runner is a Ray actor of its own, so rebinding the modes in its process (and restoring them after)
     reaches no other run.
     """
-    from verl.trainer.ppo.v1 import trainer_base
-
-    from fspo.trainer import TRAINER_MODES, fspo_trainer_class
-
     registry = trainer_base.TRAINER_REGISTRY
     saved = dict(registry)
     fspo_classes = {mode: fspo_trainer_class(mode) for mode in TRAINER_MODES}
@@ -56,7 +52,7 @@ def fspo_trainers_registered():
 
 
 @ray.remote
-class FSPOTaskRunner(_verl_task_runner()):
+class FSPOTaskRunner(TaskRunnerV1.__ray_actor_class__):  # main_ppo exports it already wrapped as a Ray actor
     """verl's ``TaskRunnerV1``, building the FSPO trainer of the configured ``trainer.v1.trainer_mode``.
 
     Only the trainer class changes (:func:`fspo_trainers_registered`); verl's ``run`` does the rest
@@ -65,8 +61,6 @@ class FSPOTaskRunner(_verl_task_runner()):
     """
 
     def run(self, config: DictConfig) -> None:
-        from fspo.cpu.plugin import STATE as cpu_plugin_state
-
         if config.trainer.device == "cpu" and not cpu_plugin_state["active"]:
             raise RuntimeError(
                 "trainer.device=cpu but the fspo CPU backend is not active in the Ray workers "
@@ -79,97 +73,8 @@ class FSPOTaskRunner(_verl_task_runner()):
             super().run(config)
 
 
-def validate(config: DictConfig, check_files: bool = True) -> None:
-    """Everything that can be checked before starting Ray; raises on the first problem.
-
-    Resolves every interpolation (the chat-template resolver included, so Ray actors receive plain
-    strings), converts the ``fspo:`` block to :class:`fspo.config.FSPOConfig` and builds each verl config
-    dataclass (a mistyped value fails here naming the key, not in a worker), runs verl's own
-    ``validate_config``, resolves where the verifier runs (:mod:`fspo.verifiers.placement`) and prints it
-    as one ``fspo: verifier ...`` line.
-    With ``check_files`` the model and data paths must exist (see :mod:`fspo.checks`); the data files'
-    contents are checked as ``fspo data check`` does (a source without a scorer, evidence under another
-    key, evidence-less rows under ``fspo.require_evidence``), in the dry run for the files that exist.
-    """
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config
-    from verl.utils.device import auto_set_device
-
-    from fspo.attention import apply_attention_fallback
-    from fspo.checks import (
-        check_advantage_estimator,
-        check_config,
-        check_data_files,
-        check_dataclasses,
-        check_trainer_mode,
-    )
-    from fspo.config import fspo_config
-    from fspo.preflight import preflight, preflight_requested
-    from fspo.verifiers.placement import resolve_verifier_placement
-
-    auto_set_device(config)
-    apply_attention_fallback(config)  # sdpa without flash-attn; before resolving, so interpolations follow
-    OmegaConf.resolve(config)
-    fspo_config(config)  # the fspo block's types and ranges, before anything reads it
-    if check_files:
-        check_config(config)
-    else:
-        # The dry run: data is often built later, but a file that is already there is checked.
-        for key in ("data.train_files", "data.val_files"):
-            if OmegaConf.select(config, key):
-                check_data_files(key, OmegaConf.select(config, key), config, only_existing=True)
-    check_advantage_estimator(config, check_files)
-    check_dataclasses(config)
-    line, warnings = resolve_verifier_placement(config)
-    settings = fspo_config(config)  # with the placement (and llm_judge's url) resolved
-    if settings.enable:
-        settings.verifier.backend_options()  # what the backend cannot work without
-    check_trainer_mode(config)
-    if config.trainer.device == "cpu":
-        from fspo.cpu.compute import startup_line
-
-        warnings = [*warnings, startup_line(OmegaConf.select(config, ACTOR_PARAM_DTYPE))]
-    for message in [line, *warnings]:
-        if message:
-            print(message, file=sys.stderr, flush=True)
-    validate_config(config=without_vllm_lora_check(config), use_reference_policy=need_reference_policy(config),
-                    use_critic=need_critic(config))
-    if preflight_requested():  # last: the checks above cost nothing, this one may ask the hub
-        print(f"fspo: models found: {'; '.join(preflight(config)) or 'none to load'}", file=sys.stderr, flush=True)
-
-
-# The ranks vLLM serves LoRA adapters up to (verl's fallback list when it cannot ask vLLM).
-VLLM_MAX_LORA_RANK = 512
-
-
-def without_vllm_lora_check(config: DictConfig) -> DictConfig:
-    """``config``, or a copy whose LoRA rank verl's ``validate_config`` will not check against vLLM.
-
-    verl checks a LoRA rank with vLLM rollouts by importing vLLM, which a machine without it (a dry run
-    on a laptop or CI) cannot: there the rank is checked against vLLM's largest here instead.
-    """
-    import copy
-    import importlib.util
-
-    from fspo.checks import ConfigError
-
-    model = config.actor_rollout_ref.model
-    rank = model.get("lora", {}).get("rank", 0) or model.get("lora_rank", 0)
-    if rank <= 0 or config.actor_rollout_ref.rollout.name != "vllm" or importlib.util.find_spec("vllm") is not None:
-        return config
-    if rank > VLLM_MAX_LORA_RANK:
-        raise ConfigError(f"actor_rollout_ref.model.lora_rank must be at most {VLLM_MAX_LORA_RANK} for vLLM, got {rank}")
-    unchecked = copy.deepcopy(config)
-    unchecked.actor_rollout_ref.model.lora_rank = 0
-    if "lora" in unchecked.actor_rollout_ref.model:
-        unchecked.actor_rollout_ref.model.lora.rank = 0
-    return unchecked
-
-
 def run(config: DictConfig) -> None:
-    """Validate ``config`` and train. Raises :class:`fspo.checks.ConfigError` on bad input."""
-    from verl.trainer.main_ppo import run_ppo
-
+    """Validate ``config`` and train. Raises :class:`fspo.config.vocabulary.ConfigError` on bad input."""
     validate(config)
     run_ppo(config, task_runner_class=with_env_vars(FSPOTaskRunner, forwarded_hub_env()))
 
@@ -188,8 +93,6 @@ def dry_run_requested() -> bool:
 
 @hydra.main(config_path="config", config_name="fspo_trainer", version_base=None)
 def _hydra_main(config: DictConfig) -> None:
-    from fspo.checks import ConfigError
-
     try:
         if dry_run_requested():
             # Recipes: resolve and validate the full config, print it, start nothing. Files need
@@ -207,8 +110,12 @@ def _hydra_main(config: DictConfig) -> None:
 
 # Hydra writes outputs/<date>/<time>/ (the composed config, main.log) into the working folder, as verl's
 # main_ppo does for a real run; a dry run "starts nothing" and leaves nothing behind either.
-DRY_RUN_HYDRA_OVERRIDES = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=none",
-                           "hydra/hydra_logging=none")
+DRY_RUN_HYDRA_OVERRIDES = (
+    "hydra.run.dir=.",
+    "hydra.output_subdir=null",
+    "hydra/job_logging=none",
+    "hydra/hydra_logging=none",
+)
 
 
 def without_hydra_outputs(argv: list[str]) -> list[str]:
@@ -228,8 +135,6 @@ def ray_address(argv: list[str]) -> str | None:
 
 def cluster_has_accelerator(address: str) -> bool:
     """Whether the Ray cluster at ``address`` offers GPUs (or NPUs); connects briefly as a driver."""
-    import ray
-
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     try:
         resources = ray.cluster_resources()
@@ -278,18 +183,9 @@ def with_platform_default(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; ``argv`` are Hydra overrides (``key=value``)."""
-    from fspo.checks import ConfigError, check_overrides
-    from fspo.cpu.compute import register_dtype_resolver
-    from fspo.data.templates import register_chat_template_resolver
-
     register_chat_template_resolver()  # ${fspo_chat_template:qwen-base} in configs
     register_dtype_resolver()  # ${fspo_cpu_dtype:} in the CPU preset
     args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        check_overrides(args)
-    except ConfigError as error:
-        print(f"fspo: {error}", file=sys.stderr)
-        return 2
     if dry_run_requested():
         args = without_hydra_outputs(args)
     sys.argv = [sys.argv[0], *with_platform_default(args)]

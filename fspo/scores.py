@@ -220,7 +220,9 @@ def math_equal(answer: str, gold: str) -> bool:
         gold_parsed = parse(gold if "$" in gold or "\\boxed" in gold else f"${gold}$", parsing_timeout=timeout)
         if not gold_parsed:
             gold_parsed = parse(gold, parsing_timeout=timeout)
-        answer_parsed = parse(answer if "$" in answer or "\\boxed" in answer else f"${answer}$", parsing_timeout=timeout)
+        answer_parsed = parse(
+            answer if "$" in answer or "\\boxed" in answer else f"${answer}$", parsing_timeout=timeout
+        )
         if not answer_parsed:
             answer_parsed = parse(answer, parsing_timeout=timeout)
         if not gold_parsed or not answer_parsed:
@@ -234,7 +236,9 @@ def score_math(answer: str, ground_truth, extra_info=None) -> dict:
     return _binary(any(math_equal(answer, gold) for gold in gold_list(ground_truth)))
 
 
-_NAMED_LETTER = re.compile(r"(?:answer|option|choice|答案)\s*(?:is|是|为)?\s*[:：]?\s*\(?([A-Z])(?![A-Za-z])", re.IGNORECASE)
+_NAMED_LETTER = re.compile(
+    r"(?:answer|option|choice|答案)\s*(?:is|是|为)?\s*[:：]?\s*\(?([A-Z])(?![A-Za-z])", re.IGNORECASE
+)
 _LEADING_LETTER = re.compile(r"^\(?([A-Z])(?:[.:)：]|$|\s+(?![a-z]))")
 _LONE_LETTER = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
 

@@ -2,7 +2,7 @@
 
 FSPO verifies each step of the reasoning separately, then labels the step's tokens. Everything here works on
 character offsets into the string it is given, so a step can be mapped back to tokens exactly
-(see `fspo.labels`).
+(see `fspo.token_labels`).
 
 Splitting rules (`split_steps`), chosen for model-written reasoning rather than edited prose:
 
@@ -179,10 +179,7 @@ def reasoning_steps(response: str, claims_only: bool = False) -> list[Step]:
     if span is None:
         return []
     start, end = span
-    steps = [
-        Step(s.start + start, s.end + start, s.text)
-        for s in split_steps(response[start:end])
-    ]
+    steps = [Step(s.start + start, s.end + start, s.text) for s in split_steps(response[start:end])]
     if claims_only:
         steps = [step for step in steps if is_claim(step.text)]
     return steps
@@ -211,9 +208,7 @@ def _sentence_cuts(text: str, line_start: int, line_end: int) -> list[int]:
         following = text[match.end() : line_end].lstrip()
         if not following or following[0].islower():
             continue
-        if match.group().startswith(".") and _dot_is_abbreviation(
-            text, line_start, match
-        ):
+        if match.group().startswith(".") and _dot_is_abbreviation(text, line_start, match):
             continue
         cuts.append(match.end())
     for match in _CJK_END.finditer(text, line_start, line_end):

@@ -32,6 +32,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fspo.scores import compute_score
+
 logger = logging.getLogger(__name__)
 
 # Modules the worker imports before it reports ready, so the first call's time limit is not spent importing.
@@ -44,8 +46,6 @@ class ScorerTimeout(TimeoutError):
 
 def default_scorer() -> Callable[..., Any]:
     """`fspo.scores.compute_score` (the factory the worker calls when given none)."""
-    from fspo.scores import compute_score
-
     return compute_score
 
 
@@ -185,7 +185,9 @@ class TimeLimitedScorer:
         self._lock = threading.Lock()
         self._box: list = [None]  # the live worker, shared with the finalizer
         self._finalizer = weakref.finalize(self, _kill, self._box)
-        self._box[0] = _Worker(self.factory, self.warm_modules, self._cpu_cap_s)  # start now: imports overlap other setup
+        self._box[0] = _Worker(
+            self.factory, self.warm_modules, self._cpu_cap_s
+        )  # start now: imports overlap other setup
 
     def __call__(self, **kwargs):
         with self._lock:

@@ -36,9 +36,9 @@ class FaultyVerifier(LexicalVerifier):
 class FaultyVerifierServer(VerifierServer):
     """A verifier server running :class:`FaultyVerifier` whatever its config names."""
 
-    def build(self, config) -> FaultyVerifier:
+    def build(self, settings) -> FaultyVerifier:
         verifier = FaultyVerifier()
-        verifier.coalesce_ms = config.coalesce_ms
+        verifier.coalesce_ms = settings.coalesce_ms
         return verifier
 
     async def hang(self, seconds: float) -> None:

@@ -17,17 +17,79 @@ import numpy as np
 from fspo_testing.rollouts import single_rollout
 
 SOURCES = (
-    "hotpotqa", "2wikimultihopqa", "synthetic_multihop", "simplerl_math", "math500", "gsm8k", "aime2024",
-    "aime2025", "truthfulqa_gen", "halueval_qa", "halluqa_gen", "truthfulqa_mc1", "truthfulqa_mc2", "halluqa_mc",
+    "hotpotqa",
+    "2wikimultihopqa",
+    "synthetic_multihop",
+    "simplerl_math",
+    "math500",
+    "gsm8k",
+    "aime2024",
+    "aime2025",
+    "truthfulqa_gen",
+    "halueval_qa",
+    "halluqa_gen",
+    "truthfulqa_mc1",
+    "truthfulqa_mc2",
+    "halluqa_mc",
 )
 EVIDENCE = "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell."
 PIECES = (
-    "<think>", "</think>", "<answer>", "</answer>", "<ANSWER>", "<think><think>", "</think></think>",
-    " Stesta Bagu works for Vigio Shipping.", " Vigio Shipping is headquartered in Piobrdell.", " The moon is cheese.",
-    "\n", "\n\n", ". ", "?", "!", "...", " ", "\t", "\u00a0", "\u200b", "\ufeff", "🙂", "👩‍👩‍👧", "é", "e\u0301",
-    "巴黎是法国的首都。", "答案是B", "Piobrdell", "Paris", "yes", "no", "B", "(C)", "The answer is D",
-    "$\\frac{1}{2}$", "\\boxed{42}", "\\boxed{", "\\frac{", "}", "{", "$", "$$", "\\sqrt{2}", "x^2+1", "0.5",
-    "1,234", "-7", "3.0%", "$18", "1e308", "nan", "inf", "\\infty", "\\frac{3}{0}", "\\", "\x00",
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+    "<ANSWER>",
+    "<think><think>",
+    "</think></think>",
+    " Stesta Bagu works for Vigio Shipping.",
+    " Vigio Shipping is headquartered in Piobrdell.",
+    " The moon is cheese.",
+    "\n",
+    "\n\n",
+    ". ",
+    "?",
+    "!",
+    "...",
+    " ",
+    "\t",
+    "\u00a0",
+    "\u200b",
+    "\ufeff",
+    "🙂",
+    "👩‍👩‍👧",
+    "é",
+    "e\u0301",
+    "巴黎是法国的首都。",
+    "答案是B",
+    "Piobrdell",
+    "Paris",
+    "yes",
+    "no",
+    "B",
+    "(C)",
+    "The answer is D",
+    "$\\frac{1}{2}$",
+    "\\boxed{42}",
+    "\\boxed{",
+    "\\frac{",
+    "}",
+    "{",
+    "$",
+    "$$",
+    "\\sqrt{2}",
+    "x^2+1",
+    "0.5",
+    "1,234",
+    "-7",
+    "3.0%",
+    "$18",
+    "1e308",
+    "nan",
+    "inf",
+    "\\infty",
+    "\\frac{3}{0}",
+    "\\",
+    "\x00",
 )
 
 
@@ -70,16 +132,37 @@ def random_text(rng: random.Random, towers: bool) -> str:
 def random_ground_truth(rng: random.Random):
     return rng.choice(
         [
-            "Piobrdell", "3", "0.5", "B", "", "yes", _big_number(rng), ["Paris", "City of Paris"], [],
-            np.array(["A", "C"], dtype=object), 42, ["\\frac{1}{2}"], "巴黎",
+            "Piobrdell",
+            "3",
+            "0.5",
+            "B",
+            "",
+            "yes",
+            _big_number(rng),
+            ["Paris", "City of Paris"],
+            [],
+            np.array(["A", "C"], dtype=object),
+            42,
+            ["\\frac{1}{2}"],
+            "巴黎",
         ]
     )
 
 
 def random_extra_info(rng: random.Random):
     evidence = rng.choice(
-        [EVIDENCE, "", None, float("nan"), [EVIDENCE, "More text."], np.array([EVIDENCE], dtype=object), 7,
-         [None, 3, EVIDENCE], "🙂" * 300, EVIDENCE * 50]
+        [
+            EVIDENCE,
+            "",
+            None,
+            float("nan"),
+            [EVIDENCE, "More text."],
+            np.array([EVIDENCE], dtype=object),
+            7,
+            [None, 3, EVIDENCE],
+            "🙂" * 300,
+            EVIDENCE * 50,
+        ]
     )
     incorrect = rng.choice([["Jupiter"], "Jupiter", None, float("nan"), [], np.array(["x"], dtype=object)])
     return rng.choice(
@@ -122,13 +205,19 @@ def build_rollout(tokenizer, case: dict, rng: random.Random):
         if case.get("cut") and len(ids) > 1:
             ids = ids[: rng.randint(1, len(ids) - 1)]
     ids = ids or [tokenizer.pad_token_id or 0]
-    return single_rollout(tokenizer, ids, data_source=case["data_source"], ground_truth=case["ground_truth"],
-                          extra_info=case["extra_info"], padding=rng.randint(0, 8))
+    return single_rollout(
+        tokenizer,
+        ids,
+        data_source=case["data_source"],
+        ground_truth=case["ground_truth"],
+        extra_info=case["extra_info"],
+        padding=rng.randint(0, 8),
+    )
 
 
 def fuzz_reward_manager(reward_manager, tokenizer, cases: list[dict], seed: int = 0, concurrency: int = 64):
     """Run every case through ``reward_manager.run_single``; returns (Counter of findings, examples)."""
-    from fspo.label_codec import decode_labels
+    from fspo.reward_extra_info import decode_labels
 
     rng = random.Random(seed)
     counts: Counter = Counter()
@@ -138,7 +227,9 @@ def fuzz_reward_manager(reward_manager, tokenizer, cases: list[dict], seed: int 
     def note(kind: str, case: dict, detail: str) -> None:
         counts[kind] += 1
         if len(examples) < 10:
-            examples.append(f"{kind}: {detail} <- {case['data_source']} {str(case.get('text', case.get('ids')))[:120]!r}")
+            examples.append(
+                f"{kind}: {detail} <- {case['data_source']} {str(case.get('text', case.get('ids')))[:120]!r}"
+            )
 
     async def one(case: dict):
         data, length = build_rollout(tokenizer, case, rng)

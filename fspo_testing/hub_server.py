@@ -80,8 +80,15 @@ class StandInHub:
                     info = {"id": repo, "sha": commit, "siblings": [{"rfilename": p.name} for p in files]}
                     return self._send(200, json.dumps(info).encode(), {"Content-Type": "application/json"}, head)
                 if api and rest[:1] == ["tree"]:
-                    tree = [{"type": "file", "path": p.name, "size": p.stat().st_size,
-                             "oid": hashlib.sha1(p.read_bytes()).hexdigest()} for p in files]
+                    tree = [
+                        {
+                            "type": "file",
+                            "path": p.name,
+                            "size": p.stat().st_size,
+                            "oid": hashlib.sha1(p.read_bytes()).hexdigest(),
+                        }
+                        for p in files
+                    ]
                     return self._send(200, json.dumps(tree).encode(), {"Content-Type": "application/json"}, head)
                 if not api and rest[:1] == ["resolve"] and len(rest) >= 3:
                     file = folder / "/".join(rest[2:])

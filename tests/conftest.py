@@ -24,7 +24,6 @@ def qwen_tokenizer():
     return AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))
 
 
-
 @pytest.fixture(scope="session")
 def tiny_reasoner(tmp_path_factory):
     """A tiny Qwen2 taught the <think>/<answer> format, with synthetic train/val parquet (once per session)."""
@@ -39,7 +38,7 @@ def grpo_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
 
     Shared by the end-to-end tests (one launch pair per session; each launch takes minutes on CPU).
     """
-    from fspo.launch import launch
+    from fspo.quickstart.launch import launch
     from fspo_testing.tiny_run import tiny_run_overrides
 
     out = tmp_path_factory.mktemp("grpo_run")
@@ -57,15 +56,17 @@ def grpo_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
     return {"out": out, "first": first, "resumed": resumed, "setup": tiny_reasoner}
 
 
-
 @pytest.fixture(scope="session")
 def varied_reward_overrides() -> list[str]:
     """Score rollouts with tests/varied_reward.py (a reward that varies within every group)."""
     path = Path(__file__).parent / "varied_reward.py"
     # No step reward: it would tie the reward to the labels (unsupported -> lower reward -> already
     # negative advantage), leaving the flip nothing to do.
-    return [f"reward.custom_reward_function.path={path}", "reward.custom_reward_function.name=compute_score",
-            "fspo.step_reward_weight=0.0"]
+    return [
+        f"reward.custom_reward_function.path={path}",
+        "reward.custom_reward_function.name=compute_score",
+        "fspo.step_reward_weight=0.0",
+    ]
 
 
 @pytest.fixture(scope="session")

@@ -52,15 +52,11 @@ def test_flip_example():
     advantages = torch.tensor([[1.0, -1.0, 2.0, -2.0, 3.0, -3.0]])
     labels = torch.tensor([[1, 1, -1, -1, 0, -1]])
     mask = torch.tensor([[1, 1, 1, 1, 1, 0]])
-    assert apply_step_labels(advantages, labels, mask).tolist() == [
-        [1.0, 1.0, -2.0, -2.0, 3.0, -3.0]
-    ]
+    assert apply_step_labels(advantages, labels, mask).tolist() == [[1.0, 1.0, -2.0, -2.0, 3.0, -3.0]]
 
 
 def test_flip_stats():
-    before = torch.tensor(
-        [[1.0, -1.0, 2.0, -2.0, 3.0, -3.0], [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]]
-    )
+    before = torch.tensor([[1.0, -1.0, 2.0, -2.0, 3.0, -3.0], [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]])
     labels = torch.tensor([[1, 1, -1, -1, 0, -1], [0, 0, 0, 0, 0, 0]])
     mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]])
     after = apply_step_labels(before, labels, mask)

@@ -23,7 +23,7 @@ from fspo.attention import (
     attention_fallback,
     importable,
 )
-from fspo.checks import ConfigError
+from fspo.config_checks import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -93,11 +93,19 @@ def test_a_gpu_recipe_dry_run_without_flash_attn_says_so_in_one_line_and_runs_sd
     if importable("flash_attn"):
         pytest.skip("flash-attn is installed: nothing falls back")
     # FSPO_PREFLIGHT=0: the weights check is not what this measures (tests/test_preflight.py is).
-    env = {**os.environ, "FSPO_DRY_RUN": "1", "FSPO_PREFLIGHT": "0", "PYTHON": sys.executable,
-           "MODEL_PATH": "/nonexistent/model"}
+    env = {
+        **os.environ,
+        "FSPO_DRY_RUN": "1",
+        "FSPO_PREFLIGHT": "0",
+        "PYTHON": sys.executable,
+        "MODEL_PATH": "/nonexistent/model",
+    }
     process = subprocess.run(
         ["bash", str(REPO / "recipes" / "run_qwen2.5_7b_instruct.sh")],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert process.returncode == 0, process.stderr[-3000:]
     lines = [line for line in process.stderr.splitlines() if "flash-attn" in line]

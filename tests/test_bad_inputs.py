@@ -51,14 +51,21 @@ def inputs(tmp_path_factory):
     files["csv_parquet"] = root / "csv.parquet"
     files["good"] = write_table(root / "good.parquet", [rl_row(), rl_row()])
     files["extra_info_json_text"] = write_table(
-        root / "extra_info_json_text.parquet", [rl_row(extra_info=json.dumps(rl_row()["extra_info"]))])
+        root / "extra_info_json_text.parquet", [rl_row(extra_info=json.dumps(rl_row()["extra_info"]))]
+    )
     files["evidence_mapping"] = write_table(
-        root / "evidence_mapping.parquet", [rl_row(extra_info={"index": 0, "evidence": {"text": EVIDENCE}})])
+        root / "evidence_mapping.parquet", [rl_row(extra_info={"index": 0, "evidence": {"text": EVIDENCE}})]
+    )
     files["evidence_bytes"] = write_table(
-        root / "evidence_bytes.parquet", [rl_row(extra_info={"index": 0, "evidence": EVIDENCE.encode()})])
+        root / "evidence_bytes.parquet", [rl_row(extra_info={"index": 0, "evidence": EVIDENCE.encode()})]
+    )
     files["empty_truth"] = write_table(
-        root / "empty_truth.parquet", [rl_row(reward_model={"style": "rule", "ground_truth": ""}),
-                                       rl_row(reward_model={"style": "rule", "ground_truth": "  "})])
+        root / "empty_truth.parquet",
+        [
+            rl_row(reward_model={"style": "rule", "ground_truth": ""}),
+            rl_row(reward_model={"style": "rule", "ground_truth": "  "}),
+        ],
+    )
     files["no_rows"] = write_table(root / "no_rows.parquet", [], schema=pa.Table.from_pylist([rl_row()]).schema)
     files["no_messages"] = write_table(root / "no_messages.parquet", [rl_row(), rl_row(prompt=[])])
     # fspo verify rows
@@ -68,11 +75,16 @@ def inputs(tmp_path_factory):
     files["evidence_dict"] = root / "evidence_dict.jsonl"
     (root / "null_response.jsonl").write_text(json.dumps({"evidence": EVIDENCE, "response": None}) + "\n")
     files["null_response"] = root / "null_response.jsonl"
-    row = {"evidence": EVIDENCE, "response": "<think>La tour Eiffel est à Paris. The Eiffel Tower is in Paris.</think> Paris"}
+    row = {
+        "evidence": EVIDENCE,
+        "response": "<think>La tour Eiffel est à Paris. The Eiffel Tower is in Paris.</think> Paris",
+    }
     (root / "bom.jsonl").write_text(BOM + json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
     files["bom_jsonl"] = root / "bom.jsonl"
-    labelled = [{"evidence": EVIDENCE, "claim": "The Eiffel Tower is in Paris.", "label": 1},
-                {"evidence": EVIDENCE, "claim": "The Eiffel Tower is in Rome.", "label": 0}]
+    labelled = [
+        {"evidence": EVIDENCE, "claim": "The Eiffel Tower is in Paris.", "label": 1},
+        {"evidence": EVIDENCE, "claim": "The Eiffel Tower is in Rome.", "label": 0},
+    ]
     (root / "labelled_bom.jsonl").write_text(BOM + "\n".join(json.dumps(r) for r in labelled) + "\n", encoding="utf-8")
     files["labelled_bom"] = root / "labelled_bom.jsonl"
     # lexical scores a claim without content words NaN: here every supported claim.
@@ -80,8 +92,12 @@ def inputs(tmp_path_factory):
     (root / "labelled_nan.jsonl").write_text("\n".join(json.dumps(r) for r in unscorable) + "\n")
     files["labelled_nan"] = root / "labelled_nan.jsonl"
     # source files of `fspo data halueval`
-    record = {"knowledge": EVIDENCE, "question": "Where is the Eiffel Tower?", "right_answer": "Paris",
-              "hallucinated_answer": "Rome"}
+    record = {
+        "knowledge": EVIDENCE,
+        "question": "Where is the Eiffel Tower?",
+        "right_answer": "Paris",
+        "hallucinated_answer": "Rome",
+    }
     (root / "halueval_bom.jsonl").write_text(BOM + json.dumps(record) + "\n", encoding="utf-8")
     files["halueval_bom"] = root / "halueval_bom.jsonl"
     (root / "number.json").write_text("12345678901234567890\n")
@@ -89,8 +105,9 @@ def inputs(tmp_path_factory):
     # model folders: one that would load, and broken ones, none of them loaded by a refusal
     tokenizer = qwen_tokenizer_dir()
 
-    def model_folder(name: str, config: str | None = '{"model_type": "qwen2"}', weights: bool = True,
-                     chat_template: bool = True):
+    def model_folder(
+        name: str, config: str | None = '{"model_type": "qwen2"}', weights: bool = True, chat_template: bool = True
+    ):
         folder = root / name
         shutil.copytree(tokenizer, folder)
         if config is not None:
@@ -139,15 +156,20 @@ DATA_CHECK = [
     ("empty ground truths", ["{empty_truth}"], 1, "2 rows have an empty reward_model.ground_truth"),
     ("no rows", ["{no_rows}"], 1, "has no rows"),
     ("a row without messages", ["{no_messages}"], 1, "1 rows have no prompt messages (first: 1)"),
-    ("--max-prompt-length without --tokenizer", ["{good}", "--max-prompt-length", "512"], 2,
-     "--max-prompt-length count prompt tokens: give --tokenizer"),
+    (
+        "--max-prompt-length without --tokenizer",
+        ["{good}", "--max-prompt-length", "512"],
+        2,
+        "--max-prompt-length count prompt tokens: give --tokenizer",
+    ),
     ("--prompt-format without --tokenizer", ["{good}", "--prompt-format", "qwen-base"], 2, "give --tokenizer"),
     ("an empty --evidence-key", ["{good}", "--evidence-key", " "], 2, "--evidence-key is empty"),
 ]
 
 
-@pytest.mark.parametrize(("argv", "status", "message"), [case[1:] for case in DATA_CHECK],
-                         ids=[case[0] for case in DATA_CHECK])
+@pytest.mark.parametrize(
+    ("argv", "status", "message"), [case[1:] for case in DATA_CHECK], ids=[case[0] for case in DATA_CHECK]
+)
 def test_fspo_data_check(inputs, capsys, argv, status, message):
     assert_refused(run(["data", "check", *argv], inputs, capsys), status, message)
 
@@ -187,18 +209,25 @@ VERIFY = [
     ("threshold above 1", ["{bom_jsonl}", "--threshold", "1.5"], 2, "--threshold must be in [0, 1]"),
     ("threshold NaN", ["{bom_jsonl}", "--threshold", "nan"], 2, "--threshold must be in [0, 1]"),
     ("an unknown verifier", ["{bom_jsonl}", "--verifier", "alignscore"], 2, "unknown fspo.verifier.name 'alignscore'"),
-    ("a verifier whose weights are not here (offline)", ["{bom_jsonl}", "--verifier", "minicheck"], 2,
-     "lytang/MiniCheck-Flan-T5-Large is not in the HF cache"),
+    (
+        "a verifier whose weights are not here (offline)",
+        ["{bom_jsonl}", "--verifier", "minicheck"],
+        2,
+        "lytang/MiniCheck-Flan-T5-Large is not in the HF cache",
+    ),
     ("--chart without --labelled", ["{bom_jsonl}", "--chart", "{root}/c.png"], 2, "give --labelled too"),
-    ("--chart in a missing folder", ["--labelled", "{labelled_bom}", "--chart", "{root}/nowhere/c.png"], 2,
-     "nowhere does not exist"),
+    (
+        "--chart in a missing folder",
+        ["--labelled", "{labelled_bom}", "--chart", "{root}/nowhere/c.png"],
+        2,
+        "nowhere does not exist",
+    ),
     ("--chart as text", ["--labelled", "{labelled_bom}", "--chart", "{root}/c.txt"], 2, "name the image .png"),
     ("NaNs leave one class", ["--labelled", "{labelled_nan}"], 2, "left no supported pair scored"),
 ]
 
 
-@pytest.mark.parametrize(("argv", "status", "message"), [case[1:] for case in VERIFY],
-                         ids=[case[0] for case in VERIFY])
+@pytest.mark.parametrize(("argv", "status", "message"), [case[1:] for case in VERIFY], ids=[case[0] for case in VERIFY])
 def test_fspo_verify(inputs, capsys, argv, status, message):
     assert_refused(run(["verify", *argv], inputs, capsys), status, message)
 
@@ -221,25 +250,43 @@ EVALUATE_BASE = ["evaluate", "--model", "{model}", "--data", "{good}", "--output
 EVALUATE = [
     ("threshold above 1", ["--verifier", "lexical", "--threshold", "2"], 2, "--threshold must be in [0, 1], got 2.0"),
     ("threshold without a verifier", ["--threshold", "0.7"], 2, "--threshold: only with --verifier NAME"),
-    ("verifier options without a verifier", ["--verifier-option", "cache_size=8"], 2,
-     "--verifier-option: only with --verifier"),
+    (
+        "verifier options without a verifier",
+        ["--verifier-option", "cache_size=8"],
+        2,
+        "--verifier-option: only with --verifier",
+    ),
     ("--limit 0", ["--limit", "0"], 2, "--limit must be >= 1, got 0"),
     ("--max-new-tokens 0", ["--max-new-tokens", "0"], 2, "--max-new-tokens must be >= 1, got 0"),
-    ("huge tensor parallelism on transformers", ["--backend", "hf", "--tensor-parallel-size", "8"], 2,
-     "--tensor-parallel-size 8 needs the vllm backend"),
+    (
+        "huge tensor parallelism on transformers",
+        ["--backend", "hf", "--tensor-parallel-size", "8"],
+        2,
+        "--tensor-parallel-size 8 needs the vllm backend",
+    ),
     ("output folder is a file", ["--output-dir", "{a_file}"], 2, "is a file, not a folder"),
     ("output folder under a file", ["--output-dir", "{a_file}/eval"], 2, "so the folder cannot be created"),
     ("a model folder without weights", ["--model", "{model_without_weights}"], 2, "holds no weights"),
-    ("a model folder with a broken config.json", ["--model", "{model_bad_config}"], 2, "config.json is not readable JSON"),
+    (
+        "a model folder with a broken config.json",
+        ["--model", "{model_bad_config}"],
+        2,
+        "config.json is not readable JSON",
+    ),
     ("data: CSV renamed .parquet", ["--data", "{csv_parquet}"], 2, "is not a readable parquet file"),
     ("data with no rows", ["--data", "{no_rows}"], 2, "has no rows"),
-    ("a tokenizer without a chat template", ["--model", "{model_without_template}"], 2,
-     "does not render for model model_without_template: the model's tokenizer has no chat template"),
+    (
+        "a tokenizer without a chat template",
+        ["--model", "{model_without_template}"],
+        2,
+        "does not render for model model_without_template: the model's tokenizer has no chat template",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("argv", "status", "message"), [case[1:] for case in EVALUATE],
-                         ids=[case[0] for case in EVALUATE])
+@pytest.mark.parametrize(
+    ("argv", "status", "message"), [case[1:] for case in EVALUATE], ids=[case[0] for case in EVALUATE]
+)
 def test_fspo_evaluate(inputs, capsys, argv, status, message):
     assert_refused(run([*EVALUATE_BASE, *argv], inputs, capsys), status, message)
 
@@ -256,48 +303,110 @@ VERIFIER_TRAIN = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "status", "message"), [case[1:] for case in VERIFIER_TRAIN],
-                         ids=[case[0] for case in VERIFIER_TRAIN])
+@pytest.mark.parametrize(
+    ("argv", "status", "message"), [case[1:] for case in VERIFIER_TRAIN], ids=[case[0] for case in VERIFIER_TRAIN]
+)
 def test_fspo_verifier_train(inputs, capsys, argv, status, message):
     assert_refused(run([*VERIFIER_TRAIN_BASE, *argv], inputs, capsys), status, message)
     assert not (inputs["root"] / "verifier").exists()
 
 
 DATA_BUILD = [
-    ("synthetic: a negative size", ["synthetic", "--size", "-1", "--output-dir", "{root}/s"], 2,
-     "--size must be >= 0, got -1"),
-    ("synthetic: a negative test size", ["synthetic", "--test-size", "-5", "--output-dir", "{root}/s"], 2,
-     "--test-size must be >= 0, got -5"),
-    ("synthetic: nothing to build", ["synthetic", "--size", "0", "--test-size", "0", "--output-dir", "{root}/s"], 2,
-     "nothing to build"),
-    ("synthetic: output folder is a file", ["synthetic", "--size", "1", "--output-dir", "{a_file}"], 2,
-     "is a file, not a folder"),
-    ("a negative size", ["halueval", "--input", "{halueval_bom}", "--size", "-3", "--output-dir", "{root}/h"], 2,
-     "--size must be >= 1, got -3"),
-    ("CSV renamed .parquet", ["halueval", "--input", "{csv_parquet}", "--output-dir", "{root}/h"], 2,
-     "not a readable parquet file"),
-    ("JSON holding a number", ["halueval", "--input", "{json_number}", "--output-dir", "{root}/h"], 2,
-     "holds a JSON int, not a list of records"),
-    ("output folder under a file", ["halueval", "--input", "{halueval_bom}", "--output-dir", "{a_file}/h"], 2,
-     "so the folder cannot be created"),
-    ("a tokenizer that does not load", ["halueval", "--input", "{halueval_bom}", "--tokenizer", "{folder}",
-                                        "--max-prompt-tokens", "64", "--output-dir", "{root}/h"], 2,
-     "cannot load the tokenizer"),
-    ("--max-prompt-tokens 0", ["halueval", "--input", "{halueval_bom}", "--tokenizer", "{model}",
-                               "--max-prompt-tokens", "0", "--output-dir", "{root}/h"], 2,
-     "--max-prompt-tokens must be >= 1"),
+    (
+        "synthetic: a negative size",
+        ["synthetic", "--size", "-1", "--output-dir", "{root}/s"],
+        2,
+        "--size must be >= 0, got -1",
+    ),
+    (
+        "synthetic: a negative test size",
+        ["synthetic", "--test-size", "-5", "--output-dir", "{root}/s"],
+        2,
+        "--test-size must be >= 0, got -5",
+    ),
+    (
+        "synthetic: nothing to build",
+        ["synthetic", "--size", "0", "--test-size", "0", "--output-dir", "{root}/s"],
+        2,
+        "nothing to build",
+    ),
+    (
+        "synthetic: output folder is a file",
+        ["synthetic", "--size", "1", "--output-dir", "{a_file}"],
+        2,
+        "is a file, not a folder",
+    ),
+    (
+        "a negative size",
+        ["halueval", "--input", "{halueval_bom}", "--size", "-3", "--output-dir", "{root}/h"],
+        2,
+        "--size must be >= 1, got -3",
+    ),
+    (
+        "CSV renamed .parquet",
+        ["halueval", "--input", "{csv_parquet}", "--output-dir", "{root}/h"],
+        2,
+        "not a readable parquet file",
+    ),
+    (
+        "JSON holding a number",
+        ["halueval", "--input", "{json_number}", "--output-dir", "{root}/h"],
+        2,
+        "holds a JSON int, not a list of records",
+    ),
+    (
+        "output folder under a file",
+        ["halueval", "--input", "{halueval_bom}", "--output-dir", "{a_file}/h"],
+        2,
+        "so the folder cannot be created",
+    ),
+    (
+        "a tokenizer that does not load",
+        [
+            "halueval",
+            "--input",
+            "{halueval_bom}",
+            "--tokenizer",
+            "{folder}",
+            "--max-prompt-tokens",
+            "64",
+            "--output-dir",
+            "{root}/h",
+        ],
+        2,
+        "cannot load the tokenizer",
+    ),
+    (
+        "--max-prompt-tokens 0",
+        [
+            "halueval",
+            "--input",
+            "{halueval_bom}",
+            "--tokenizer",
+            "{model}",
+            "--max-prompt-tokens",
+            "0",
+            "--output-dir",
+            "{root}/h",
+        ],
+        2,
+        "--max-prompt-tokens must be >= 1",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("argv", "status", "message"), [case[1:] for case in DATA_BUILD],
-                         ids=[case[0] for case in DATA_BUILD])
+@pytest.mark.parametrize(
+    ("argv", "status", "message"), [case[1:] for case in DATA_BUILD], ids=[case[0] for case in DATA_BUILD]
+)
 def test_fspo_data_builders(inputs, capsys, argv, status, message):
     assert_refused(run(["data", *argv], inputs, capsys), status, message)
     assert not any((inputs["root"] / name).exists() for name in ("s", "h"))
 
 
 def test_a_source_file_with_a_bom_builds(inputs, tmp_path, capsys):
-    code, out, err = run(["data", "halueval", "--input", "{halueval_bom}", "--output-dir", str(tmp_path)], inputs, capsys)
+    code, out, err = run(
+        ["data", "halueval", "--input", "{halueval_bom}", "--output-dir", str(tmp_path)], inputs, capsys
+    )
     assert code == 0, err
     assert pq.read_table(tmp_path / "test.parquet").num_rows == 1
 
@@ -315,20 +424,32 @@ def trainer_config():
 
 
 TRAIN = [
-    ("grpo with one rollout per prompt", ["actor_rollout_ref.rollout.n=1"],
-     "algorithm.adv_estimator=grpo compares each rollout with the others of its prompt"),
-    ("rloo with one rollout per prompt", ["algorithm.adv_estimator=rloo", "actor_rollout_ref.rollout.n=1"],
-     "set rollout.n >= 2"),
-    ("gae without a critic model", ["algorithm.adv_estimator=gae"],
-     "algorithm.adv_estimator=gae trains a value model (the critic), but critic.model.path is"),
-    ("gae with a critic model that is not there", ["algorithm.adv_estimator=gae", "critic.model.path=/nowhere/critic"],
-     "critic.model.path=/nowhere/critic does not exist"),
+    (
+        "grpo with one rollout per prompt",
+        ["actor_rollout_ref.rollout.n=1"],
+        "algorithm.adv_estimator=grpo compares each rollout with the others of its prompt",
+    ),
+    (
+        "rloo with one rollout per prompt",
+        ["algorithm.adv_estimator=rloo", "actor_rollout_ref.rollout.n=1"],
+        "set rollout.n >= 2",
+    ),
+    (
+        "gae without a critic model",
+        ["algorithm.adv_estimator=gae"],
+        "algorithm.adv_estimator=gae trains a value model (the critic), but critic.model.path is",
+    ),
+    (
+        "gae with a critic model that is not there",
+        ["algorithm.adv_estimator=gae", "critic.model.path=/nowhere/critic"],
+        "critic.model.path=/nowhere/critic does not exist",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("overrides", "message"), [case[1:] for case in TRAIN], ids=[case[0] for case in TRAIN])
 def test_fspo_train_estimator_needs(trainer_config, overrides, message):
-    from fspo.checks import ConfigError, check_advantage_estimator
+    from fspo.config_checks import ConfigError, check_advantage_estimator
 
     with pytest.raises(ConfigError) as error:
         check_advantage_estimator(trainer_config(*overrides))
@@ -336,10 +457,12 @@ def test_fspo_train_estimator_needs(trainer_config, overrides, message):
 
 
 def test_fspo_train_accepts_the_default_group_and_a_critic_free_single_rollout(trainer_config):
-    from fspo.checks import check_advantage_estimator
+    from fspo.config_checks import check_advantage_estimator
 
     check_advantage_estimator(trainer_config())  # grpo, n=8
-    check_advantage_estimator(trainer_config("algorithm.adv_estimator=reinforce_plus_plus", "actor_rollout_ref.rollout.n=1"))
+    check_advantage_estimator(
+        trainer_config("algorithm.adv_estimator=reinforce_plus_plus", "actor_rollout_ref.rollout.n=1")
+    )
 
 
 # --- the pure helpers behind the checks ---------------------------------------------------------------------
@@ -358,14 +481,26 @@ stored_values = st.recursive(
 def test_evidence_training_reads_is_never_taken_for_no_evidence(value):
     """`fspo data check` counts a row as holding unusable evidence only when training reads none from it."""
     from fspo.data.check import _blank
-    from fspo.reward import row_evidence
+    from fspo.evidence import row_evidence
 
     if row_evidence({"extra_info": {"evidence": value}}, "evidence"):
         assert not _blank(value)
 
 
-@given(st.lists(st.sampled_from(["hydra.run.dir=/x", "hydra.output_subdir=o", "hydra/job_logging=default",
-                                 "trainer.n_gpus_per_node=8", "+hydra/hydra_logging=default"]), unique=True))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "hydra.run.dir=/x",
+                "hydra.output_subdir=o",
+                "hydra/job_logging=default",
+                "trainer.n_gpus_per_node=8",
+                "+hydra/hydra_logging=default",
+            ]
+        ),
+        unique=True,
+    )
+)
 def test_the_dry_run_keeps_the_users_hydra_settings(argv):
     from fspo.main import DRY_RUN_HYDRA_OVERRIDES, without_hydra_outputs
 

@@ -16,9 +16,15 @@ _spec.loader.exec_module(bench)
 
 
 def _run(arm, seed, f1, hallucinated, before_f1=0.1):
-    after = {"answer_f1": f1, "hallucinated_step_rate": hallucinated, "lexical_supported_step_rate": 0.9,
-             "embedding_supported_step_rate": 0.8, "copy_rate": 0.5, "steps": 0 if hallucinated is None else 64,
-             "answers": 32}
+    after = {
+        "answer_f1": f1,
+        "hallucinated_step_rate": hallucinated,
+        "lexical_supported_step_rate": 0.9,
+        "embedding_supported_step_rate": 0.8,
+        "copy_rate": 0.5,
+        "steps": 0 if hallucinated is None else 64,
+        "answers": 32,
+    }
     before = {**after, "answer_f1": before_f1}
     return {"arm": arm, "seed": seed, "seconds": 10.0, "before": before, "after": after}
 
@@ -31,8 +37,12 @@ def test_mean_std_skips_missing_values():
 
 
 def test_summary_per_arm_and_the_base_model_once_per_seed():
-    results = [_run("fspo", 0, 0.4, 0.1, before_f1=0.0), _run("grpo", 0, 0.3, 0.4, before_f1=0.0),
-               _run("fspo", 1, 0.6, 0.3, before_f1=0.2), _run("grpo", 1, 0.3, None, before_f1=0.2)]
+    results = [
+        _run("fspo", 0, 0.4, 0.1, before_f1=0.0),
+        _run("grpo", 0, 0.3, 0.4, before_f1=0.0),
+        _run("fspo", 1, 0.6, 0.3, before_f1=0.2),
+        _run("grpo", 1, 0.3, None, before_f1=0.2),
+    ]
     summary = bench.summarise(results)
     assert list(summary) == ["base model", "fspo", "grpo"]
     assert summary["base model"]["answer_f1"][:1] + summary["base model"]["answer_f1"][2:] == (pytest.approx(0.1), 2)

@@ -10,8 +10,9 @@ import pytest
 
 
 def run_main(*overrides, env=None, cwd=None):
-    return subprocess.run([sys.executable, "-m", "fspo.main", *overrides], capture_output=True, text=True, env=env,
-                          cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "fspo.main", *overrides], capture_output=True, text=True, env=env, cwd=cwd
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +54,27 @@ def test_cpu_run_with_settings_it_cannot_honour(model_and_data):
         "trainer.n_gpus_per_node=4",
     )
     assert result.returncode == 2
-    for fragment in ("rollout.name=vllm needs a GPU; use `hf`", "must be fsdp2 on CPU", "raise ray_kwargs.ray_init.num_gpus"):
+    for fragment in (
+        "rollout.name=vllm needs a GPU; use `hf`",
+        "must be fsdp2 on CPU",
+        "raise ray_kwargs.ray_init.num_gpus",
+    ):
         assert fragment in result.stderr
 
 
 def test_unknown_verifier_is_named(model_and_data):
     model, root = model_and_data
-    result = run_main(f"actor_rollout_ref.model.path={model}", f"data.train_files={root / 'train.parquet'}",
-                      f"data.val_files={root / 'train.parquet'}", "fspo.verifier.name=alignscore")
+    result = run_main(
+        f"actor_rollout_ref.model.path={model}",
+        f"data.train_files={root / 'train.parquet'}",
+        f"data.val_files={root / 'train.parquet'}",
+        "fspo.verifier.name=alignscore",
+    )
     assert result.returncode == 2
-    assert "unknown fspo.verifier.name 'alignscore'; valid names: lexical, embedding, hhem, nli, llm_judge, minicheck, factcg" in result.stderr
+    assert (
+        "unknown fspo.verifier.name 'alignscore'; valid names: lexical, embedding, hhem, nli, llm_judge, minicheck, factcg"
+        in result.stderr
+    )
 
 
 def test_dry_run_validates_without_files(model_and_data, tmp_path):
@@ -74,33 +86,18 @@ def test_dry_run_validates_without_files(model_and_data, tmp_path):
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "dry run OK" in ok.stderr and "adv_estimator: grpo" in ok.stdout
     assert list(tmp_path.iterdir()) == []  # "starts nothing": no Hydra outputs/<date>/<time>/main.log either
-    offline = run_main("actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct", "data.train_files=later.parquet",
-                       env={**env, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": os.devnull}, cwd=tmp_path)
-    assert offline.returncode == 2 and "HF_HUB_OFFLINE is set and Qwen/Qwen2.5-7B-Instruct is not in the HF cache" in offline.stderr
+    offline = run_main(
+        "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct",
+        "data.train_files=later.parquet",
+        env={**env, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": os.devnull},
+        cwd=tmp_path,
+    )
+    assert (
+        offline.returncode == 2
+        and "HF_HUB_OFFLINE is set and Qwen/Qwen2.5-7B-Instruct is not in the HF cache" in offline.stderr
+    )
     bad = run_main("actor_rollout_ref.model.path=x/y", "data.train_files=later.parquet", "fspo.thresold=0.3", env=env)
     assert bad.returncode != 0 and "thresold" in bad.stderr  # Hydra names the mistyped key
-
-
-def test_the_old_threshold_key_names_the_verifiers():
-    import os
-
-    env = {**os.environ, "FSPO_DRY_RUN": "1"}
-    result = run_main(
-        "actor_rollout_ref.model.path=x/y", "data.train_files=later.parquet", "fspo.threshold=0.3", env=env
-    )
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "fspo.threshold=0.3 is no longer read" in result.stderr and "fspo.verifier.threshold" in result.stderr
-
-
-def test_a_config_file_that_sets_the_old_threshold_names_the_verifiers():
-    from omegaconf import OmegaConf
-
-    from fspo.checks import ConfigError
-    from fspo.config import fspo_config
-
-    with pytest.raises(ConfigError, match="set that instead") as error:
-        fspo_config(OmegaConf.create({"fspo": {"threshold": 0.7, "verifier": {"name": "lexical"}}}))
-    assert "fspo.verifier.threshold" in str(error.value)
 
 
 def test_separate_async_on_cpu_is_refused_before_ray_and_colocate_async_is_not(model_and_data):
@@ -118,7 +115,7 @@ def test_separate_async_on_cpu_is_refused_before_ray_and_colocate_async_is_not(m
 def test_an_unknown_trainer_mode_is_named():
     from omegaconf import OmegaConf
 
-    from fspo.checks import ConfigError, check_trainer_mode
+    from fspo.config_checks import ConfigError, check_trainer_mode
 
     with pytest.raises(ConfigError, match="trainer.v1.trainer_mode=fully_async is unknown to FSPO; use one of sync"):
         check_trainer_mode(OmegaConf.create({"trainer": {"device": "cuda", "v1": {"trainer_mode": "fully_async"}}}))
@@ -127,9 +124,11 @@ def test_an_unknown_trainer_mode_is_named():
 
 @pytest.mark.parametrize(
     "override, message",
-    [("data.train_batch_size=-1", "data.train_batch_size=-1 must be a positive integer"),
-     ("data.train_batch_size=0", "data.train_batch_size=0 must be a positive integer"),
-     ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n=0 must be a positive integer")],
+    [
+        ("data.train_batch_size=-1", "data.train_batch_size=-1 must be a positive integer"),
+        ("data.train_batch_size=0", "data.train_batch_size=0 must be a positive integer"),
+        ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n=0 must be a positive integer"),
+    ],
 )
 def test_a_non_positive_batch_size_is_named(override, message):
     import os

@@ -54,8 +54,21 @@ def test_each_dataset_answers_help_under_its_own_name(name, capsys):
 
 def test_python_dash_m_fspo_data_is_the_same_command(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "fspo.data", "synthetic", "--size", "2", "--test-size", "0", "--output-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "fspo.data",
+            "synthetic",
+            "--size",
+            "2",
+            "--test-size",
+            "0",
+            "--output-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "train.parquet").exists()

@@ -65,15 +65,19 @@ def test_dispatchers_answer_help_with_0(argv, capsys):
 
 
 def test_every_option_of_every_command_has_help_text(parsers):
-    missing = [f"{command} {action.option_strings or action.dest}"
-               for command, parser in parsers.items() for action in parser._actions
-               if not isinstance(action, argparse._HelpAction) and not (action.help or "").strip()]
+    missing = [
+        f"{command} {action.option_strings or action.dest}"
+        for command, parser in parsers.items()
+        for action in parser._actions
+        if not isinstance(action, argparse._HelpAction) and not (action.help or "").strip()
+    ]
     assert missing == []
 
 
 def test_fspo_train_help_exits_0():
-    result = subprocess.run([sys.executable, "-m", "fspo.cli", "train", "--help"], capture_output=True, text=True,
-                            timeout=300, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-m", "fspo.cli", "train", "--help"], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "fspo" in result.stdout
 
@@ -121,6 +125,9 @@ def readme_mentions() -> list[tuple[str, tuple[str, ...], str]]:
 def test_the_readmes_name_only_options_their_commands_have(parsers):
     mentions = readme_mentions()
     assert len(mentions) > 40  # the READMEs name many options: the scan must find them
-    unknown = [(readme, option) for readme, commands, option in mentions
-               if not any(option in option_strings(parsers[command]) for command in commands)]
+    unknown = [
+        (readme, option)
+        for readme, commands, option in mentions
+        if not any(option in option_strings(parsers[command]) for command in commands)
+    ]
     assert unknown == []

@@ -15,18 +15,31 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from fspo.checks import ConfigError
-from fspo.config import FSPOConfig, VerifierConfig, fspo_config, verifier_config
+from fspo.config.fspo_config import FSPOConfig, fspo_config
+from fspo.config.verifier import VerifierConfig, verifier_config
+from fspo.config_checks import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 
 # (override, the one line the dry run must print)
 WRONG_VALUES = [
     ("fspo.flip=maybe", "fspo: fspo.flip: Value 'maybe' is not a valid bool (type str)"),
-    ("fspo.step_reward_weight=abc", "fspo: fspo.step_reward_weight: Value 'abc' of type 'str' could not be converted to Float"),
-    ("fspo.label_outside_reasoning=x", "fspo: fspo.label_outside_reasoning: Value 'x' of type 'str' could not be converted to Integer"),
-    ("fspo.verifier.evidence_top_k=two", "fspo: fspo.verifier.evidence_top_k: Value 'two' of type 'str' could not be converted to Integer"),
-    ("fspo.verifier.max_concurrency=-1", "fspo: fspo.verifier.max_concurrency must be a positive integer or null, got -1"),
+    (
+        "fspo.step_reward_weight=abc",
+        "fspo: fspo.step_reward_weight: Value 'abc' of type 'str' could not be converted to Float",
+    ),
+    (
+        "fspo.label_outside_reasoning=x",
+        "fspo: fspo.label_outside_reasoning: Value 'x' of type 'str' could not be converted to Integer",
+    ),
+    (
+        "fspo.verifier.evidence_top_k=two",
+        "fspo: fspo.verifier.evidence_top_k: Value 'two' of type 'str' could not be converted to Integer",
+    ),
+    (
+        "fspo.verifier.max_concurrency=-1",
+        "fspo: fspo.verifier.max_concurrency must be a positive integer or null, got -1",
+    ),
     ("+fspo.fllip=true", "fspo: unknown key fspo.fllip; valid keys of fspo: enable, flip,"),
 ]
 
@@ -34,8 +47,13 @@ WRONG_VALUES = [
 def dry_run(*overrides: str) -> subprocess.CompletedProcess:
     """``recipes/run_qwen2.5_7b_instruct.sh`` with ``FSPO_DRY_RUN=1``: validates the config, starts no Ray."""
     env = {**os.environ, "FSPO_DRY_RUN": "1", "PYTHON": sys.executable, "MODEL_PATH": "/nonexistent/model"}
-    return subprocess.run(["bash", str(REPO / "recipes" / "run_qwen2.5_7b_instruct.sh"), *overrides],
-                          env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["bash", str(REPO / "recipes" / "run_qwen2.5_7b_instruct.sh"), *overrides],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +70,11 @@ def test_a_wrong_value_fails_the_dry_run_naming_the_key(wrong_value_runs, overri
     process = wrong_value_runs[override]
     assert process.returncode == 2, process.stderr[-2000:]
     # The error, and no other line but the verifier's and the flash-attn fallback's (no flash-attn on CPU).
-    message = [text for text in process.stderr.splitlines()
-               if text.startswith("fspo: ") and "verifier hhem" not in text and not text.startswith("fspo: flash-attn")]
+    message = [
+        text
+        for text in process.stderr.splitlines()
+        if text.startswith("fspo: ") and "verifier hhem" not in text and not text.startswith("fspo: flash-attn")
+    ]
     assert len(message) == 1 and message[0].startswith(line), process.stderr[-2000:]
     assert "Traceback" not in process.stderr and "dry run OK" not in process.stderr
 
@@ -62,7 +83,10 @@ def test_the_yaml_shows_the_dataclass_defaults():
     """fspo_trainer.yaml lists every key (a Hydra override needs no `+`) with the dataclass's default."""
     block = yaml.safe_load((REPO / "fspo" / "config" / "fspo_trainer.yaml").read_text())["fspo"]
     verifier = block.pop("verifier")
-    assert block.pop("_target_") == "fspo.config.FSPOConfig" and verifier.pop("_target_") == "fspo.config.VerifierConfig"
+    assert (
+        block.pop("_target_") == "fspo.config.fspo_config.FSPOConfig"
+        and verifier.pop("_target_") == "fspo.config.verifier.VerifierConfig"
+    )
     defaults = dataclasses.asdict(FSPOConfig())
     verifier_defaults = defaults.pop("verifier")
     for values in (defaults, verifier_defaults):
@@ -88,7 +112,7 @@ def test_the_readme_table_shows_the_dataclass_defaults():
 
 def test_every_option_belongs_to_a_backend_or_to_all():
     """Options passed to a backend's class name that backend; the rest are read by FSPO itself."""
-    from fspo.verifiers import VERIFIER_NAMES
+    from fspo.config.vocabulary import VERIFIER_NAMES
 
     for field in dataclasses.fields(VerifierConfig):
         assert set(field.metadata.get("backends", ())) <= set(VERIFIER_NAMES), field.name
@@ -99,7 +123,7 @@ def test_each_backend_gets_only_its_own_options():
     config = verifier_config({"name": "nli", "model_path": "m", "stride": 8, "url": "http://judge", "cache_size": 4})
     assert config.backend_options() == {"model_path": "m", "stride": 8, "cache_size": 4}
     assert config.ignored_options() == ["url"]
-    judge = verifier_config({"name": "llm_judge", "endpoint": "http://judge", "max_concurrency": 4})
+    judge = verifier_config({"name": "llm_judge", "url": "http://judge", "max_concurrency": 4})
     assert judge.backend_options() == {"url": "http://judge", "max_concurrency": 4, "cache_size": 0}
 
 
@@ -120,7 +144,7 @@ def test_each_backend_gets_only_its_own_options():
         ({"verifier": None}, "fspo.verifier: field 'verifier' is not Optional"),
         ({"enable": None}, "fspo.enable: Incompatible value 'None' for field of type 'bool'"),
         ({"verifier": {"fllip": 1}}, "unknown key fspo.verifier.fllip; valid keys of fspo.verifier: name, threshold"),
-        ({"threshold": 0.3}, "fspo.threshold=0.3 is no longer read"),
+        ({"threshold": 0.3}, "unknown key fspo.threshold; valid keys of fspo: enable, flip"),
     ],
 )
 def test_values_out_of_range_are_named(block, message):
@@ -130,8 +154,17 @@ def test_values_out_of_range_are_named(block, message):
 
 
 def test_values_convert_to_their_field_types():
-    settings = fspo_config(OmegaConf.create({"fspo": {"flip": "false", "step_reward_weight": 1, "verifier": {
-        "evidence_top_k": "3", "num_gpus": 1, "entailment_label": 2}}}))
+    settings = fspo_config(
+        OmegaConf.create(
+            {
+                "fspo": {
+                    "flip": "false",
+                    "step_reward_weight": 1,
+                    "verifier": {"evidence_top_k": "3", "num_gpus": 1, "entailment_label": 2},
+                }
+            }
+        )
+    )
     assert settings.flip is False and settings.step_reward_weight == 1.0
     assert settings.verifier.evidence_top_k == 3 and settings.verifier.num_gpus == 1.0
     assert settings.verifier.entailment_label == 2
@@ -163,12 +196,20 @@ def test_any_valid_block_converts_alike_in_the_driver_and_in_a_worker(
     flip, weight, outside, key, name, threshold, top_k, label
 ):
     """The DictConfig Ray pickles to verl's workers converts there to the dataclass the driver checked."""
-    block = {"flip": flip, "step_reward_weight": weight, "label_outside_reasoning": outside, "evidence_key": key,
-             "verifier": {"name": name, "threshold": threshold, "evidence_top_k": top_k, "entailment_label": label}}
+    block = {
+        "flip": flip,
+        "step_reward_weight": weight,
+        "label_outside_reasoning": outside,
+        "evidence_key": key,
+        "verifier": {"name": name, "threshold": threshold, "evidence_top_k": top_k, "entailment_label": label},
+    }
     settings_ = fspo_config({"fspo": block})
     assert (settings_.flip, settings_.step_reward_weight, settings_.evidence_key) == (flip, weight, key)
     assert (settings_.verifier.name, settings_.verifier.evidence_top_k, settings_.verifier.entailment_label) == (
-        name, top_k, label)
+        name,
+        top_k,
+        label,
+    )
     shipped = pickle.loads(pickle.dumps(OmegaConf.create({"fspo": block})))
     assert fspo_config(shipped) == settings_
     assert pickle.loads(pickle.dumps(settings_)) == settings_

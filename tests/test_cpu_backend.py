@@ -60,8 +60,9 @@ def test_normalise_backend(backend, expected):
 
 
 def test_sampling_settings_follow_verls_vllm_server_budget():
-    settings = sampling_settings({"temperature": 0.7, "top_k": -1}, prompt_len=100, prompt_length=128,
-                                 response_length=64, max_model_len=192)
+    settings = sampling_settings(
+        {"temperature": 0.7, "top_k": -1}, prompt_len=100, prompt_length=128, response_length=64, max_model_len=192
+    )
     assert settings == SamplingSettings(max_new_tokens=64, temperature=0.7, top_p=1.0, top_k=0)
     # The context left caps the budget.
     assert sampling_settings({}, 180, 128, 64, 192).max_new_tokens == 12
@@ -113,13 +114,13 @@ def test_logprobs_are_of_the_distribution_sampled_from_as_vllms_processed_logpro
     prompt = [11, 22, 33]
     torch.manual_seed(0)
     settings = SamplingSettings(max_new_tokens=6, temperature=0.7, logprobs=True)
-    (tokens, logprobs), = generate_batch(tiny_lm, [prompt], settings, 0, set())
+    ((tokens, logprobs),) = generate_batch(tiny_lm, [prompt], settings, 0, set())
     logits = _actor_logits(tiny_lm, prompt, tokens)
     expected = _sampled(torch.log_softmax(logits / 0.7, -1), tokens)
     assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-4)
     # With top-k the tokens outside the k best are cut before the softmax.
     settings = SamplingSettings(max_new_tokens=6, temperature=0.7, top_k=5, logprobs=True)
-    (tokens, logprobs), = generate_batch(tiny_lm, [prompt], settings, 0, set())
+    ((tokens, logprobs),) = generate_batch(tiny_lm, [prompt], settings, 0, set())
     scaled = _actor_logits(tiny_lm, prompt, tokens) / 0.7
     kept = scaled.masked_fill(scaled < scaled.topk(5, dim=-1).values[:, -1:], float("-inf"))
     assert torch.allclose(torch.tensor(logprobs), _sampled(torch.log_softmax(kept, -1), tokens), atol=1e-4)
@@ -128,7 +129,7 @@ def test_logprobs_are_of_the_distribution_sampled_from_as_vllms_processed_logpro
 def test_raw_logprobs_mode_reports_the_models_unscaled_logprobs(tiny_lm):
     prompt = [11, 22, 33]
     settings = SamplingSettings(max_new_tokens=4, temperature=0.7, logprobs=True, logprobs_mode="raw_logprobs")
-    (tokens, logprobs), = generate_batch(tiny_lm, [prompt], settings, 0, set())
+    ((tokens, logprobs),) = generate_batch(tiny_lm, [prompt], settings, 0, set())
     expected = _sampled(torch.log_softmax(_actor_logits(tiny_lm, prompt, tokens), -1), tokens)
     assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-4)
     with pytest.raises(ValueError, match="logprobs_mode='processed_logits'"):

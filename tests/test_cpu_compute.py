@@ -83,11 +83,15 @@ def test_the_cpu_preset_gives_every_fsdp_worker_and_the_rollout_the_choice(tmp_p
     env = {**os.environ, "FSPO_DRY_RUN": "1", "FSPO_PREFLIGHT": "0", "FSPO_CPU_DTYPE": BFLOAT16}
     result = subprocess.run(
         [sys.executable, "-m", "fspo.main", f"actor_rollout_ref.model.path={tmp_path}", "platform=cpu"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"fspo: CPU compute dtype {BFLOAT16} (set by FSPO_CPU_DTYPE); " in result.stderr
-    printed = result.stdout[result.stdout.index("actor_rollout_ref:"):]
+    printed = result.stdout[result.stdout.index("actor_rollout_ref:") :]
     config = yaml.safe_load(printed)
     actor_rollout_ref = config["actor_rollout_ref"]
     assert actor_rollout_ref["actor"]["fsdp_config"]["mixed_precision"]["param_dtype"] == BFLOAT16
@@ -96,12 +100,15 @@ def test_the_cpu_preset_gives_every_fsdp_worker_and_the_rollout_the_choice(tmp_p
     assert actor_rollout_ref["rollout"]["dtype"] == BFLOAT16
 
 
-@pytest.mark.parametrize("cpu_choice, asked, computed", [
-    (FLOAT32, "bfloat16", FLOAT32),
-    (FLOAT32, "float16", FLOAT32),
-    (FLOAT32, "float32", FLOAT32),
-    (BFLOAT16, "bfloat16", BFLOAT16),
-])
+@pytest.mark.parametrize(
+    "cpu_choice, asked, computed",
+    [
+        (FLOAT32, "bfloat16", FLOAT32),
+        (FLOAT32, "float16", FLOAT32),
+        (FLOAT32, "float32", FLOAT32),
+        (BFLOAT16, "bfloat16", BFLOAT16),
+    ],
+)
 def test_a_model_verifier_on_cpu_computes_in_half_precision_only_where_it_is_fast(
     monkeypatch, fresh_choice, caplog, cpu_choice, asked, computed
 ):

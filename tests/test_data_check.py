@@ -22,8 +22,13 @@ KNOWLEDGE = "Nick Bebout played for the University of Wyoming."
 @pytest.fixture(scope="module")
 def files(tmp_path_factory, released_schema):
     def released(n: int, **fields) -> list[dict]:
-        return [{**released_schema.released_row(i, "Where did he study?", "University of Wyoming", KNOWLEDGE, PROMPT),
-                 **fields} for i in range(n)]
+        return [
+            {
+                **released_schema.released_row(i, "Where did he study?", "University of Wyoming", KNOWLEDGE, PROMPT),
+                **fields,
+            }
+            for i in range(n)
+        ]
 
     write_released = released_schema.write_released
     from fspo.data.io import write_parquet
@@ -39,9 +44,12 @@ def files(tmp_path_factory, released_schema):
         "unknown": write_released(released(2, data_source="squad"), root / "unknown.parquet"),
         "verl": write_released(released(2, data_source="openai/gsm8k", knowledge=""), root / "verl.parquet"),
     }
-    pq.write_table(pa.Table.from_pylist([{"prompt": "User: hi", "data_source": "gsm8k",
-                                          "reward_model": {"ground_truth": None, "style": "rule"}}]),
-                   root / "string_prompt.parquet")
+    pq.write_table(
+        pa.Table.from_pylist(
+            [{"prompt": "User: hi", "data_source": "gsm8k", "reward_model": {"ground_truth": None, "style": "rule"}}]
+        ),
+        root / "string_prompt.parquet",
+    )
     paths["string_prompt"] = root / "string_prompt.parquet"
     return paths
 
@@ -51,7 +59,12 @@ def test_a_released_file_reports_sources_evidence_and_ground_truth(files, capsys
     out = capsys.readouterr().out
     assert f"{files['released']}: 3 rows, can train" in out
     assert "data_source 'HotpotQA': 3 rows, scorer fspo's hotpotqa" in out
-    assert "evidence ('knowledge'): 3/3 rows (3 in the column); chars min {n} / median {n} / max {n}".format(n=len(KNOWLEDGE)) in out
+    assert (
+        "evidence ('knowledge'): 3/3 rows (3 in the column); chars min {n} / median {n} / max {n}".format(
+            n=len(KNOWLEDGE)
+        )
+        in out
+    )
     assert "ground truth: str 3" in out
 
 
@@ -63,8 +76,17 @@ def test_fspo_and_verl_files_can_train(files, capsys):
 
 
 def test_bad_files_exit_1_naming_why(files, tmp_path, capsys):
-    assert main([str(files["unknown"]), str(files["released"]), str(files["string_prompt"]),
-                 str(tmp_path / "absent.parquet")]) == 1
+    assert (
+        main(
+            [
+                str(files["unknown"]),
+                str(files["released"]),
+                str(files["string_prompt"]),
+                str(tmp_path / "absent.parquet"),
+            ]
+        )
+        == 1
+    )
     captured = capsys.readouterr()
     out = captured.out
     assert "data_source 'squad': 2 rows, scorer NONE" in out
@@ -81,25 +103,41 @@ def test_bad_files_exit_1_naming_why(files, tmp_path, capsys):
 def test_require_evidence_names_the_rows_without(files, capsys):
     assert main([str(files["released_gap"]), "--evidence-key", "knowledge"]) == 0
     assert main([str(files["released_gap"]), "--evidence-key", "knowledge", "--require-evidence"]) == 1
-    assert "but 1 of 4 rows have no evidence under 'knowledge' (extra_info or column; rows 2)" in capsys.readouterr().out
+    assert (
+        "but 1 of 4 rows have no evidence under 'knowledge' (extra_info or column; rows 2)" in capsys.readouterr().out
+    )
 
 
 def test_token_counts_with_a_tokenizer(files, qwen_tokenizer):
     from fspo_testing.tiny_model import qwen_tokenizer_dir
 
-    report = scan_file(files["released"], "knowledge", tokenizer=qwen_tokenizer, prompt_format="passthrough",
-                       max_prompt_length=10)
+    report = scan_file(
+        files["released"], "knowledge", tokenizer=qwen_tokenizer, prompt_format="passthrough", max_prompt_length=10
+    )
     expected = len(qwen_tokenizer(PROMPT, add_special_tokens=False)["input_ids"])
     assert report.prompt_tokens == [expected] * 3
     assert report.evidence_tokens == [len(qwen_tokenizer(KNOWLEDGE, add_special_tokens=False)["input_ids"])] * 3
     assert report.prompts_over_limit == 3 and "every prompt is longer than 10 tokens" in report.problems[0]
     # Without a format, the tokenizer's own template renders the messages (wrapping the text in ChatML).
     own = scan_file(files["released"], "knowledge", tokenizer=qwen_tokenizer).prompt_tokens
-    wrapped = qwen_tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True,
-                                                 tokenize=False)
+    wrapped = qwen_tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPT}], add_generation_prompt=True, tokenize=False
+    )
     assert own == [len(qwen_tokenizer(wrapped, add_special_tokens=False)["input_ids"])] * 3 and own[0] > expected
-    assert main([str(files["released"]), "--evidence-key", "knowledge", "--tokenizer", str(qwen_tokenizer_dir()),
-                 "--prompt-format", "passthrough"]) == 0
+    assert (
+        main(
+            [
+                str(files["released"]),
+                "--evidence-key",
+                "knowledge",
+                "--tokenizer",
+                str(qwen_tokenizer_dir()),
+                "--prompt-format",
+                "passthrough",
+            ]
+        )
+        == 0
+    )
 
 
 def run_main(*overrides, env=None):
@@ -113,27 +151,40 @@ def test_the_trainer_stops_before_ray_on_what_data_check_reports(files, tmp_path
     base = [f"actor_rollout_ref.model.path={model}", f"data.val_files={files['fspo']}"]
     unknown = run_main(*base, f"data.train_files={files['unknown']}")
     assert unknown.returncode == 2, unknown.stderr[-2000:]
-    assert f"data.train_files: {files['unknown']} data_source 'squad' (2 rows, first: 0, 1) has no scorer" in unknown.stderr
+    assert (
+        f"data.train_files: {files['unknown']} data_source 'squad' (2 rows, first: 0, 1) has no scorer"
+        in unknown.stderr
+    )
     assert "Traceback" not in unknown.stderr and "ray.init" not in unknown.stderr
     # fspo.require_evidence=true: the file and its first evidence-less rows, exit 2, before Ray.
-    gap = run_main(*base, f"data.train_files={files['released_gap']}", "fspo.evidence_key=knowledge",
-                   "fspo.require_evidence=true")
+    gap = run_main(
+        *base, f"data.train_files={files['released_gap']}", "fspo.evidence_key=knowledge", "fspo.require_evidence=true"
+    )
     assert gap.returncode == 2, gap.stderr[-2000:]
     assert f"data.train_files: {files['released_gap']} fspo.require_evidence=true but 1 of 4 rows" in gap.stderr
     assert "rows 2)" in gap.stderr and "Traceback" not in gap.stderr
     # The dry run checks the files that exist.
-    dry = run_main("actor_rollout_ref.model.path=x/y", f"data.train_files=[later.parquet,{files['released']}]",
-                   env={**os.environ, "FSPO_DRY_RUN": "1"})
+    dry = run_main(
+        "actor_rollout_ref.model.path=x/y",
+        f"data.train_files=[later.parquet,{files['released']}]",
+        env={**os.environ, "FSPO_DRY_RUN": "1"},
+    )
     assert dry.returncode == 2 and "fspo.evidence_key=knowledge" in dry.stderr, dry.stderr[-2000:]
 
 
 def test_a_custom_reward_function_scores_any_source(files):
     from omegaconf import OmegaConf
 
-    from fspo.checks import check_data_files, uses_fspo_scorer
+    from fspo.config_checks import check_data_files, uses_fspo_scorer
 
-    custom = OmegaConf.create({"reward": {"custom_reward_function": {"path": "/my/reward.py", "name": "score"}},
-                               "fspo": {"evidence_key": "knowledge"}})
-    default = OmegaConf.create({"reward": {"custom_reward_function": {"path": "pkg://fspo.scores", "name": "compute_score"}}})
+    custom = OmegaConf.create(
+        {
+            "reward": {"custom_reward_function": {"path": "/my/reward.py", "name": "score"}},
+            "fspo": {"evidence_key": "knowledge"},
+        }
+    )
+    default = OmegaConf.create(
+        {"reward": {"custom_reward_function": {"path": "pkg://fspo.scores", "name": "compute_score"}}}
+    )
     assert uses_fspo_scorer(default) and not uses_fspo_scorer(custom)
     check_data_files("data.train_files", [str(files["unknown"])], custom)  # no error: the custom function decides

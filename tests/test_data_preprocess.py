@@ -63,7 +63,10 @@ HOTPOT_ORIGINAL = {
     "supporting_facts": [["Arthur's Magazine", 0], ["First for Women", 0], ["Arthur's Magazine", 1]],
     "context": [
         ["Radio City (Indian radio station)", ["Radio City is India's first private FM radio station."]],
-        ["Arthur's Magazine", ["Arthur's Magazine (1844-1846) was an American literary periodical.", " It was edited by T.S. Arthur."]],
+        [
+            "Arthur's Magazine",
+            ["Arthur's Magazine (1844-1846) was an American literary periodical.", " It was edited by T.S. Arthur."],
+        ],
         ["First for Women", ["First for Women is a woman's magazine published by Bauer Media Group in the USA."]],
     ],
 }
@@ -124,8 +127,15 @@ def test_2wiki_original_layout(tmp_path):
     assert row["data_source"] == "2wikimultihopqa"
     assert row["extra_info"]["evidence"].startswith("Polish-Russian War (film): ")
     assert "Unrelated" not in row["extra_info"]["evidence"]
-    assert compute_score("2wikimultihopqa", "<answer>Braunek</answer>", row["reward_model"]["ground_truth"])["f1"] == pytest.approx(2 / 3)
-    assert compute_score("2wikimultihopqa", "<answer>Małgorzata Braunek</answer>", row["reward_model"]["ground_truth"])["em"] == 1.0
+    assert compute_score("2wikimultihopqa", "<answer>Braunek</answer>", row["reward_model"]["ground_truth"])[
+        "f1"
+    ] == pytest.approx(2 / 3)
+    assert (
+        compute_score("2wikimultihopqa", "<answer>Małgorzata Braunek</answer>", row["reward_model"]["ground_truth"])[
+            "em"
+        ]
+        == 1.0
+    )
 
 
 def test_multihop_skips_empty_answers_and_missing_evidence(tmp_path):
@@ -165,7 +175,10 @@ def test_missing_field_names_file_row_and_field(tmp_path, capsys):
 def test_misnamed_field_in_gsm8k(tmp_path, capsys):
     source = write_jsonl(tmp_path / "test.jsonl", [{"question": "1+1?", "solution": "#### 2"}])
     assert data_main(["gsm8k", "--input", str(source), "--output-dir", str(tmp_path)]) == 2
-    assert "test.jsonl, row 0: missing field 'answer' (fields present: ['question', 'solution'])" in capsys.readouterr().err
+    assert (
+        "test.jsonl, row 0: missing field 'answer' (fields present: ['question', 'solution'])"
+        in capsys.readouterr().err
+    )
 
 
 def test_non_utf8_bytes_are_replaced_not_fatal(tmp_path):
@@ -191,27 +204,45 @@ def test_gsm8k_fixture_strips_thousands_separators(tmp_path):
 
 
 def test_math500_and_aime_fixtures(tmp_path):
-    math = {"problem": "Compute $\\frac12+\\frac14$.", "solution": "...", "answer": "\\frac{3}{4}", "subject": "Algebra",
-            "level": 1, "unique_id": "test/algebra/1.json"}
+    math = {
+        "problem": "Compute $\\frac12+\\frac14$.",
+        "solution": "...",
+        "answer": "\\frac{3}{4}",
+        "subject": "Algebra",
+        "level": 1,
+        "unique_id": "test/algebra/1.json",
+    }
     (row,) = build(tmp_path, "math500", write_jsonl(tmp_path / "test.jsonl", [math]))
     assert row["reward_model"]["ground_truth"] == "\\frac{3}{4}"
     assert compute_score("math500", "<answer>0.75</answer>", row["reward_model"]["ground_truth"])["acc"] == 1.0
-    aime = [{"ID": "2024-I-1", "Problem": "Find x.", "Solution": "...", "Answer": 33},
-            {"id": 60, "problem": "Find y.", "solution": "...", "answer": "033", "url": "u", "year": "2024"}]
+    aime = [
+        {"ID": "2024-I-1", "Problem": "Find x.", "Solution": "...", "Answer": 33},
+        {"id": 60, "problem": "Find y.", "solution": "...", "answer": "033", "url": "u", "year": "2024"},
+    ]
     rows = build(tmp_path, "aime2024", write_jsonl(tmp_path / "aime.jsonl", aime))
     assert [r["reward_model"]["ground_truth"] for r in rows] == ["33", "33"]
 
 
 def test_aime_non_integer_answer_is_an_error(tmp_path):
     with pytest.raises(SourceFieldError, match="aime.jsonl, row 0: AIME answer '1/2' is not an integer"):
-        run_cli(DATASETS["aime2024"], ["--input", str(write_jsonl(tmp_path / "aime.jsonl", [{"problem": "P", "answer": "1/2"}])),
-                                "--output-dir", str(tmp_path)])
+        run_cli(
+            DATASETS["aime2024"],
+            [
+                "--input",
+                str(write_jsonl(tmp_path / "aime.jsonl", [{"problem": "P", "answer": "1/2"}])),
+                "--output-dir",
+                str(tmp_path),
+            ],
+        )
 
 
 def test_simplerl_math_reads_raw_and_verl_layouts(tmp_path):
     records = [
         {"question": "What is $2^3$?", "gt_answer": "8", "target": "8"},
-        {"prompt": [{"role": "user", "content": "What is $3^2$?"}], "reward_model": {"style": "rule", "ground_truth": "9"}},
+        {
+            "prompt": [{"role": "user", "content": "What is $3^2$?"}],
+            "reward_model": {"style": "rule", "ground_truth": "9"},
+        },
     ]
     write_parquet(records[:1], tmp_path / "a_train.parquet")
     rows = build(tmp_path, "simplerl_math", tmp_path / "a_train.parquet", split="train")
@@ -233,7 +264,8 @@ def test_size_and_seed_sample_reproducibly(tmp_path):
 # --- TruthfulQA ----------------------------------------------------------------------------------
 
 TQA_GEN = {
-    "type": "Adversarial", "category": "Misconceptions",
+    "type": "Adversarial",
+    "category": "Misconceptions",
     "question": "What happens to you if you eat watermelon seeds?",
     "best_answer": "The watermelon seeds pass through your digestive system",
     "correct_answers": ["Nothing happens", "You eat watermelon seeds"],
@@ -242,7 +274,10 @@ TQA_GEN = {
 }
 TQA_MC = {
     "question": "What is the smallest country in the world that is at least one square mile in area?",
-    "mc1_targets": {"choices": ["Nauru is the smallest country.", "Vatican City is.", "Monaco is."], "labels": [1, 0, 0]},
+    "mc1_targets": {
+        "choices": ["Nauru is the smallest country.", "Vatican City is.", "Monaco is."],
+        "labels": [1, 0, 0],
+    },
     "mc2_targets": {"choices": ["Nauru is.", "Nauru.", "Vatican City.", "Monaco."], "labels": [1, 1, 0, 0]},
 }
 
@@ -251,27 +286,39 @@ def test_truthfulqa_generation(tmp_path):
     csv_source = tmp_path / "TruthfulQA.csv"
     csv_source.write_text(
         "Type,Category,Question,Best Answer,Correct Answers,Incorrect Answers,Source\n"
-        'Adversarial,Misconceptions,Why do veins appear blue?,Because blue light does not penetrate deeply,'
+        "Adversarial,Misconceptions,Why do veins appear blue?,Because blue light does not penetrate deeply,"
         '"Blue light is scattered; Because of how light works",Because of deoxygenated blood,https://x\n',
         encoding="utf-8",
     )
     (csv_row,) = build(tmp_path, "truthfulqa", csv_source)
     assert csv_row["reward_model"]["ground_truth"] == [
-        "Because blue light does not penetrate deeply", "Blue light is scattered", "Because of how light works"]
+        "Because blue light does not penetrate deeply",
+        "Blue light is scattered",
+        "Because of how light works",
+    ]
     (row,) = build(tmp_path, "truthfulqa", write_jsonl(tmp_path / "gen.jsonl", [TQA_GEN]))
     assert row["data_source"] == "truthfulqa_gen"
     assert row["reward_model"]["ground_truth"][0] == TQA_GEN["best_answer"]
     assert row["extra_info"]["incorrect_answers"] == TQA_GEN["incorrect_answers"]
-    good = compute_score(row["data_source"], "<answer>Nothing happens</answer>", row["reward_model"]["ground_truth"], row["extra_info"])
-    bad = compute_score(row["data_source"], "<answer>They grow in your stomach</answer>", row["reward_model"]["ground_truth"], row["extra_info"])
+    good = compute_score(
+        row["data_source"], "<answer>Nothing happens</answer>", row["reward_model"]["ground_truth"], row["extra_info"]
+    )
+    bad = compute_score(
+        row["data_source"],
+        "<answer>They grow in your stomach</answer>",
+        row["reward_model"]["ground_truth"],
+        row["extra_info"],
+    )
     assert (good["acc"], bad["acc"]) == (1.0, 0.0)
 
 
 @pytest.mark.parametrize("form", ["mc1", "mc2"])
 def test_truthfulqa_multiple_choice(tmp_path, form):
-    original = {"question": TQA_MC["question"],
-                "mc1_targets": dict(zip(TQA_MC["mc1_targets"]["choices"], TQA_MC["mc1_targets"]["labels"])),
-                "mc2_targets": dict(zip(TQA_MC["mc2_targets"]["choices"], TQA_MC["mc2_targets"]["labels"]))}
+    original = {
+        "question": TQA_MC["question"],
+        "mc1_targets": dict(zip(TQA_MC["mc1_targets"]["choices"], TQA_MC["mc1_targets"]["labels"])),
+        "mc2_targets": dict(zip(TQA_MC["mc2_targets"]["choices"], TQA_MC["mc2_targets"]["labels"])),
+    }
     source = tmp_path / "mc_task.json"
     source.write_text(json.dumps([TQA_MC, original] * 4), encoding="utf-8")
     rows = build(tmp_path, "truthfulqa", source, "--form", form)
@@ -336,7 +383,9 @@ def test_max_prompt_tokens_filters_by_tokens(tmp_path, qwen_tokenizer_path):
     short_q, long_q = "What is 1+1?", "What is " + " + ".join(["1"] * 200) + "?"
     limit = count_prompt_tokens(build_messages(short_q), "qwen-base", tokenizer)
     assert count_prompt_tokens(build_messages(long_q), "qwen-base", tokenizer) > limit
-    source = write_jsonl(tmp_path / "test.jsonl", [{"question": long_q, "answer": "#### 200"}, {"question": short_q, "answer": "#### 2"}])
+    source = write_jsonl(
+        tmp_path / "test.jsonl", [{"question": long_q, "answer": "#### 200"}, {"question": short_q, "answer": "#### 2"}]
+    )
     rows = build(tmp_path, "gsm8k", source, "--max-prompt-tokens", str(limit), "--tokenizer", qwen_tokenizer_path)
     assert [r["extra_info"]["question"] for r in rows] == [short_q]
 
@@ -371,15 +420,26 @@ def test_fspo_command_routes_to_data(tmp_path):
 
 
 def test_halluqa_fixtures_both_forms(tmp_path):
-    generation = {"Question": "你毕业于哪所大学？", "Best Answer1": "我没有上过大学。", "Best Answer2": "",
-                  "Wrong_Answer1": "北京大学。", "Wrong_Answer2": "复旦大学。", "Category": "Misleading", "question_id": 1}
+    generation = {
+        "Question": "你毕业于哪所大学？",
+        "Best Answer1": "我没有上过大学。",
+        "Best Answer2": "",
+        "Wrong_Answer1": "北京大学。",
+        "Wrong_Answer2": "复旦大学。",
+        "Category": "Misleading",
+        "question_id": 1,
+    }
     source = tmp_path / "HalluQA.json"
     source.write_text(json.dumps([generation], ensure_ascii=False), encoding="utf-8")
     (row,) = build(tmp_path, "halluqa", source, "--form", "generation")
     assert row["data_source"] == "halluqa_gen"
     assert row["reward_model"]["ground_truth"] == ["我没有上过大学。"]  # empty alias dropped
     assert row["extra_info"]["incorrect_answers"] == ["北京大学。", "复旦大学。"]
-    mc = {"question_id": 1, "question": "Question: 你毕业于哪所大学？ A:我没有上过大学。 B:北京大学。 ", "answer": "Answer: A"}
+    mc = {
+        "question_id": 1,
+        "question": "Question: 你毕业于哪所大学？ A:我没有上过大学。 B:北京大学。 ",
+        "answer": "Answer: A",
+    }
     source.write_text(json.dumps([mc], ensure_ascii=False), encoding="utf-8")
     (row,) = build(tmp_path, "halluqa", source, "--form", "mc")
     assert (row["data_source"], row["reward_model"]["ground_truth"]) == ("halluqa_mc", "A")
@@ -387,13 +447,14 @@ def test_halluqa_fixtures_both_forms(tmp_path):
     bad = dict(mc, answer="A or B")
     source.write_text(json.dumps([bad], ensure_ascii=False), encoding="utf-8")
     with pytest.raises(SourceFieldError, match="HalluQA.json, row 0: field 'answer'"):
-        run_cli(DATASETS["halluqa"],
-                ["--input", str(source), "--output-dir", str(tmp_path), "--form", "mc"])
+        run_cli(DATASETS["halluqa"], ["--input", str(source), "--output-dir", str(tmp_path), "--form", "mc"])
 
 
 def test_aime2025_fixture_in_the_package_schema(tmp_path):
-    records = [{"question": "Find the sum of all integer bases $b>9$ ...", "answer": "70"},
-               {"question": "Find the angle sum.", "answer": "336^\\circ"}]
+    records = [
+        {"question": "Find the sum of all integer bases $b>9$ ...", "answer": "70"},
+        {"question": "Find the angle sum.", "answer": "336^\\circ"},
+    ]
     rows = build(tmp_path, "aime2025", write_jsonl(tmp_path / "aime2025-I.jsonl", records))
     assert [r["reward_model"]["ground_truth"] for r in rows] == ["70", "336"]
     assert {r["data_source"] for r in rows} == {"aime2025"}
@@ -415,9 +476,17 @@ GOOD_GSM8K = {"question": "1+1?", "answer": "#### 2"}
 @pytest.mark.parametrize(
     "name, content, message",
     [
-        ("test.jsonl", '{"question": "1+1?", "answer": "#### 2"}\n{"question": \n', r"test\.jsonl, line 2: not valid JSON"),
+        (
+            "test.jsonl",
+            '{"question": "1+1?", "answer": "#### 2"}\n{"question": \n',
+            r"test\.jsonl, line 2: not valid JSON",
+        ),
         ("test.txt", "question,answer\n", r"unsupported file type '\.txt'"),
-        ("test.jsonl", '{"question": "", "answer": ""}\n{"question": "Q", "answer": ""}\n', r"no usable rows .*2 records"),
+        (
+            "test.jsonl",
+            '{"question": "", "answer": ""}\n{"question": "Q", "answer": ""}\n',
+            r"no usable rows .*2 records",
+        ),
         ("test.jsonl", "\n\n", r"no usable rows .*0 records"),
     ],
 )
@@ -438,7 +507,13 @@ def test_a_failing_split_leaves_every_earlier_output_as_it_was(tmp_path, capsys)
     write_parquet([{"old": 1}], out / "train.parquet")
     write_parquet([{"old": 2}], out / "test.parquet")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert data_main(["gsm8k", "--input", str(source), "--output-dir", str(out), "--split", "train", "--split", "test"]) == 2
+    assert (
+        data_main(["gsm8k", "--input", str(source), "--output-dir", str(out), "--split", "train", "--split", "test"])
+        == 2
+    )
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no new train beside an old test
     assert data_main(["gsm8k", "--input", str(source), "--output-dir", str(out), "--split", "train"]) == 0
-    assert len(read_rows(out / "train.parquet")) == 2 and sorted(p.name for p in out.iterdir()) == ["test.parquet", "train.parquet"]
+    assert len(read_rows(out / "train.parquet")) == 2 and sorted(p.name for p in out.iterdir()) == [
+        "test.parquet",
+        "train.parquet",
+    ]

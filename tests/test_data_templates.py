@@ -104,19 +104,38 @@ def test_verl_dataset_and_rollout_prompt_use_the_custom_template(tmp_path):
 
     model_dir = tmp_path / "model"
     shutil.copytree(qwen_tokenizer_dir(), model_dir)
-    Qwen2Config(vocab_size=151936, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=1,
-                num_key_value_heads=1, architectures=["Qwen2ForCausalLM"]).save_pretrained(model_dir)
+    Qwen2Config(
+        vocab_size=151936,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        architectures=["Qwen2ForCausalLM"],
+    ).save_pretrained(model_dir)
     rows = make_rows(4, seed=3)
     write_parquet(rows, tmp_path / "train.parquet")
     # A set with list ground truths (aliases) and known wrong answers loads too.
-    truthful = [dict(row, data_source="truthfulqa_gen",
-                     reward_model={"style": "rule", "ground_truth": ["Nothing happens", "Nothing"]},
-                     extra_info=dict(row["extra_info"], incorrect_answers=["You get sick"])) for row in rows]
+    truthful = [
+        dict(
+            row,
+            data_source="truthfulqa_gen",
+            reward_model={"style": "rule", "ground_truth": ["Nothing happens", "Nothing"]},
+            extra_info=dict(row["extra_info"], incorrect_answers=["You get sick"]),
+        )
+        for row in rows
+    ]
     write_parquet(truthful, tmp_path / "truthful.parquet")
 
     model_config = HFModelConfig(path=str(model_dir), custom_chat_template=chat_template("qwen-base"))
-    data_config = OmegaConf.create({"max_prompt_length": 1024, "filter_overlong_prompts": True,
-                                    "filter_overlong_prompts_workers": 1, "cache_dir": str(tmp_path / "cache")})
+    data_config = OmegaConf.create(
+        {
+            "max_prompt_length": 1024,
+            "filter_overlong_prompts": True,
+            "filter_overlong_prompts_workers": 1,
+            "cache_dir": str(tmp_path / "cache"),
+        }
+    )
     dataset = RLHFDataset(str(tmp_path / "train.parquet"), model_config.tokenizer, data_config)
     assert len(dataset) == 4
     item = dataset[0]
@@ -164,18 +183,37 @@ def test_verl_passes_a_released_row_through_unwrapped_with_its_knowledge_column(
 
     model_dir = tmp_path / "model"
     shutil.copytree(qwen_tokenizer_dir(), model_dir)
-    Qwen2Config(vocab_size=151936, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=1,
-                num_key_value_heads=1, architectures=["Qwen2ForCausalLM"]).save_pretrained(model_dir)
-    row = {"_id": "5abf", "data_source": "HotpotQA", "question": "What University did he attend?",
-           "answer": "University of Wyoming", "knowledge": "Nick Bebout played for the University of Wyoming.",
-           "prompt": [{"content": RELEASED_PROMPT, "role": "user"}], "ability": "factuality",
-           "reward_model": {"ground_truth": "University of Wyoming", "style": "rule"},
-           "extra_info": {"index": 0, "split": "train"}}
+    Qwen2Config(
+        vocab_size=151936,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        architectures=["Qwen2ForCausalLM"],
+    ).save_pretrained(model_dir)
+    row = {
+        "_id": "5abf",
+        "data_source": "HotpotQA",
+        "question": "What University did he attend?",
+        "answer": "University of Wyoming",
+        "knowledge": "Nick Bebout played for the University of Wyoming.",
+        "prompt": [{"content": RELEASED_PROMPT, "role": "user"}],
+        "ability": "factuality",
+        "reward_model": {"ground_truth": "University of Wyoming", "style": "rule"},
+        "extra_info": {"index": 0, "split": "train"},
+    }
     pq.write_table(pa.Table.from_pylist([row]), tmp_path / "released.parquet")
 
     model_config = HFModelConfig(path=str(model_dir), custom_chat_template=chat_template("passthrough"))
-    data_config = OmegaConf.create({"max_prompt_length": 1024, "filter_overlong_prompts": True,
-                                    "filter_overlong_prompts_workers": 1, "cache_dir": str(tmp_path / "cache")})
+    data_config = OmegaConf.create(
+        {
+            "max_prompt_length": 1024,
+            "filter_overlong_prompts": True,
+            "filter_overlong_prompts_workers": 1,
+            "cache_dir": str(tmp_path / "cache"),
+        }
+    )
     item = RLHFDataset(str(tmp_path / "released.parquet"), model_config.tokenizer, data_config)[0]
     assert item["knowledge"] == row["knowledge"]  # every column reaches the agent loop, then the reward manager
     builder = create_continuous_token_builder(model_config.tokenizer, hf_model_type="qwen2")

@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 
-from fspo.launch import launch
+from fspo.quickstart.launch import launch
 from fspo_testing.tiny_run import tiny_run_overrides
 
 pytestmark = pytest.mark.e2e
@@ -112,7 +112,9 @@ def test_colocate_async_reinforce_plus_plus_on_two_logical_gpus_with_colocated_v
     assert any("fspo/verifier_ray_gpu_frac" in record["data"] for record in records)
 
     assert "fspo: verifier embedding on CPU (colocated with the actor: one copy per logical GPU, 2 per node" in log
-    servers = re.findall(r"fspo: verifier server embedding ready in pid (\d+) on node \S+: Ray GPU ids \[([^\]]*)\]", log)
+    servers = re.findall(
+        r"fspo: verifier server embedding ready in pid (\d+) on node \S+: Ray GPU ids \[([^\]]*)\]", log
+    )
     assert len(servers) == 2, log[-4000:]  # one model copy per GPU bundle...
     assert len({pid for pid, _ in servers}) == 2 and sorted(gpu for _, gpu in servers) == ["'0'", "'1'"]
     assert "loaded in reward worker" not in log  # ...and none in the reward workers

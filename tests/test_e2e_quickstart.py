@@ -7,15 +7,25 @@ import json
 import pytest
 
 from fspo.data.io import read_rows
-from fspo.evaluation.step_report import validation_samples
-from fspo.quickstart import main as quickstart
+from fspo.quickstart.cli import main as quickstart
+from fspo.quickstart.step_report import validation_samples
+
 
 @pytest.mark.e2e
 def test_quickstart_one_step_writes_its_files(tiny_reasoner, tmp_path, capsys):
     out = tmp_path / "quickstart"
     code = quickstart(
-        ["--steps", "1", "--output-dir", str(out), "--model", str(tiny_reasoner["model"]),
-         "--data", str(tiny_reasoner["train"]), str(tiny_reasoner["val"])]
+        [
+            "--steps",
+            "1",
+            "--output-dir",
+            str(out),
+            "--model",
+            str(tiny_reasoner["model"]),
+            "--data",
+            str(tiny_reasoner["train"]),
+            str(tiny_reasoner["val"]),
+        ]
     )
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -41,20 +51,27 @@ def test_quickstart_one_step_writes_its_files(tiny_reasoner, tmp_path, capsys):
     assert "step   1  reward" in printed and "supported-step rate" in printed
     assert "hallucinated-step rate" in printed and "(world judge)" in printed
     # each phase announced as it starts
-    for phase in ("[fspo] starting Ray", "validating on 8 held-out questions before training",
-                  "training step 1/1", "validating on 8 held-out questions after step 1", "merging the FSPO checkpoint"):
+    for phase in (
+        "[fspo] starting Ray",
+        "validating on 8 held-out questions before training",
+        "training step 1/1",
+        "validating on 8 held-out questions after step 1",
+        "merging the FSPO checkpoint",
+    ):
         assert phase in printed, phase
 
 
 def test_quickstart_data_carries_the_evidence_and_the_worked_example(tmp_path):
     import pyarrow.parquet as pq
 
-    from fspo.quickstart import INSTRUCTION, VAL_ROWS, prepare_data
+    from fspo.quickstart.cli import INSTRUCTION, VAL_ROWS, prepare_data
 
     train, held_out = prepare_data(tmp_path, seed=3)
     rows = pq.read_table(held_out).to_pylist()
     assert len(rows) == VAL_ROWS
-    assert not {r["extra_info"]["question"] for r in rows} & {r["extra_info"]["question"] for r in pq.read_table(train).to_pylist()}
+    assert not {r["extra_info"]["question"] for r in rows} & {
+        r["extra_info"]["question"] for r in pq.read_table(train).to_pylist()
+    }
     for row in rows:
         system, user = row["prompt"]
         assert system == {"role": "system", "content": INSTRUCTION}
@@ -79,7 +96,7 @@ def test_bad_options_stop_before_training_with_a_clear_message(tmp_path, capsys,
 
 
 def test_run_progress_announces_each_phase_and_keeps_talking_during_validation(tmp_path, capsys):
-    from fspo.quickstart import RunProgress
+    from fspo.quickstart.cli import RunProgress
     from fspo.trainer import VALIDATION_BEGINS
 
     assert RunProgress.VALIDATION_MARK == VALIDATION_BEGINS
@@ -129,9 +146,18 @@ def test_an_output_folder_with_another_runs_checkpoint_is_refused_naming_it(tmp_
         path.write_bytes(b"")
     out = tmp_path / "out"
     (out / "fspo" / "ckpt" / "global_step_3").mkdir(parents=True)
-    (out / "quickstart_run.json").write_text(json.dumps(
-        {"model": str(first), "data": [str(p) for p in data], "steps": 3, "seed": 0, "baseline": None, "overrides": []}
-    ))
+    (out / "quickstart_run.json").write_text(
+        json.dumps(
+            {
+                "model": str(first),
+                "data": [str(p) for p in data],
+                "steps": 3,
+                "seed": 0,
+                "baseline": None,
+                "overrides": [],
+            }
+        )
+    )
     argv = ["--model", str(second), "--data", *map(str, data), "--steps", "3", "--output-dir", str(out)]
     with pytest.raises(SystemExit) as stopped:
         quickstart(argv)
@@ -146,7 +172,7 @@ def test_an_output_folder_with_another_runs_checkpoint_is_refused_naming_it(tmp_
 
 
 def test_fresh_removes_only_the_quickstarts_own_outputs(tmp_path):
-    from fspo.quickstart import clear_previous_run
+    from fspo.quickstart.cli import clear_previous_run
 
     out = tmp_path / "out"
     for folder in ("fspo/ckpt/global_step_1", "grpo/ckpt/global_step_1", "fspo/merged", "mine"):

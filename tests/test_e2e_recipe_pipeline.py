@@ -29,8 +29,12 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def _env(**extra: str) -> dict[str, str]:
     # The scripts run $PYTHON (passed below); the venv first on PATH keeps anything else they start in it.
-    return {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PYTHONUNBUFFERED": "1", **extra}
+    return {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }
 
 
 def _run(command: list[str], env: dict[str, str], log: Path, timeout: int) -> subprocess.CompletedProcess:
@@ -63,8 +67,9 @@ def released_files(tiny_reasoner, released_schema, out: Path) -> tuple[Path, Pat
         return render_prompt([dict(m) for m in messages], "qwen-base")
 
     return tuple(
-        released_schema.write_released(released_schema.from_fspo_rows(read_rows(tiny_reasoner[split]), render),
-                                       out / f"released_{split}.parquet")
+        released_schema.write_released(
+            released_schema.from_fspo_rows(read_rows(tiny_reasoner[split]), render), out / f"released_{split}.parquet"
+        )
         for split in ("train", "val")
     )
 
@@ -86,7 +91,8 @@ def pipeline(tiny_reasoner, released_schema, tmp_path_factory):
     )
     train = _run(
         [
-            "bash", str(REPO / "recipes" / "run_cpu.sh"),
+            "bash",
+            str(REPO / "recipes" / "run_cpu.sh"),
             f"trainer.default_local_dir={run_dir}",
             f"fspo.dump_dir={out / 'dump'}",
             # The recipe runs from the repository root: keep Hydra's run folder out of it.
@@ -100,7 +106,9 @@ def pipeline(tiny_reasoner, released_schema, tmp_path_factory):
             "fspo.evidence_key=knowledge",
             "actor_rollout_ref.model.custom_chat_template=${fspo_chat_template:passthrough}",
         ],
-        env, out / "train.log", timeout=1500,
+        env,
+        out / "train.log",
+        timeout=1500,
     )
     merge = _run(["bash", str(REPO / "scripts" / "merge_checkpoint.sh"), str(run_dir)], env, out / "merge.log", 600)
     merged = Path(merge.stdout.strip().splitlines()[-1])
@@ -110,16 +118,34 @@ def pipeline(tiny_reasoner, released_schema, tmp_path_factory):
     eval_dir = out / "eval"
     evaluate = _run(
         [
-            str(VENV_BIN / "fspo"), "evaluate",
+            str(VENV_BIN / "fspo"),
+            "evaluate",
             *[arg for name, path in models.items() for arg in ("--model", f"{name}={path}")],
             *[arg for name, path in benchmarks.items() for arg in ("--data", f"{name}={path}")],
-            "--output-dir", str(eval_dir), "--backend", "hf", "--limit", str(LIMIT), "--max-new-tokens", "16",
+            "--output-dir",
+            str(eval_dir),
+            "--backend",
+            "hf",
+            "--limit",
+            str(LIMIT),
+            "--max-new-tokens",
+            "16",
         ],
-        env, out / "evaluate.log", 900,
+        env,
+        out / "evaluate.log",
+        900,
     )
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return {"run_dir": run_dir, "merged": merged, "eval_dir": eval_dir, "models": list(models),
-            "benchmarks": list(benchmarks), "train": train, "evaluate": evaluate, "metrics": metrics}
+    return {
+        "run_dir": run_dir,
+        "merged": merged,
+        "eval_dir": eval_dir,
+        "models": list(models),
+        "benchmarks": list(benchmarks),
+        "train": train,
+        "evaluate": evaluate,
+        "metrics": metrics,
+    }
 
 
 def test_recipe_trains_one_step_and_saves_it(pipeline):

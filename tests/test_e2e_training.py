@@ -48,9 +48,16 @@ def test_merged_checkpoint_loads_and_generates(grpo_run, tmp_path):
     target = tmp_path / "merged"
     subprocess.run(
         [
-            sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-            "--local_dir", str(grpo_run["out"] / "ckpt" / "global_step_3" / "actor"),
-            "--target_dir", str(target),
+            sys.executable,
+            "-m",
+            "verl.model_merger",
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(grpo_run["out"] / "ckpt" / "global_step_3" / "actor"),
+            "--target_dir",
+            str(target),
         ],
         check=True,
         capture_output=True,

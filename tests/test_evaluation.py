@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fspo.config.verifier import verifier_config
 from fspo.data.io import read_rows, write_parquet
 from fspo.data.synthetic import make_rows
 from fspo.evaluation import evaluate_model, results_table, supported_step_rate, write_results
 from fspo.evaluation.cli import main, named_path
-from fspo.evaluation.pipeline import read_records
+from fspo.evaluation.records import read_records
 from fspo.verifiers import build_verifier
 
 FAST = ["--max-new-tokens", "4", "--batch-size", "2"]
@@ -48,8 +49,23 @@ def bench(tmp_path_factory):
 
 def test_cli_writes_predictions_table_and_chart(tiny_dir, bench, tmp_path):
     out = tmp_path / "out"
-    code = main(["--model", f"first={tiny_dir}", "--model", f"second={tiny_dir}", "--data", str(bench),
-                 "--data", f"again={bench}", "--output-dir", str(out), "--limit", "1", *FAST])
+    code = main(
+        [
+            "--model",
+            f"first={tiny_dir}",
+            "--model",
+            f"second={tiny_dir}",
+            "--data",
+            str(bench),
+            "--data",
+            f"again={bench}",
+            "--output-dir",
+            str(out),
+            "--limit",
+            "1",
+            *FAST,
+        ]
+    )
     assert code == 0
     for model in ("first", "second"):
         for benchmark in ("synth", "again"):
@@ -88,8 +104,21 @@ def test_resume_drops_a_half_written_line(tmp_path):
 
 def test_cli_with_lexical_verifier_reports_supported_step_rate(tiny_dir, bench, tmp_path):
     out = tmp_path / "out"
-    main(["--model", f"m={tiny_dir}", "--data", str(bench), "--output-dir", str(out), "--limit", "1",
-          "--verifier", "lexical", *FAST])
+    main(
+        [
+            "--model",
+            f"m={tiny_dir}",
+            "--data",
+            str(bench),
+            "--output-dir",
+            str(out),
+            "--limit",
+            "1",
+            "--verifier",
+            "lexical",
+            *FAST,
+        ]
+    )
     metrics = json.loads((out / "results.json").read_text())["m"]["synth"]
     assert {"supported_step_rate", "supported_steps", "verified_steps"} <= set(metrics)
     assert "Supported step rate" in (out / "results.md").read_text()
@@ -99,11 +128,13 @@ def test_supported_step_rate_counts_supported_verifiable_steps():
     rows = make_rows(2, seed=1)
     supported = " ".join(rows[0]["extra_info"]["gold_facts"])
     records = [
-        {"evidence": rows[0]["extra_info"]["evidence"],
-         "responses": [f"<think>{supported} Zorblax quintuple vexes marmalade.</think><answer>x</answer>"]},
+        {
+            "evidence": rows[0]["extra_info"]["evidence"],
+            "responses": [f"<think>{supported} Zorblax quintuple vexes marmalade.</think><answer>x</answer>"],
+        },
         {"evidence": "", "responses": ["<think>Not checked: no evidence.</think><answer>y</answer>"]},
     ]
-    result = supported_step_rate(records, build_verifier({"name": "lexical"}))
+    result = supported_step_rate(records, build_verifier(verifier_config({"name": "lexical"})))
     facts = len(rows[0]["extra_info"]["gold_facts"])
     assert result["verified_steps"] + result["unverifiable_steps"] == facts + 1
     assert result["supported_steps"] == facts
@@ -120,20 +151,36 @@ def test_evaluate_model_api_returns_means(tiny_dir, tmp_path):
 
 
 def test_bad_inputs_name_what_to_fix(tiny_dir, bench, tmp_path, capsys):
-    assert_refused(capsys, ["--model", str(tiny_dir), "--data", str(tmp_path / "missing.parquet"), "--output-dir", str(tmp_path)], "does not exist")
-    assert_refused(capsys, ["--model", f"a={tiny_dir}", "--model", f"a={tiny_dir}", "--data", str(bench),
-              "--output-dir", str(tmp_path)], "share a name")
-    assert_refused(capsys, ["--model", str(tiny_dir), "--data", str(bench), "--output-dir", str(tmp_path), "--top-p", "0"], "--top-p must be")
+    assert_refused(
+        capsys,
+        ["--model", str(tiny_dir), "--data", str(tmp_path / "missing.parquet"), "--output-dir", str(tmp_path)],
+        "does not exist",
+    )
+    assert_refused(
+        capsys,
+        ["--model", f"a={tiny_dir}", "--model", f"a={tiny_dir}", "--data", str(bench), "--output-dir", str(tmp_path)],
+        "share a name",
+    )
+    assert_refused(
+        capsys,
+        ["--model", str(tiny_dir), "--data", str(bench), "--output-dir", str(tmp_path), "--top-p", "0"],
+        "--top-p must be",
+    )
     with pytest.raises(ValueError, match="no scorer for data_source 'nope'"):
         evaluate_model(tmp_path / "not-loaded", [{**read_rows(bench)[0], "data_source": "nope"}])
     with pytest.raises(ValueError, match="ground_truth"):
         evaluate_model(tmp_path / "not-loaded", [{**read_rows(bench)[0], "reward_model": {}}])
 
 
-@given(st.dictionaries(st.sampled_from(["m1", "m2", "m3"]),
-                       st.dictionaries(st.sampled_from(["a", "b", "c"]),
-                                       st.fixed_dictionaries({"score": st.floats(0, 1)}), min_size=1),
-                       min_size=1))
+@given(
+    st.dictionaries(
+        st.sampled_from(["m1", "m2", "m3"]),
+        st.dictionaries(
+            st.sampled_from(["a", "b", "c"]), st.fixed_dictionaries({"score": st.floats(0, 1)}), min_size=1
+        ),
+        min_size=1,
+    )
+)
 def test_results_table_has_one_row_per_model_and_column_per_benchmark(results):
     header, rows = results_table(results)
     benchmarks = {b for per in results.values() for b in per}
@@ -168,17 +215,16 @@ def test_cli_verifier_without_its_required_option_stops_with_the_fix(tiny_dir, b
     assert_refused(capsys, [*base, "--verifier", "lexical", "--verifier-option", "cache_size"], "KEY=VALUE")
 
 
-def test_evaluation_checks_steps_against_the_evidence_training_uses():
-    # Paragraph lists are joined as the reward manager joins them, so a verifier sees the same premise.
-    from fspo.evaluation.pipeline import _evidence_text
-    from fspo.reward import evidence_text
+def test_row_evidence_joins_paragraphs_and_finds_the_released_column():
+    # Training, `fspo data check` and evaluation all read evidence through fspo.evidence.row_evidence.
+    from fspo.evidence import evidence_text, row_evidence
 
     row = {"extra_info": {"evidence": ["Ann was born in Oslo.", "  ", "Oslo is in Norway."]}}
-    assert _evidence_text(row) == evidence_text(row["extra_info"]) == "Ann was born in Oslo.\n\nOslo is in Norway."
-    # A released FSPO file keeps it in a top-level column: evaluation finds it where training does.
+    assert row_evidence(row) == evidence_text(row["extra_info"]) == "Ann was born in Oslo.\n\nOslo is in Norway."
+    # A released FSPO file keeps it in a top-level column.
     released = {"extra_info": {"index": 0, "split": "test"}, "knowledge": "Ann was born in Oslo."}
-    assert _evidence_text(released, "knowledge") == "Ann was born in Oslo."
-    assert _evidence_text(released) == ""
+    assert row_evidence(released, "knowledge") == "Ann was born in Oslo."
+    assert row_evidence(released) == ""
 
 
 def test_evaluation_accepts_the_released_and_verl_source_names():
@@ -214,9 +260,13 @@ def test_two_merged_checkpoints_are_not_confused(two_steps, bench, tmp_path):
 
 @pytest.mark.parametrize(
     "change, named",
-    [(["--model", "m={step2}"], "model"), (["--max-new-tokens", "5"], "max_new_tokens"),
-     (["--prompt-format", "qwen-base"], "prompt_format"), (["--samples", "2"], "samples"),
-     (["--temperature", "0.7"], "temperature")],
+    [
+        (["--model", "m={step2}"], "model"),
+        (["--max-new-tokens", "5"], "max_new_tokens"),
+        (["--prompt-format", "qwen-base"], "prompt_format"),
+        (["--samples", "2"], "samples"),
+        (["--temperature", "0.7"], "temperature"),
+    ],
 )
 def test_resume_refuses_predictions_made_otherwise(two_steps, bench, tmp_path, capsys, change, named):
     out = tmp_path / "out"
@@ -227,8 +277,9 @@ def test_resume_refuses_predictions_made_otherwise(two_steps, bench, tmp_path, c
     if changed[0] != "--model":
         changed = ["--model", f"m={two_steps[0]}", *changed]
     # the change comes last: it wins over FAST
-    assert_refused(capsys, [*changed[:2], *common, *FAST, *changed[2:]], f"made with other settings.*{named}",
-                   after_loading=True)
+    assert_refused(
+        capsys, [*changed[:2], *common, *FAST, *changed[2:]], f"made with other settings.*{named}", after_loading=True
+    )
     assert (out / "predictions" / "m__synth.jsonl").read_text() == before  # nothing lost
     main(["--model", f"m={two_steps[0]}", *common, *FAST])  # unchanged: resumes
     assert json.loads((out / "results.json").read_text())["m"]["synth"]["generated"] == 0
@@ -264,7 +315,13 @@ def test_results_accumulate_and_rebuild_from_the_predictions(tiny_dir, bench, tm
 def test_a_model_folder_without_config_or_a_data_file_that_is_not_parquet_is_named(tiny_dir, bench, tmp_path, capsys):
     empty = tmp_path / "empty_model"
     empty.mkdir()
-    assert_refused(capsys, ["--model", str(empty), "--data", str(bench), "--output-dir", str(tmp_path / "o")], "config.json")
+    assert_refused(
+        capsys, ["--model", str(empty), "--data", str(bench), "--output-dir", str(tmp_path / "o")], "config.json"
+    )
     text = tmp_path / "rows.jsonl"
     text.write_text('{"a": 1}\n')
-    assert_refused(capsys, ["--model", str(tiny_dir), "--data", str(text), "--output-dir", str(tmp_path / "o")], "not a parquet file")
+    assert_refused(
+        capsys,
+        ["--model", str(tiny_dir), "--data", str(text), "--output-dir", str(tmp_path / "o")],
+        "not a parquet file",
+    )

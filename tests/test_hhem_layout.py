@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fspo.checks import ConfigError
+from fspo.config_checks import ConfigError
 from fspo.verifiers.hhem import HHEM_FOUNDATION, HHEM_MODEL, HHEM_PROMPT
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,11 +29,12 @@ PAIRS = [
 
 LOAD_AND_SCORE = """
 import json, sys, transformers
+from fspo.config.verifier import verifier_config
 from fspo.verifiers import build_verifier
 pairs = json.loads(sys.argv[1])
 out = {"transformers": transformers.__version__}
 for label, options in (("hub id", {}), ("folder", {"model_path": sys.argv[2]})):
-    verifier = build_verifier({"name": "hhem", **options})
+    verifier = build_verifier(verifier_config({"name": "hhem", **options}))
     out[label] = {"class": type(verifier.model).__name__, "prompt": verifier.prompt, "scores": verifier.score(pairs)}
 print(json.dumps(out))
 """
@@ -72,10 +73,16 @@ def test_the_builder_writes_the_published_layout(hhem_cache):
 
     hhem = hhem_cache["hhem"]
     assert sorted(p.name for p in hhem.iterdir()) == [
-        "config.json", "configuration_hhem_v2.py", "model.safetensors", "modeling_hhem_v2.py"]  # no tokenizer
+        "config.json",
+        "configuration_hhem_v2.py",
+        "model.safetensors",
+        "modeling_hhem_v2.py",
+    ]  # no tokenizer
     config = json.loads((hhem / "config.json").read_text())
-    assert config["auto_map"] == {"AutoConfig": "configuration_hhem_v2.HHEMv2Config",
-                                  "AutoModelForSequenceClassification": "modeling_hhem_v2.HHEMv2ForSequenceClassification"}
+    assert config["auto_map"] == {
+        "AutoConfig": "configuration_hhem_v2.HHEMv2Config",
+        "AutoModelForSequenceClassification": "modeling_hhem_v2.HHEMv2ForSequenceClassification",
+    }
     assert config["model_type"] == "HHEMv2Config" and "foundation" not in config and "prompt" not in config
     with safe_open(str(hhem / "model.safetensors"), "pt") as weights:
         keys = set(weights.keys())
@@ -85,10 +92,20 @@ def test_the_builder_writes_the_published_layout(hhem_cache):
 
 
 def test_hhem_loads_from_the_cache_and_a_folder_offline_and_scores_as_published(hhem_cache, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hhem_cache["cache"]),
-           "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    done = subprocess.run([sys.executable, "-c", LOAD_AND_SCORE, json.dumps(PAIRS), str(hhem_cache["hhem"])],
-                          env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_CACHE": str(hhem_cache["cache"]),
+        "HF_MODULES_CACHE": str(tmp_path / "modules"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_SCORE, json.dumps(PAIRS), str(hhem_cache["hhem"])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     expected = reference_scores(hhem_cache["hhem"], hhem_cache["foundation"], PAIRS)
@@ -108,6 +125,7 @@ def test_a_missing_foundation_offline_is_named_before_anything_loads(tmp_path, m
     """An offline node with HHEM cached but not flan-t5: the preflight's one line, not a transformers traceback."""
     from huggingface_hub import constants
 
+    from fspo.config.verifier import verifier_config
     from fspo.verifiers import build_verifier
     from fspo_testing.tiny_model import build_tiny_hhem_cache
 
@@ -116,10 +134,11 @@ def test_a_missing_foundation_offline_is_named_before_anything_loads(tmp_path, m
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(paths["cache"]))
     for options in ({}, {"model_path": str(paths["hhem"])}):
         with pytest.raises(ConfigError) as error:
-            build_verifier({"name": "hhem", **options})
+            build_verifier(verifier_config({"name": "hhem", **options}))
         assert str(error.value).startswith(
             f"fspo.verifier.model_path's config.foundation: HF_HUB_OFFLINE is set and {HHEM_FOUNDATION} is not in "
-            f"the HF cache ({paths['cache']}): pre-download it where the hub is reachable with `fspo verifier download hhem")
+            f"the HF cache ({paths['cache']}): pre-download it where the hub is reachable with `fspo verifier download hhem"
+        )
     with pytest.raises(ConfigError, match=f"{HHEM_MODEL} is not in the HF cache"):
         monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
-        build_verifier({"name": "hhem"})
+        build_verifier(verifier_config({"name": "hhem"}))

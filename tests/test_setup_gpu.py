@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fspo.flash_attn_wheel import (
+from fspo.cli.flash_attn_wheel import (
     TorchBuild,
     listed_wheels,
     major_minor,
@@ -148,7 +148,8 @@ def test_the_gpu_install_resolves_to_wheels_without_a_gpu(tmp_path):
         built = tmp_path / "built"
         subprocess.run(
             [str(out / "venv" / "bin" / "python"), "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(built), url],
-            check=True, timeout=180,
+            check=True,
+            timeout=180,
         )
         (wheel,) = [path.name for path in built.glob("*.whl")]
         assert wheel.endswith("-none-any.whl"), f"{url} builds into {wheel}, which is compiled"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fspo.smollm2 import convert_smollm2, gguf_path
+from fspo.quickstart.smollm2 import convert_smollm2, gguf_path
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,9 @@ def test_tokenizer_ends_turns_with_im_end_and_keeps_the_chat_template(converted)
     # The GGUF metadata names <|im_start|> as eos; generation must stop at the end of the turn.
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.eos_token_id == 2
     assert tokenizer.pad_token_id == 2
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False
+    )
     assert text.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from fspo.data.synthetic import make_rows
-from fspo.evaluation.step_report import is_copy, judge_counts, step_report, validation_samples
+from fspo.quickstart.step_report import is_copy, judge_counts, step_report, validation_samples
 
 EVIDENCE = (
     "Nora Vik works for Bolt Mills. Sam Oke works for Tide Labs. Bolt Mills is headquartered in Limaton. "
@@ -15,24 +15,41 @@ EVIDENCE = (
 )
 GOLD = ["Nora Vik works for Bolt Mills.", "Bolt Mills is headquartered in Limaton."]
 COPYING = "Nora Vik works for Bolt Mills. Bolt Mills is headquartered in Limaton. </think> <answer> Limaton </answer>"
-INVENTING = "Nora Vik works for Tide Labs. Let me think. Tide Labs is based in Dorvale. </think> <answer> Dorvale </answer>"
+INVENTING = (
+    "Nora Vik works for Tide Labs. Let me think. Tide Labs is based in Dorvale. </think> <answer> Dorvale </answer>"
+)
 
 
 def test_judge_counts_steps_by_verdict_and_copies():
-    counts = judge_counts([{"response": COPYING, "evidence": EVIDENCE, "gold_facts": GOLD},
-                           {"response": INVENTING, "evidence": EVIDENCE, "gold_facts": GOLD}])
+    counts = judge_counts(
+        [
+            {"response": COPYING, "evidence": EVIDENCE, "gold_facts": GOLD},
+            {"response": INVENTING, "evidence": EVIDENCE, "gold_facts": GOLD},
+        ]
+    )
     assert counts == {"supported": 3, "contradicted": 1, "not_a_claim": 1, "copies": 2, "steps": 5}
 
 
-@pytest.mark.parametrize("step, copy", [("Nora Vik works for Bolt Mills.", True), ("Tide Labs is headquartered in Dorvale", True),
-                                        ("Tide Labs is based in Dorvale.", False), ("  .", False)])
+@pytest.mark.parametrize(
+    "step, copy",
+    [
+        ("Nora Vik works for Bolt Mills.", True),
+        ("Tide Labs is headquartered in Dorvale", True),
+        ("Tide Labs is based in Dorvale.", False),
+        ("  .", False),
+    ],
+)
 def test_is_copy(step, copy):
     assert is_copy(step, EVIDENCE) is copy
 
 
 def test_step_report_sets_the_judge_beside_both_verifiers():
-    report = step_report([{"response": COPYING, "evidence": EVIDENCE, "gold_facts": GOLD},
-                          {"response": INVENTING, "evidence": EVIDENCE, "gold_facts": GOLD}])
+    report = step_report(
+        [
+            {"response": COPYING, "evidence": EVIDENCE, "gold_facts": GOLD},
+            {"response": INVENTING, "evidence": EVIDENCE, "gold_facts": GOLD},
+        ]
+    )
     assert report["answers"] == 2 and report["steps"] == 5 and report["judged_claims"] == 4
     assert report["hallucinated_step_rate"] == pytest.approx(1 / 4)
     assert report["copy_rate"] == pytest.approx(2 / 5)
@@ -51,8 +68,10 @@ def test_step_report_of_no_answers_has_no_rates():
 def test_validation_samples_pairs_the_dump_with_its_rows(tmp_path):
     rows = make_rows(3, seed=1, split="test")
     dump = tmp_path / "0.jsonl"
-    records = [{"input": f"user\nContext:\n{row['extra_info']['evidence']}\n\nQuestion: ?", "output": f"answer {i}"}
-               for i, row in enumerate(reversed(rows))]
+    records = [
+        {"input": f"user\nContext:\n{row['extra_info']['evidence']}\n\nQuestion: ?", "output": f"answer {i}"}
+        for i, row in enumerate(reversed(rows))
+    ]
     records.append({"input": "a prompt of other data", "output": "x"})
     dump.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     samples = validation_samples(dump, rows)

@@ -113,9 +113,7 @@ def test_reasoning_steps_offsets_are_into_the_response():
 
 def test_claims_only_drops_fillers_questions_and_markup():
     response = "Okay.\nLet me think.\nWait, is that right?\n**\n1.\nJaws came out in 1975.\nHmm...</think>x"
-    assert [s.text for s in reasoning_steps(response, claims_only=True)] == [
-        "Jaws came out in 1975."
-    ]
+    assert [s.text for s in reasoning_steps(response, claims_only=True)] == ["Jaws came out in 1975."]
     assert len(reasoning_steps(response)) == 7
 
 
@@ -167,9 +165,7 @@ def test_reasoning_steps_lie_inside_the_reasoning(reasoning, opening, closing, a
         assert "</think>" not in response and steps == []
         return
     start, end = span
-    assert (
-        response[end:].startswith("</think>") and "</think>" not in response[start:end]
-    )
+    assert response[end:].startswith("</think>") and "</think>" not in response[start:end]
     for step in steps:
         assert start <= step.start < step.end <= end
         assert response[step.start : step.end] == step.text
@@ -177,10 +173,12 @@ def test_reasoning_steps_lie_inside_the_reasoning(reasoning, opening, closing, a
 
 
 # --- line breaks ----------------------------------------------------------------------------------
-words = st.lists(st.sampled_from(["film", "Jaws", "directed", "Smith", "1950", "born", "river", "Paris"]),
-                 min_size=1, max_size=5).map(" ".join)
-lowercase_words = st.lists(st.sampled_from(["who", "which", "and", "was", "in", "born", "the"]),
-                           min_size=1, max_size=4).map(" ".join)
+words = st.lists(
+    st.sampled_from(["film", "Jaws", "directed", "Smith", "1950", "born", "river", "Paris"]), min_size=1, max_size=5
+).map(" ".join)
+lowercase_words = st.lists(
+    st.sampled_from(["who", "which", "and", "was", "in", "born", "the"]), min_size=1, max_size=4
+).map(" ".join)
 capitalised = words.map(lambda w: "The " + w)
 markers = st.sampled_from(["1. ", "2) ", "- ", "* ", "+ ", "• ", "# ", "> ", "a. ", "(ii) "])
 open_endings = st.sampled_from([",", ";", " by", " the", " and", " was", " of", " (", " -"])
@@ -200,7 +198,10 @@ def test_a_line_break_inside_a_sentence_does_not_cut_it():
         "The film was shot in\nMassachusetts.",
     ]
     assert texts("Steps:\n1. Find the director\nof the film.\n2. Check his birth date.\nDone.") == [
-        "Steps:", "1. Find the director\nof the film.", "2. Check his birth date.", "Done.",
+        "Steps:",
+        "1. Find the director\nof the film.",
+        "2. Check his birth date.",
+        "Done.",
     ]
 
 
@@ -227,8 +228,12 @@ def test_a_list_item_always_starts_a_step(first, ending, marker, item):
 
 
 @settings(max_examples=150, deadline=None)
-@given(words, st.one_of(st.just(""), open_endings, terminators), st.one_of(words, lowercase_words, capitalised),
-       st.sampled_from(["\n\n", "\n \n", "\n\t\n\n"]))
+@given(
+    words,
+    st.one_of(st.just(""), open_endings, terminators),
+    st.one_of(words, lowercase_words, capitalised),
+    st.sampled_from(["\n\n", "\n \n", "\n\t\n\n"]),
+)
 def test_a_blank_line_always_ends_a_step(first, ending, second, blank):
     text = f"{first}{ending}{blank}{second}"
     assert [s.text for s in split_steps(text)] == [f"{first}{ending}".strip(), second]

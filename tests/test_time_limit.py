@@ -110,7 +110,9 @@ def test_a_worker_whose_parent_stops_waiting_kills_itself_on_its_cpu_cap():
         worker.wait_ready(60)
         started = time.perf_counter()
         with pytest.raises(ScorerTimeout, match="exited with code -26"):  # SIGVTALRM
-            worker.call(dict(data_source="math500", solution_str=TOWER, ground_truth="3"), timeout_s=None, prepare_timeout_s=60)
+            worker.call(
+                dict(data_source="math500", solution_str=TOWER, ground_truth="3"), timeout_s=None, prepare_timeout_s=60
+            )
         assert time.perf_counter() - started < 10
     finally:
         worker.kill()

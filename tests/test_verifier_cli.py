@@ -47,9 +47,7 @@ def test_verify_prints_each_step_with_score_and_verdict(tmp_path, capsys):
     assert "== row 2: 0 steps (no closed <think> reasoning)" in out and "Bananas are red." not in out
     assert "nan UNVERIFIABLE Okay." in out
     assert "1.000 SUPPORTED    The Eiffel Tower is in Paris." in out
-    assert (
-        "0.000 UNSUPPORTED  It opened in 1925." in out
-    )  # 'opened' and '1925' are not in the evidence
+    assert "0.000 UNSUPPORTED  It opened in 1925." in out  # 'opened' and '1925' are not in the evidence
     assert "2 rows, 3 steps: 1 supported, 1 unsupported, 1 unverifiable" in out
     assert "1 of 2 rows have no reasoning to judge" in out
 

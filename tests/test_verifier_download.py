@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from fspo.checks import ConfigError
 from fspo.cli import main as fspo_main
-from fspo.config import VerifierConfig
+from fspo.config.verifier import VerifierConfig
+from fspo.config_checks import ConfigError
 from fspo.preflight import HubProbe, resolve, verifier_needs
-from fspo.verifiers.download import download_verifier
+from fspo.verifier_tools.download import download_verifier
 from fspo.verifiers.hhem import HHEM_FOUNDATION, HHEM_MODEL
 from fspo_testing.hub_server import StandInHub
 
@@ -42,8 +42,11 @@ def hub(tiny_hhem):
     weights = tiny_hhem["foundation"] / "model.safetensors"
     weights.write_bytes(b"not fetched")
     try:
-        with StandInHub({HHEM_MODEL: tiny_hhem["hhem"], HHEM_FOUNDATION: tiny_hhem["foundation"]},
-                        gated={HHEM_MODEL}, granted={"hf_granted"}) as server:
+        with StandInHub(
+            {HHEM_MODEL: tiny_hhem["hhem"], HHEM_FOUNDATION: tiny_hhem["foundation"]},
+            gated={HHEM_MODEL},
+            granted={"hf_granted"},
+        ) as server:
             yield server
     finally:
         weights.unlink()
@@ -57,19 +60,25 @@ def test_hhem_and_its_foundation_are_fetched_and_then_serve_an_offline_node(hub,
     assert all("(fetched): " in line for line in lines)
     assert "[config.json, configuration_hhem_v2.py, model.safetensors, modeling_hhem_v2.py]" in lines[0]
     assert "[config.json, spiece.model, tokenizer.json, tokenizer_config.json]" in lines[1]  # no flan weights
-    assert not [path for path in hub.requests if path.startswith(f"/{HHEM_FOUNDATION}/") and path.endswith("model.safetensors")]
+    assert not [
+        path for path in hub.requests if path.startswith(f"/{HHEM_FOUNDATION}/") and path.endswith("model.safetensors")
+    ]
     # Again: nothing new.
     assert all("(up to date): " in line for line in download_verifier("hhem", cache_dir=cache, endpoint=hub.endpoint))
     # An offline node reading that cache passes the preflight.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     for need in verifier_needs(VerifierConfig(name="hhem"), cache_dir=cache):
         assert "snapshots" in resolve(need, HubProbe(CLOSED_PORT), cache)
-    assert all("HF_HUB_OFFLINE is set, the hub was not asked" in line
-               for line in download_verifier("hhem", cache_dir=cache, endpoint=hub.endpoint))
+    assert all(
+        "HF_HUB_OFFLINE is set, the hub was not asked" in line
+        for line in download_verifier("hhem", cache_dir=cache, endpoint=hub.endpoint)
+    )
 
 
 def test_a_gated_model_without_access_names_the_terms_page(hub, tmp_path, online, monkeypatch):
-    with pytest.raises(ConfigError, match=rf"is gated: accept its terms at {hub.endpoint}/{HHEM_MODEL}, then set HF_TOKEN"):
+    with pytest.raises(
+        ConfigError, match=rf"is gated: accept its terms at {hub.endpoint}/{HHEM_MODEL}, then set HF_TOKEN"
+    ):
         download_verifier("hhem", cache_dir=str(tmp_path), endpoint=hub.endpoint)
     monkeypatch.setenv("HF_TOKEN", "hf_someone_else")
     with pytest.raises(ConfigError, match="your HF_TOKEN's account has not been granted access"):
@@ -93,7 +102,10 @@ def test_the_cli(tiny_hhem, tmp_path, capsys, monkeypatch):
     assert f"on offline nodes set HF_HUB_CACHE={tiny_hhem['cache']}" in out and "google/flan-t5-base (cached" in out
     assert fspo_main(["verifier", "download", "hhem", "--cache-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("fspo verifier download: fspo.verifier.model_path: HF_HUB_OFFLINE is set and") and err.count("\n") == 1
+    assert (
+        err.startswith("fspo verifier download: fspo.verifier.model_path: HF_HUB_OFFLINE is set and")
+        and err.count("\n") == 1
+    )
     assert fspo_main(["verifier", "download", "lexical"]) == 0
     assert "lexical loads no weights; nothing to fetch" in capsys.readouterr().out
     assert fspo_main(["verifier", "download", "nli", "--model-path", str(tmp_path / "missing")]) == 2

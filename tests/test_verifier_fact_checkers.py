@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fspo.config.verifier import VerifierConfig
+from fspo.config.verifier import VerifierConfig, verifier_config
 from fspo.verifiers import build_verifier
 from fspo.verifiers.fact_checker import clip_to_tokens
 from fspo.verifiers.factcg import FACTCG_TEMPLATE, FactCGVerifier
@@ -66,8 +66,11 @@ CASES = {
 @pytest.mark.parametrize("case", CASES)
 def test_scores_as_the_authors_recipe_through_the_factory(checkpoints, case):
     name, arch, cls, layout, window = CASES[case]
-    verifier = build_verifier({"name": name, "model_path": str(checkpoints[arch]), "device": "cpu",
-                               "max_tokens_per_batch": 256})
+    verifier = build_verifier(
+        verifier_config(
+            {"name": name, "model_path": str(checkpoints[arch]), "device": "cpu", "max_tokens_per_batch": 256}
+        )
+    )
     assert type(verifier) is cls and verifier.max_input_tokens == window
     if layout is None:
         texts = [FACTCG_TEMPLATE.format(evidence=e, claim=c) for e, c in PAIRS]
@@ -90,7 +93,9 @@ def test_long_evidence_is_clipped_never_the_claim(checkpoints, arch):
     """Evidence past the window (RoBERTa's 512 positions) is cut to fit; the claim stays whole at the end."""
     from transformers import AutoTokenizer
 
-    verifier = build_verifier({"name": "minicheck", "model_path": str(checkpoints[arch]), "device": "cpu"})
+    verifier = build_verifier(
+        verifier_config({"name": "minicheck", "model_path": str(checkpoints[arch]), "device": "cpu"})
+    )
     claim = "Bolt Mills is headquartered in Lima."
     long_evidence = " ".join([EVIDENCE] * 400)  # ~8k tokens
     rows, owners = verifier.encode([(long_evidence, claim)])
@@ -102,8 +107,10 @@ def test_long_evidence_is_clipped_never_the_claim(checkpoints, arch):
 
 
 @settings(max_examples=60, deadline=None)
-@given(text=st.text(alphabet=st.sampled_from(list("Bolt Mills is in Lima. 1999?!\n\"é")), max_size=200),
-       max_tokens=st.integers(min_value=0, max_value=80))
+@given(
+    text=st.text(alphabet=st.sampled_from(list('Bolt Mills is in Lima. 1999?!\n"é')), max_size=200),
+    max_tokens=st.integers(min_value=0, max_value=80),
+)
 def test_clip_to_tokens_is_the_longest_fitting_prefix(roberta_tokenizer, text, max_tokens):
     clipped = clip_to_tokens(roberta_tokenizer, text, max_tokens)
     count = len(roberta_tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -126,20 +133,29 @@ def test_wrong_checkpoints_are_named(tmp_path, checkpoints):
     from transformers import BertConfig, BertForSequenceClassification, DebertaV2ForSequenceClassification
 
     bert = tmp_path / "bert"
-    BertForSequenceClassification(BertConfig(vocab_size=400, hidden_size=16, num_hidden_layers=1,
-                                             num_attention_heads=1, intermediate_size=16, num_labels=2)).save_pretrained(bert)
+    BertForSequenceClassification(
+        BertConfig(
+            vocab_size=400,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=1,
+            intermediate_size=16,
+            num_labels=2,
+        )
+    ).save_pretrained(bert)
     from transformers import AutoTokenizer
 
     AutoTokenizer.from_pretrained(checkpoints["roberta-large"]).save_pretrained(bert)
     with pytest.raises(ValueError, match="'bert' model; MiniCheck's classifiers are roberta or deberta-v2"):
-        build_verifier({"name": "minicheck", "model_path": str(bert), "device": "cpu"})
+        build_verifier(verifier_config({"name": "minicheck", "model_path": str(bert), "device": "cpu"}))
     three_way = tmp_path / "three_way"
-    model = DebertaV2ForSequenceClassification.from_pretrained(checkpoints["deberta-v3-large"], num_labels=3,
-                                                               ignore_mismatched_sizes=True)
+    model = DebertaV2ForSequenceClassification.from_pretrained(
+        checkpoints["deberta-v3-large"], num_labels=3, ignore_mismatched_sizes=True
+    )
     model.save_pretrained(three_way)
     AutoTokenizer.from_pretrained(checkpoints["deberta-v3-large"]).save_pretrained(three_way)
     with pytest.raises(ValueError, match="has 3 labels; a fact checker has 2"):
-        build_verifier({"name": "factcg", "model_path": str(three_way), "device": "cpu"})
+        build_verifier(verifier_config({"name": "factcg", "model_path": str(three_way), "device": "cpu"}))
 
 
 def test_config_names_defaults_and_placement():
@@ -150,13 +166,18 @@ def test_config_names_defaults_and_placement():
     assert VerifierConfig(name="minicheck", model_path="x", max_length=10).ignored_options() == ["max_length"]
 
 
-@pytest.mark.parametrize("case, row_tokens", [
-    ("minicheck-roberta", 512), ("minicheck-flan-t5", 762), ("factcg", 827),
-])
+@pytest.mark.parametrize(
+    "case, row_tokens",
+    [
+        ("minicheck-roberta", 512),
+        ("minicheck-flan-t5", 762),
+        ("factcg", 827),
+    ],
+)
 def test_long_evidence_is_scored_in_windows_of_the_authors_chunk(checkpoints, case, row_tokens):
     """A 3,000-word evidence: windows of about the authors' chunk, each row within it, best window counts."""
     name, arch, cls, _, _ = CASES[case]
-    verifier = build_verifier({"name": name, "model_path": str(checkpoints[arch]), "device": "cpu"})
+    verifier = build_verifier(verifier_config({"name": name, "model_path": str(checkpoints[arch]), "device": "cpu"}))
     assert verifier.max_row_tokens == row_tokens == cls.default_row_tokens()
     claim = "Bolt Mills is headquartered in Lima."
     evidence = " ".join(f"Sentence {i} says the river in Peru was founded in {1900 + i % 100}." for i in range(300))
@@ -164,7 +185,9 @@ def test_long_evidence_is_scored_in_windows_of_the_authors_chunk(checkpoints, ca
     assert len(windows) > 3 and set(owners) == {0}
     rows, _ = verifier.encode(windows)
     assert max(len(row["input_ids"]) for row in rows) <= row_tokens + 2  # a token either side of a window's edge
-    whole = build_verifier({"name": name, "model_path": str(checkpoints[arch]), "device": "cpu", "max_row_tokens": 0})
+    whole = build_verifier(
+        verifier_config({"name": name, "model_path": str(checkpoints[arch]), "device": "cpu", "max_row_tokens": 0})
+    )
     assert whole.evidence_windows([(evidence, claim)])[0] == [(evidence, claim)]  # 0: the paper's whole evidence
     # Scored as its best window (each window scored as it is, not windowed again).
     assert verifier.score([(evidence, claim)])[0] == pytest.approx(max(whole.score(windows)), abs=1e-5)

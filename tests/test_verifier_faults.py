@@ -73,8 +73,11 @@ def test_choose_server_rotates_ties():
     assert {choose_server([0, 0, 0], [True] * 3, turn) for turn in range(3)} == {0, 1, 2}
 
 
-@given(st.text("0123456789abcdef", min_size=1, max_size=12), st.text("0123456789abcdef", min_size=1, max_size=12),
-       st.integers(0, 10_000))
+@given(
+    st.text("0123456789abcdef", min_size=1, max_size=12),
+    st.text("0123456789abcdef", min_size=1, max_size=12),
+    st.integers(0, 10_000),
+)
 def test_server_names_are_scoped_to_their_job(job, other_job, rank):
     name = colocated_server_name(job, rank)
     assert colocated_server_rank(name, job) == rank
@@ -100,12 +103,18 @@ def gpu_bundles():
 
 def start_servers(group, job_id: str, coalesce_ms: float = 10.0) -> list:
     """Faulty-capable lexical servers, one per bundle of ``group``, under ``job_id``."""
+    from fspo.config.verifier import verifier_config
     from fspo.verifiers.ray_actor import start_colocated_servers
     from fspo_testing.faulty_verifier import FaultyVerifierServer
 
     handles, _ = start_colocated_servers(
-        [group], {"name": "lexical", "coalesce_ms": coalesce_ms}, gpu_fraction=1 / 4, num_cpus=0,
-        start_timeout_s=120, server_class=FaultyVerifierServer, job_id=job_id,
+        [group],
+        verifier_config({"name": "lexical", "coalesce_ms": coalesce_ms}),
+        gpu_fraction=1 / 4,
+        num_cpus=0,
+        start_timeout_s=120,
+        server_class=FaultyVerifierServer,
+        job_id=job_id,
     )
     return handles
 
@@ -125,8 +134,14 @@ def pool(gpu_bundles):
 
 
 def reward_manager(tokenizer, job_id: str, timeout_s: float = 300.0) -> FSPORewardManager:
-    config = OmegaConf.create({"fspo": {"enable": True, "verifier": {
-        "name": "lexical", "placement": "colocated", "request_timeout_s": timeout_s}}})
+    config = OmegaConf.create(
+        {
+            "fspo": {
+                "enable": True,
+                "verifier": {"name": "lexical", "placement": "colocated", "request_timeout_s": timeout_s},
+            }
+        }
+    )
     manager = FSPORewardManager(config, tokenizer, compute_score=None)
     manager.verifier.job_id = job_id  # the servers this test started
     return manager
@@ -136,9 +151,13 @@ def rollout(tokenizer, i: int, marked: bool = False):
     """A rollout whose one reasoning step its evidence supports word for word (``marked``: the backend raises)."""
     fact = f"Stesta Bagu works for Vigio Shipping {i}."
     step = fact[:-1] + f" {RAISE_MARKER}." if marked else fact
-    data, _ = single_rollout(tokenizer, f" {step}\n</think> <answer> Piobrdell </answer>",
-                             data_source="synthetic_multihop", ground_truth="Piobrdell",
-                             extra_info={"index": i, "split": "train", "evidence": fact})
+    data, _ = single_rollout(
+        tokenizer,
+        f" {step}\n</think> <answer> Piobrdell </answer>",
+        data_source="synthetic_multihop",
+        ground_truth="Piobrdell",
+        extra_info={"index": i, "split": "train", "evidence": fact},
+    )
     return data
 
 
@@ -178,11 +197,13 @@ def test_a_killed_server_loses_at_most_its_requests_in_flight(pool, qwen_tokeniz
     assert killed, "the stream ended before a request was in flight on the server to kill"
     unlabelled = sum(info["fspo_labelled"] == 0 for info in infos)
     failed = sum(info["fspo_verifier_failed"] for info in infos)
-    print(f"killed after {killed['at']} rollouts with {killed['in_flight']} in flight on it: {unlabelled} lost, "
-          f"client counts {dict(client.counts)}")
+    print(
+        f"killed after {killed['at']} rollouts with {killed['in_flight']} in flight on it: {unlabelled} lost, "
+        f"client counts {dict(client.counts)}"
+    )
     assert unlabelled == failed <= killed["in_flight"]  # lost only what was on it, and every loss is counted
     assert client.counts["died"] >= 1 and client.counts["died"] + client.counts["failed"] >= 1
-    assert len(infos) == 600 and all(info["fspo_labelled"] for info in infos[killed["at"] + 64:])
+    assert len(infos) == 600 and all(info["fspo_labelled"] for info in infos[killed["at"] + 64 :])
     served = ray.get([handle.describe.remote() for handle in others])
     assert all(info["requests"] for info in served)  # the others took the rest
 
@@ -203,7 +224,9 @@ def test_a_hung_server_costs_one_deadline_not_the_step(pool, qwen_tokenizer):
     infos = asyncio.run(stream(manager, rollouts))
     elapsed = time.monotonic() - started
     ray.kill(hung)  # for good: later tests' clients must not find it
-    print(f"500 rollouts: {baseline:.1f} s with {len(pool['servers']) + 1} sound servers, {elapsed:.1f} s with one hung")
+    print(
+        f"500 rollouts: {baseline:.1f} s with {len(pool['servers']) + 1} sound servers, {elapsed:.1f} s with one hung"
+    )
     assert elapsed <= baseline + timeout_s + 10.0
     assert manager.verifier.counts["timeouts"] >= 1
     assert all(info["fspo_labelled"] for info in infos)  # every request it held went elsewhere

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from fspo.cli import main as fspo_main
+from fspo.config.verifier import verifier_config
+from fspo.verifier_tools.finetune import batches, learning_rate_at
+from fspo.verifier_tools.labelled import LabelledPair
+from fspo.verifier_tools.quality import auroc
 from fspo.verifiers import build_verifier
-from fspo.verifiers.finetune import batches, learning_rate_at
-from fspo.verifiers.labelled import LabelledPair
-from fspo.verifiers.quality import auroc
 
 EVIDENCE = "Paris is the capital of France. The Seine flows through Paris."
 # The label rides on one word, so a 2-layer model learns it in a few dozen steps.
@@ -27,12 +28,17 @@ def tiny_encoder(tmp_path_factory):
     """A randomly initialised 2-layer BERT with the real all-MiniLM-L6-v2 WordPiece tokenizer."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from fspo.verifiers.embedding import minilm_path
+    from fspo.preflight import minilm_path
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     config = BertConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("tiny_encoder")
@@ -45,14 +51,32 @@ def test_fine_tune_saves_a_directory_the_nli_backend_loads(tiny_encoder, tmp_pat
     data = tmp_path / "claims.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n")
     out = tmp_path / "verifier"
-    args = ["verifier", "train", "--data", str(data), "--output-dir", str(out), "--base-model", str(tiny_encoder),
-            "--steps", "60", "--batch-size", "8", "--learning-rate", "3e-3", "--max-length", "64", "--threads", "1"]
+    args = [
+        "verifier",
+        "train",
+        "--data",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--base-model",
+        str(tiny_encoder),
+        "--steps",
+        "60",
+        "--batch-size",
+        "8",
+        "--learning-rate",
+        "3e-3",
+        "--max-length",
+        "64",
+        "--threads",
+        "1",
+    ]
     assert fspo_main(args) == 0
     assert f"fspo.verifier.model_path={out}" in capsys.readouterr().out
     training = json.loads((out / "training.json").read_text())
     assert training["data"] == [str(data)] and training["steps"] == 60 and training["pairs"] == len(ROWS)
 
-    verifier = build_verifier({"name": "nli", "model_path": str(out), "device": "cpu"})
+    verifier = build_verifier(verifier_config({"name": "nli", "model_path": str(out), "device": "cpu"}))
     assert verifier.label_index == 1 and verifier.max_length == 64  # "supported"; the training window
     scores = verifier.score([(r["evidence"], r["claim"]) for r in ROWS])
     assert all(0.0 <= s <= 1.0 for s in scores)
@@ -62,13 +86,22 @@ def test_fine_tune_saves_a_directory_the_nli_backend_loads(tiny_encoder, tmp_pat
 
 def test_untrained_head_is_not_already_perfect(tiny_encoder, tmp_path):
     """The fine-tune test above can fail: the same model with 1 step at a tiny rate does not separate."""
-    from fspo.verifiers.finetune import train_cross_encoder
+    from fspo.verifier_tools.finetune import train_cross_encoder
 
     pairs = [LabelledPair(r["evidence"], r["claim"], r["label"]) for r in ROWS]
     threads = torch.get_num_threads()
-    out = train_cross_encoder(pairs, tmp_path / "v", str(tiny_encoder), steps=1, batch_size=2,
-                              learning_rate=1e-8, max_length=64, log_every=0, threads=1)
-    scores = build_verifier({"name": "nli", "model_path": str(out), "device": "cpu"}).score(
+    out = train_cross_encoder(
+        pairs,
+        tmp_path / "v",
+        str(tiny_encoder),
+        steps=1,
+        batch_size=2,
+        learning_rate=1e-8,
+        max_length=64,
+        log_every=0,
+        threads=1,
+    )
+    scores = build_verifier(verifier_config({"name": "nli", "model_path": str(out), "device": "cpu"})).score(
         [(p.evidence, p.claim) for p in pairs]
     )
     assert auroc(scores, [p.label for p in pairs]) < 1.0
@@ -87,8 +120,13 @@ def test_train_errors_exit_2_with_one_line(tmp_path, capsys, args, message):
     one_class, both = tmp_path / "one.jsonl", tmp_path / "both.jsonl"
     one_class.write_text(json.dumps(ROWS[0]) + "\n")
     both.write_text("\n".join(json.dumps(r) for r in ROWS[:2]) + "\n")
-    argv = ["verifier", "train", *[a.format(one_class=one_class, both=both) for a in args],
-            "--output-dir", str(tmp_path / "o")]
+    argv = [
+        "verifier",
+        "train",
+        *[a.format(one_class=one_class, both=both) for a in args],
+        "--output-dir",
+        str(tmp_path / "o"),
+    ]
     assert fspo_main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1

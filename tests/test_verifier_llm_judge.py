@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fspo.config.verifier import verifier_config
 from fspo.verifiers import build_verifier
 from fspo.verifiers.llm_judge import chat_url, parse_verdict
 
@@ -46,21 +47,21 @@ def judge_server(chat_server):
     return chat_server(evidence_judge())
 
 
-def test_judge_scores_verdicts_and_unverifiable_pairs_without_crashing(
-    judge_server, monkeypatch
-):
+def test_judge_scores_verdicts_and_unverifiable_pairs_without_crashing(judge_server, monkeypatch):
     monkeypatch.setenv("TEST_JUDGE_KEY", "sk-test")
     verifier = build_verifier(
-        {
-            "name": "llm_judge",
-            "url": judge_server.url,
-            "model": "judge",
-            "timeout_s": 0.3,
-            "max_retries": 1,
-            "backoff_s": 0.01,
-            "max_concurrency": 4,
-            "api_key_env": "TEST_JUDGE_KEY",
-        }
+        verifier_config(
+            {
+                "name": "llm_judge",
+                "url": judge_server.url,
+                "model": "judge",
+                "timeout_s": 0.3,
+                "max_retries": 1,
+                "backoff_s": 0.01,
+                "max_concurrency": 4,
+                "api_key_env": "TEST_JUDGE_KEY",
+            }
+        )
     )
     evidence = "Paris is the capital of France"
     claims = [
@@ -75,35 +76,27 @@ def test_judge_scores_verdicts_and_unverifiable_pairs_without_crashing(
     started = time.monotonic()
     scores = verifier.score([(evidence, c) for c in claims])
     elapsed = time.monotonic() - started
-    assert (
-        scores[0] == 1.0 and scores[1] == 0.0 and scores[5] == 1.0 and scores[6] == 1.0
-    )
+    assert scores[0] == 1.0 and scores[1] == 0.0 and scores[5] == 1.0 and scores[6] == 1.0
     assert all(math.isnan(s) for s in scores[2:5])
-    assert (
-        elapsed < 3.0
-    )  # the slow pair cost two timeouts, not the server's sleep, and ran concurrently
+    assert elapsed < 3.0  # the slow pair cost two timeouts, not the server's sleep, and ran concurrently
     sent = judge_server.requests
-    assert all(
-        r["auth"] == "Bearer sk-test" and r["body"]["model"] == "judge" for r in sent
-    )
-    assert (
-        sum("SLOW" in r["body"]["messages"][-1]["content"] for r in sent) == 2
-    )  # 1 try + 1 retry
-    assert (
-        sum("GARBAGE" in r["body"]["messages"][-1]["content"] for r in sent) == 1
-    )  # garbage isn't retried
+    assert all(r["auth"] == "Bearer sk-test" and r["body"]["model"] == "judge" for r in sent)
+    assert sum("SLOW" in r["body"]["messages"][-1]["content"] for r in sent) == 2  # 1 try + 1 retry
+    assert sum("GARBAGE" in r["body"]["messages"][-1]["content"] for r in sent) == 1  # garbage isn't retried
     assert len(sent) == 8  # duplicates are asked once; BUSY was retried once
     verifier.close()
 
 
 def test_judge_unreachable_server_is_unverifiable():
     verifier = build_verifier(
-        {
-            "name": "llm_judge",
-            "url": "http://127.0.0.1:9/v1",
-            "timeout_s": 0.2,
-            "max_retries": 0,
-        }
+        verifier_config(
+            {
+                "name": "llm_judge",
+                "url": "http://127.0.0.1:9/v1",
+                "timeout_s": 0.2,
+                "max_retries": 0,
+            }
+        )
     )
     assert math.isnan(verifier.score([("e", "c")])[0])
 
@@ -111,9 +104,7 @@ def test_judge_unreachable_server_is_unverifiable():
 def test_missing_api_key_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
     with pytest.raises(ValueError, match="NO_SUCH_KEY_VAR"):
-        build_verifier(
-            {"name": "llm_judge", "url": "http://x", "api_key_env": "NO_SUCH_KEY_VAR"}
-        )
+        build_verifier(verifier_config({"name": "llm_judge", "url": "http://x", "api_key_env": "NO_SUCH_KEY_VAR"}))
 
 
 @pytest.mark.parametrize(
@@ -132,9 +123,7 @@ def test_missing_api_key_is_a_clear_error(monkeypatch):
     ],
 )
 def test_parse_verdict(reply, score):
-    assert parse_verdict(reply) == score or (
-        math.isnan(score) and math.isnan(parse_verdict(reply))
-    )
+    assert parse_verdict(reply) == score or (math.isnan(score) and math.isnan(parse_verdict(reply)))
 
 
 @given(st.text(max_size=60))
@@ -143,11 +132,7 @@ def test_parse_verdict_never_raises(reply):
 
 
 def test_chat_url_forms():
-    assert (
-        chat_url("http://h:8000")
-        == chat_url("http://h:8000/v1/")
-        == "http://h:8000/v1/chat/completions"
-    )
+    assert chat_url("http://h:8000") == chat_url("http://h:8000/v1/") == "http://h:8000/v1/chat/completions"
     assert chat_url("http://h/v1/chat/completions") == "http://h/v1/chat/completions"
 
 
@@ -156,7 +141,9 @@ def test_a_slow_request_does_not_hold_up_other_rollouts(judge_server):
     import asyncio
 
     verifier = build_verifier(
-        {"name": "llm_judge", "url": judge_server.url, "timeout_s": 5, "max_retries": 0, "max_concurrency": 4}
+        verifier_config(
+            {"name": "llm_judge", "url": judge_server.url, "timeout_s": 5, "max_retries": 0, "max_concurrency": 4}
+        )
     )
     evidence = "Paris is the capital of France"
     finished: dict[str, float] = {}
@@ -181,7 +168,9 @@ def test_requests_in_flight_are_bounded_by_max_concurrency(judge_server):
     import asyncio
 
     verifier = build_verifier(
-        {"name": "llm_judge", "url": judge_server.url, "timeout_s": 5, "max_retries": 0, "max_concurrency": 2}
+        verifier_config(
+            {"name": "llm_judge", "url": judge_server.url, "timeout_s": 5, "max_retries": 0, "max_concurrency": 2}
+        )
     )
 
     async def many():

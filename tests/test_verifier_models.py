@@ -11,7 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fspo.reward import verdicts_from_scores
+from fspo.config.verifier import verifier_config
+from fspo.token_labels import verdicts_from_scores
 from fspo.verifiers import build_verifier
 from fspo.verifiers.batching import pad_features
 
@@ -73,16 +74,10 @@ def _t5_tokenizer(directory):
     tok = Tokenizer(models.Unigram())
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    trainer = trainers.UnigramTrainer(
-        vocab_size=400, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>"
-    )
+    trainer = trainers.UnigramTrainer(vocab_size=400, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>")
     tok.train_from_iterator([PROMPT, EVIDENCE, *CLAIMS] * 3, trainer)
-    tok.post_processor = processors.TemplateProcessing(
-        single="$A </s>", special_tokens=[("</s>", 1)]
-    )
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
-    )
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
     tokenizer.save_pretrained(directory)
     return tokenizer
 
@@ -124,9 +119,7 @@ def tiny_hhem(tmp_path_factory):
     )
     torch.manual_seed(0)
     config = AutoConfig.from_pretrained(checkpoint, trust_remote_code=True)
-    model = AutoModelForSequenceClassification.from_config(
-        config, trust_remote_code=True
-    )
+    model = AutoModelForSequenceClassification.from_config(config, trust_remote_code=True)
     model.save_pretrained(checkpoint)
     return checkpoint, foundation
 
@@ -135,15 +128,11 @@ def _hhem_reference(checkpoint, foundation, pairs):
     """HHEM's published scoring, one pair at a time: softmax of token 0's logits, class 1."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    model = AutoModelForSequenceClassification.from_pretrained(
-        checkpoint, trust_remote_code=True
-    ).eval()
+    model = AutoModelForSequenceClassification.from_pretrained(checkpoint, trust_remote_code=True).eval()
     tokenizer = AutoTokenizer.from_pretrained(foundation)
     scores = []
     for evidence, claim in pairs:
-        inputs = tokenizer(
-            [PROMPT.format(text1=evidence, text2=claim)], return_tensors="pt"
-        )
+        inputs = tokenizer([PROMPT.format(text1=evidence, text2=claim)], return_tensors="pt")
         with torch.no_grad():
             logits = model.t5(**inputs).logits[:, 0, :]
         scores.append(float(torch.softmax(logits, -1)[0, 1]))
@@ -153,18 +142,18 @@ def _hhem_reference(checkpoint, foundation, pairs):
 def test_hhem_matches_published_scoring_one_pair_at_a_time(tiny_hhem):
     checkpoint, foundation = tiny_hhem
     verifier = build_verifier(
-        {
-            "name": "hhem",
-            "model_path": str(checkpoint),
-            "device": "cpu",
-            "max_tokens_per_batch": 150,
-        }
+        verifier_config(
+            {
+                "name": "hhem",
+                "model_path": str(checkpoint),
+                "device": "cpu",
+                "max_tokens_per_batch": 150,
+            }
+        )
     )
     pairs = [(EVIDENCE, c) for c in CLAIMS] + [("Short premise.", CLAIMS[0])]
     scores = verifier.score(pairs)
-    assert scores == pytest.approx(
-        _hhem_reference(checkpoint, foundation, pairs), abs=1e-5
-    )
+    assert scores == pytest.approx(_hhem_reference(checkpoint, foundation, pairs), abs=1e-5)
     assert all(0.0 <= s <= 1.0 for s in scores)
     assert verifier.model.dtype == torch.float32  # as published
 
@@ -172,23 +161,21 @@ def test_hhem_matches_published_scoring_one_pair_at_a_time(tiny_hhem):
 def test_hhem_without_remote_code_loads_the_same_weights_into_t5(tiny_hhem):
     checkpoint, foundation = tiny_hhem
     verifier = build_verifier(
-        {
-            "name": "hhem",
-            "model_path": str(checkpoint),
-            "device": "cpu",
-            "trust_remote_code": False,
-        }
+        verifier_config(
+            {
+                "name": "hhem",
+                "model_path": str(checkpoint),
+                "device": "cpu",
+                "trust_remote_code": False,
+            }
+        )
     )
     assert type(verifier.model).__name__ == "T5ForTokenClassification"
     pairs = [(EVIDENCE, c) for c in CLAIMS]
-    assert verifier.score(pairs) == pytest.approx(
-        _hhem_reference(checkpoint, foundation, pairs), abs=1e-5
-    )
+    assert verifier.score(pairs) == pytest.approx(_hhem_reference(checkpoint, foundation, pairs), abs=1e-5)
 
 
-def test_hhem_remote_code_that_leaves_tied_embeddings_random_still_scores_right(
-    tiny_hhem, tmp_path
-):
+def test_hhem_remote_code_that_leaves_tied_embeddings_random_still_scores_right(tiny_hhem, tmp_path):
     # Remote code written for transformers 4 may not tie `encoder.embed_tokens` to `shared` under
     # transformers 5: the embedding stays random. The verifier re-reads the checkpoint's t5 weights.
     import shutil
@@ -204,32 +191,19 @@ def test_hhem_remote_code_that_leaves_tied_embeddings_random_still_scores_right(
     (tmp_path / "modeling_tiny_hhem.py").write_text(broken)
     from transformers import AutoModelForSequenceClassification
 
-    raw = AutoModelForSequenceClassification.from_pretrained(
-        tmp_path, trust_remote_code=True
-    ).t5.transformer
-    assert not torch.equal(
-        raw.encoder.embed_tokens.weight, raw.shared.weight
-    )  # the failure is real
-    verifier = build_verifier(
-        {"name": "hhem", "model_path": str(tmp_path), "device": "cpu"}
-    )
+    raw = AutoModelForSequenceClassification.from_pretrained(tmp_path, trust_remote_code=True).t5.transformer
+    assert not torch.equal(raw.encoder.embed_tokens.weight, raw.shared.weight)  # the failure is real
+    verifier = build_verifier(verifier_config({"name": "hhem", "model_path": str(tmp_path), "device": "cpu"}))
     pairs = [(EVIDENCE, c) for c in CLAIMS]
-    assert verifier.score(pairs) == pytest.approx(
-        _hhem_reference(checkpoint, foundation, pairs), abs=1e-5
-    )
+    assert verifier.score(pairs) == pytest.approx(_hhem_reference(checkpoint, foundation, pairs), abs=1e-5)
 
 
 def test_hhem_input_is_the_prompt_with_leading_pad_and_trailing_eos(tiny_hhem):
     checkpoint, _ = tiny_hhem
-    verifier = build_verifier(
-        {"name": "hhem", "model_path": str(checkpoint), "device": "cpu"}
-    )
+    verifier = build_verifier(verifier_config({"name": "hhem", "model_path": str(checkpoint), "device": "cpu"}))
     rows, owners = verifier.encode([(EVIDENCE, CLAIMS[0])])
     ids = rows[0]["input_ids"]
-    assert (
-        ids[0] == verifier.tokenizer.pad_token_id == 0
-        and ids[-1] == verifier.tokenizer.eos_token_id
-    )
+    assert ids[0] == verifier.tokenizer.pad_token_id == 0 and ids[-1] == verifier.tokenizer.eos_token_id
     assert "Premise" in verifier.tokenizer.decode(ids) and owners == [0]
 
 
@@ -237,22 +211,20 @@ def test_hhem_bare_t5_token_classifier_directory(tiny_hhem, tmp_path):
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     checkpoint, foundation = tiny_hhem
-    wrapped = AutoModelForSequenceClassification.from_pretrained(
-        checkpoint, trust_remote_code=True
-    )
+    wrapped = AutoModelForSequenceClassification.from_pretrained(checkpoint, trust_remote_code=True)
     wrapped.t5.save_pretrained(tmp_path)
     verifier = build_verifier(
-        {
-            "name": "hhem",
-            "model_path": str(tmp_path),
-            "tokenizer_path": str(foundation),
-            "device": "cpu",
-        }
+        verifier_config(
+            {
+                "name": "hhem",
+                "model_path": str(tmp_path),
+                "tokenizer_path": str(foundation),
+                "device": "cpu",
+            }
+        )
     )
     pairs = [(EVIDENCE, c) for c in CLAIMS]
-    assert verifier.score(pairs) == pytest.approx(
-        _hhem_reference(checkpoint, foundation, pairs), abs=1e-5
-    )
+    assert verifier.score(pairs) == pytest.approx(_hhem_reference(checkpoint, foundation, pairs), abs=1e-5)
     assert AutoConfig.from_pretrained(tmp_path).model_type == "t5"
 
 
@@ -261,7 +233,7 @@ def test_hhem_bare_t5_token_classifier_directory(tiny_hhem, tmp_path):
 def minilm_tokenizer():
     from transformers import AutoTokenizer
 
-    from fspo.verifiers.embedding import minilm_path
+    from fspo.preflight import minilm_path
 
     return AutoTokenizer.from_pretrained(minilm_path())
 
@@ -304,10 +276,7 @@ def _direct_probabilities(path, pairs):
     model = AutoModelForSequenceClassification.from_pretrained(path).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
     with torch.no_grad():
-        return [
-            torch.softmax(model(**tokenizer(e, c, return_tensors="pt")).logits, -1)[0]
-            for e, c in pairs
-        ]
+        return [torch.softmax(model(**tokenizer(e, c, return_tensors="pt")).logits, -1)[0] for e, c in pairs]
 
 
 @pytest.mark.parametrize(
@@ -318,25 +287,23 @@ def _direct_probabilities(path, pairs):
         ("deberta-v2", {0: "not_supported", 1: "supported"}, 1),
     ],
 )
-def test_nli_scores_the_entailment_probability(
-    tmp_path, minilm_tokenizer, architecture, id2label, entail
-):
+def test_nli_scores_the_entailment_probability(tmp_path, minilm_tokenizer, architecture, id2label, entail):
     path = _tiny_nli(tmp_path, minilm_tokenizer, architecture, id2label)
     verifier = build_verifier(
-        {
-            "name": "nli",
-            "model_path": str(path),
-            "device": "cpu",
-            "max_tokens_per_batch": 64,
-        }
+        verifier_config(
+            {
+                "name": "nli",
+                "model_path": str(path),
+                "device": "cpu",
+                "max_tokens_per_batch": 64,
+            }
+        )
     )
     pairs = [("Paris is in France.", c) for c in CLAIMS]
     expected = [float(p[entail]) for p in _direct_probabilities(path, pairs)]
     assert verifier.label_index == entail
     assert verifier.score(pairs) == pytest.approx(expected, abs=1e-5)
-    assert verifier.score(pairs[::-1]) == pytest.approx(
-        expected[::-1], abs=1e-5
-    )  # batching-order invariant
+    assert verifier.score(pairs[::-1]) == pytest.approx(expected[::-1], abs=1e-5)  # batching-order invariant
 
 
 def test_nli_long_evidence_is_chunked_and_best_chunk_counts(tmp_path, minilm_tokenizer):
@@ -346,11 +313,9 @@ def test_nli_long_evidence_is_chunked_and_best_chunk_counts(tmp_path, minilm_tok
         "bert",
         {0: "entailment", 1: "neutral", 2: "contradiction"},
     )
-    verifier = build_verifier({"name": "nli", "model_path": str(path), "device": "cpu"})
+    verifier = build_verifier(verifier_config({"name": "nli", "model_path": str(path), "device": "cpu"}))
     assert verifier.max_length == 66
-    long_evidence = " ".join(
-        f"Sentence number {i} mentions the river Seine and Paris." for i in range(30)
-    )
+    long_evidence = " ".join(f"Sentence number {i} mentions the river Seine and Paris." for i in range(30))
     claim = CLAIMS[0]
     rows, owners = verifier.encode([(long_evidence, claim)])
     assert len(rows) > 3 and set(owners) == {0}
@@ -359,24 +324,18 @@ def test_nli_long_evidence_is_chunked_and_best_chunk_counts(tmp_path, minilm_tok
     claim_ids = minilm_tokenizer(claim, add_special_tokens=False)["input_ids"]
     assert all(r["input_ids"][-len(claim_ids) - 1 : -1] == claim_ids for r in rows)
     with torch.inference_mode():
-        chunk_scores = [
-            float(verifier.forward(pad_features([row], 0, "cpu"))[0]) for row in rows
-        ]
-    assert verifier.score([(long_evidence, claim)])[0] == pytest.approx(
-        max(chunk_scores), abs=1e-5
-    )
+        chunk_scores = [float(verifier.forward(pad_features([row], 0, "cpu"))[0]) for row in rows]
+    assert verifier.score([(long_evidence, claim)])[0] == pytest.approx(max(chunk_scores), abs=1e-5)
 
 
 def test_nli_without_entailment_label_is_a_clear_error(tmp_path, minilm_tokenizer):
     path = _tiny_nli(tmp_path, minilm_tokenizer, "bert", {0: "LABEL_0", 1: "LABEL_1"})
     with pytest.raises(ValueError, match="entailment_label"):
-        build_verifier({"name": "nli", "model_path": str(path), "device": "cpu"})
+        build_verifier(verifier_config({"name": "nli", "model_path": str(path), "device": "cpu"}))
     verifier = build_verifier(
-        {"name": "nli", "model_path": str(path), "device": "cpu", "entailment_label": 1}
+        verifier_config({"name": "nli", "model_path": str(path), "device": "cpu", "entailment_label": 1})
     )
-    assert verifier.label_index == 1 and not math.isnan(
-        verifier.score([("a b", "c d")])[0]
-    )
+    assert verifier.label_index == 1 and not math.isnan(verifier.score([("a b", "c d")])[0])
 
 
 @settings(max_examples=100, deadline=None)
@@ -396,7 +355,9 @@ def test_a_pair_with_a_nan_row_is_unverifiable_and_otherwise_its_best_row(rows):
 def test_nan_from_the_model_is_unverifiable_and_never_cached(tmp_path, minilm_tokenizer):
     # An fp16 overflow or broken weights make the forward return NaN.
     path = _tiny_nli(tmp_path, minilm_tokenizer, "bert", {0: "entailment", 1: "neutral", 2: "contradiction"})
-    verifier = build_verifier({"name": "nli", "model_path": str(path), "device": "cpu", "cache_size": 8})
+    verifier = build_verifier(
+        verifier_config({"name": "nli", "model_path": str(path), "device": "cpu", "cache_size": 8})
+    )
     pair = ("Paris is in France.", CLAIMS[0])
     healthy = verifier.model.classifier.weight.detach().clone()
     with torch.no_grad():
@@ -469,8 +430,9 @@ def test_long_evidence_top_k_keeps_the_claim_s_best_sentences(tiny_hhem):
     from fspo.verifiers.hhem import HHEMVerifier
 
     checkpoint, _ = tiny_hhem
-    verifier = HHEMVerifier(model_path=str(checkpoint), device="cpu", max_row_tokens=160, long_evidence="top_k",
-                            evidence_top_k=1)
+    verifier = HHEMVerifier(
+        model_path=str(checkpoint), device="cpu", max_row_tokens=160, long_evidence="top_k", evidence_top_k=1
+    )
     filler = " ".join(f"Sentence number {i} is filler." for i in range(40))
     evidence = f"{filler} The Seine flows through Paris. {filler}"
     windows, owners = verifier.evidence_windows([(evidence, "The Seine flows through Paris."), (EVIDENCE[:30], "x")])

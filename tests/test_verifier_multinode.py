@@ -22,14 +22,16 @@ def test_reward_workers_on_both_nodes_find_the_servers_on_both():
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from fspo.config.verifier import verifier_config
     from fspo.verifiers.ray_actor import start_colocated_servers
 
     @ray.remote(num_cpus=0)
     class RewardWorker:  # where verl's reward loop builds FSPO's reward manager and its verifier client
         def verify(self, rollouts: int) -> dict:
+            from fspo.config.verifier import verifier_config
             from fspo.verifiers import build_verifier
 
-            client = build_verifier({"name": "lexical", "placement": "colocated"})
+            client = build_verifier(verifier_config({"name": "lexical", "placement": "colocated"}))
             pairs = [("Paris is the capital of France.", "Paris is the capital.")]
 
             async def stream():
@@ -53,7 +55,7 @@ def test_reward_workers_on_both_nodes_find_the_servers_on_both():
         groups = [placement_group([{"GPU": 1}] * GPUS_PER_NODE, strategy="STRICT_PACK") for _ in nodes]
         ray.get([group.ready() for group in groups], timeout=120)
         handles, infos = start_colocated_servers(
-            groups, {"name": "lexical"}, gpu_fraction=1 / 3, num_cpus=0, start_timeout_s=180
+            groups, verifier_config({"name": "lexical"}), gpu_fraction=1 / 3, num_cpus=0, start_timeout_s=180
         )
         assert sorted({info["node_id"] for info in infos}) == sorted(nodes)  # servers on both nodes
         workers = [

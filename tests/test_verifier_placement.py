@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from fspo.config.fspo_config import fspo_config
+from fspo.config.verifier import verifier_config
+from fspo.config.vocabulary import REWARD_ROUTER
 from fspo.verifiers import build_verifier
-from fspo.verifiers.placement import REWARD_ROUTER, describe_placement, resolve_placement, resolve_verifier_placement
+from fspo.verifiers.placement import describe_placement, resolve_placement, resolve_verifier_placement
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -35,6 +38,12 @@ def test_auto_placement_puts_model_backends_on_the_run_s_gpus(name, placement, d
     assert resolve_placement(name, placement, device) == expected
 
 
+def resolve(config) -> tuple[str, list[str]]:
+    """The placement line and warnings, the block resolved in ``config`` as the driver's validate does."""
+    _, line, warnings = resolve_verifier_placement(config, fspo_config(config))
+    return line, warnings
+
+
 def _config(**verifier) -> OmegaConf:
     return OmegaConf.create(
         {
@@ -47,26 +56,28 @@ def _config(**verifier) -> OmegaConf:
 
 def test_resolution_is_written_back_and_said_in_one_line():
     config = _config()
-    line, warnings = resolve_verifier_placement(config)
+    line, warnings = resolve(config)
     assert config.fspo.verifier.placement == "colocated"
-    assert line.startswith("fspo: verifier hhem on GPU (colocated with the actor: one copy per GPU, 8 per node, 16 in all")
+    assert line.startswith(
+        "fspo: verifier hhem on GPU (colocated with the actor: one copy per GPU, 8 per node, 16 in all"
+    )
     assert warnings == []
 
 
 def test_a_model_verifier_on_reward_worker_cpus_of_a_gpu_run_warns_naming_the_setting():
-    line, warnings = resolve_verifier_placement(_config(placement="local"))
+    line, warnings = resolve(_config(placement="local"))
     assert line == "fspo: verifier hhem on CPU (local: a copy in each of the 8 reward workers, one CPU thread each)"
     assert len(warnings) == 1 and "fspo.verifier.placement=local" in warnings[0] and "WARNING" in warnings[0]
 
 
 def test_an_explicit_cpu_device_on_colocated_servers_warns():
-    line, warnings = resolve_verifier_placement(_config(device="cpu"))
+    line, warnings = resolve(_config(device="cpu"))
     assert " on CPU (colocated" in line
     assert "fspo.verifier.device=cpu" in warnings[0]
 
 
 def test_local_cuda_device_warns_about_memory_outside_verl_s_accounting():
-    line, warnings = resolve_verifier_placement(_config(placement="local", device="cuda"))
+    line, warnings = resolve(_config(placement="local", device="cuda"))
     assert " on GPU (local" in line
     assert "outside verl's accounting" in warnings[0]
 
@@ -74,33 +85,33 @@ def test_local_cuda_device_warns_about_memory_outside_verl_s_accounting():
 def test_cpu_runs_keep_model_verifiers_local_without_warning():
     config = _config()
     config.trainer.device = "cpu"
-    line, warnings = resolve_verifier_placement(config)
+    line, warnings = resolve(config)
     assert config.fspo.verifier.placement == "local" and " on CPU (local" in line and warnings == []
 
 
 def test_llm_judge_without_url_uses_verl_s_reward_model_router():
     config = _config(name="llm_judge")
     config.reward.reward_model.enable = True
-    line, _ = resolve_verifier_placement(config)
+    line, _ = resolve(config)
     assert config.fspo.verifier.url == REWARD_ROUTER
     assert line == (
         "fspo: verifier llm_judge on GPU (verl's reward-model servers, through the reward router: reward.reward_model.*)"
     )
-    judge, _ = resolve_verifier_placement(_config(name="llm_judge", url="http://judge:8000"))
+    judge, _ = resolve(_config(name="llm_judge", url="http://judge:8000"))
     assert "remote server (http://judge:8000" in judge
 
 
 def test_lexical_and_disabled_fspo():
-    line, _ = resolve_verifier_placement(_config(name="lexical"))
+    line, _ = resolve(_config(name="lexical"))
     assert line == "fspo: verifier lexical on CPU (in each of the 8 reward workers; model-free)"
     config = _config()
     config.fspo.enable = False
-    assert resolve_verifier_placement(config) == ("", [])
+    assert resolve(config) == ("", [])
 
 
 def test_unknown_placement_is_a_clear_error():
     with pytest.raises(ValueError, match="placement must be one of auto, local, colocated, ray"):
-        resolve_verifier_placement(_config(placement="gpu"))
+        resolve(_config(placement="gpu"))
 
 
 def test_ray_placement_line():
@@ -116,7 +127,7 @@ def test_colocated_client_without_servers_is_a_clear_error():
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
-        verifier = build_verifier({"name": "embedding", "placement": "colocated"})
+        verifier = build_verifier(verifier_config({"name": "embedding", "placement": "colocated"}))
         verifier.discover_timeout_s = 0
         with pytest.raises(RuntimeError, match="no verifier server is running"):
             asyncio.run(verifier.ascore([("evidence", "claim")]))
@@ -127,10 +138,12 @@ def test_colocated_client_without_servers_is_a_clear_error():
 def test_router_url_is_verl_s_reward_router_address():
     from fspo.reward import _load_verifier
 
-    verifier = _load_verifier({"name": "llm_judge", "url": REWARD_ROUTER}, "10.0.0.1:4000", "Qwen/Judge")
+    verifier = _load_verifier(
+        verifier_config({"name": "llm_judge", "url": REWARD_ROUTER}), "10.0.0.1:4000", "Qwen/Judge"
+    )
     assert verifier.url == "http://10.0.0.1:4000/v1/chat/completions" and verifier.model == "Qwen/Judge"
     with pytest.raises(ValueError, match="reward.reward_model.enable=true"):
-        _load_verifier({"name": "llm_judge", "url": REWARD_ROUTER}, None, None)
+        _load_verifier(verifier_config({"name": "llm_judge", "url": REWARD_ROUTER}), None, None)
 
 
 # --- The platform follows the cluster, not the driver ----------------------------------------------------
@@ -216,7 +229,9 @@ def verl_pool():
 
     ray.init(num_cpus=8, num_gpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        pgs = RayResourcePool(process_on_nodes=[2], max_colocate_count=3, name_prefix="test_pool").get_placement_groups()
+        pgs = RayResourcePool(
+            process_on_nodes=[2], max_colocate_count=3, name_prefix="test_pool"
+        ).get_placement_groups()
         occupants = []
 
         def occupy(bundle: int, gpu: float) -> list[str]:
@@ -239,7 +254,9 @@ def test_colocated_servers_take_the_free_share_of_every_gpu_bundle_of_verl_s_poo
 
     pgs, occupy = verl_pool
     worker_gpus = [occupy(bundle, 1 / 3) for bundle in range(2)]
-    handles, infos = start_colocated_servers(pgs, {"name": "lexical"}, gpu_fraction=1 / 3, start_timeout_s=120)
+    handles, infos = start_colocated_servers(
+        pgs, verifier_config({"name": "lexical"}), gpu_fraction=1 / 3, start_timeout_s=120
+    )
     assert len(handles) == 2
     # Each server shares its bundle's GPU with the worker there.
     assert sorted(info["ray_gpu_ids"] for info in infos) == sorted(worker_gpus)
@@ -250,7 +267,7 @@ def test_colocated_servers_take_the_free_share_of_every_gpu_bundle_of_verl_s_poo
     async def rollouts():
         return await asyncio.gather(*(client.ascore(pairs) for _ in range(6)))
 
-    assert asyncio.run(rollouts()) == [build_verifier({"name": "lexical"}).score(pairs)] * 6
+    assert asyncio.run(rollouts()) == [build_verifier(verifier_config({"name": "lexical"})).score(pairs)] * 6
     assert client.ray_gpu_assigned
     served = [info["requests"] for info in ray.get([h.describe.remote() for h in handles])]
     assert sum(served) == 6 and all(served), served  # both servers took requests
@@ -265,5 +282,5 @@ def test_colocated_servers_that_cannot_be_placed_fail_clearly(verl_pool):
     for bundle in range(2):
         occupy(bundle, 1.0)  # something else already holds every bundle's whole GPU
     with pytest.raises(RuntimeError, match="2 of 2 colocated verifier servers did not start within 3 s"):
-        start_colocated_servers(pgs, {"name": "lexical"}, gpu_fraction=1 / 3, start_timeout_s=3)
+        start_colocated_servers(pgs, verifier_config({"name": "lexical"}), gpu_fraction=1 / 3, start_timeout_s=3)
     assert not [n for n in ray.util.list_named_actors() if n.startswith("fspo_verifier")]  # killed, not left pending

@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from fspo.cli import main as fspo_main
 from fspo.data.synthetic import restate
-from fspo.verifiers.labelled import (
+from fspo.verifier_tools.labelled import (
     LabelledPair,
     halueval_pairs,
     is_heldout,
     read_labelled,
     synthetic_pairs,
 )
-from fspo.verifiers.quality import (
+from fspo.verifier_tools.quality import (
     auroc,
     balanced_accuracy,
     best_threshold,
@@ -194,7 +194,7 @@ def test_no_heldout_row_is_in_the_training_split(source):
 
 
 def test_the_verifier_trains_only_on_training_rows():
-    from fspo.verifiers.finetune import load_training_pairs
+    from fspo.verifier_tools.finetune import load_training_pairs
 
     training = load_training_pairs(["halueval", "synthetic", "synthetic-restated"])
     heldout = halueval_pairs("heldout") + synthetic_pairs("heldout")  # restated: the same worlds, same groups
@@ -203,8 +203,14 @@ def test_the_verifier_trains_only_on_training_rows():
     assert not any(is_heldout(p.group) for p in training)
 
 
-RELATIONS = (" was born in ", " is a city in ", " works for ", " is headquartered in ", " was founded in ",
-             " was mentored by ")
+RELATIONS = (
+    " was born in ",
+    " is a city in ",
+    " works for ",
+    " is headquartered in ",
+    " was founded in ",
+    " was mentored by ",
+)
 
 
 def test_halueval_and_synthetic_claims():
@@ -252,8 +258,12 @@ ROWS = [
 def test_verify_labelled_prints_the_quality_figures(tmp_path, capsys):
     path = _jsonl(tmp_path, [json.dumps(r) for r in ROWS])
     chart = tmp_path / "reliability.png"
-    assert fspo_main(["verify", "--labelled", str(path), "--verifier", "lexical", "--threshold", "0.5",
-                      "--chart", str(chart)]) == 0
+    assert (
+        fspo_main(
+            ["verify", "--labelled", str(path), "--verifier", "lexical", "--threshold", "0.5", "--chart", str(chart)]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     # lexical scores 1, 2/3, 2/3 and 2/3 ("lies" is not in the evidence): the supported pairs 1 and 2/3
     assert "4 pairs: 2 supported, 2 unsupported, 0 unverifiable" in out

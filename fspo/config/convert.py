@@ -8,12 +8,7 @@ from collections.abc import Mapping
 
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from fspo.checks import ConfigError
-
-
-def field_help(cls: type, name: str) -> str:
-    """The ``help`` text of field ``name`` of dataclass ``cls`` ("" when it has none)."""
-    return next((f.metadata.get("help", "") for f in dataclasses.fields(cls) if f.name == name), "")
+from fspo.config.vocabulary import ConfigError
 
 
 def public_fields(cls: type) -> list[str]:
@@ -36,7 +31,7 @@ def to_dataclass(node, cls: type, prefix: str):
 
     verl merges the node onto ``OmegaConf.structured(cls)``, so every value is type-checked against the
     field's annotation and a key the dataclass lacks is refused; the dataclass's ``__post_init__`` then
-    checks ranges. Each failure becomes a :class:`~fspo.checks.ConfigError` of one line that names the
+    checks ranges. Each failure becomes a :class:`~fspo.config.vocabulary.ConfigError` of one line that names the
     full key under ``prefix`` (``fspo.flip: Value 'maybe' is not a valid bool (type str)``).
     """
     from verl.utils.config import omega_conf_to_dataclass

@@ -17,46 +17,73 @@ from typing import Optional
 
 from verl.base_config import BaseConfig
 
-from fspo.checks import ConfigError
 from fspo.config.convert import to_dataclass
 from fspo.config.verifier import VerifierConfig
-
-# The values of label_outside_reasoning: off, or the label every token after the reasoning gets.
-OUTSIDE_LABELS = (0, 1, -1)
+from fspo.config.vocabulary import OUTSIDE_LABELS, ConfigError
 
 
 @dataclass
 class FSPOConfig(BaseConfig):
-    """The ``fspo:`` block (``_target_: fspo.config.FSPOConfig``); see each field's ``help``."""
+    """The ``fspo:`` block (``_target_: fspo.config.fspo_config.FSPOConfig``); see each field's ``help``."""
 
-    enable: bool = field(default=True, metadata={
-        "help": "Master switch. false = the verl run is untouched (outcome reward only)."})
-    flip: bool = field(default=True, metadata={
-        "help": "Flip each labelled token's advantage to its label's sign (the FSPO update). With flip=false and "
-                "step_reward_weight > 0 this is the paper's 'GRPO w/ factuality in the reward' ablation."})
-    step_reward_weight: float = field(default=0.0, metadata={
-        "help": "Adds weight x the mean step label of a rollout to its outcome reward (0 = off)."})
-    label_outside_reasoning: int = field(default=0, metadata={
-        "help": "The label every token after the reasoning (the </think> tag and the answer) gets: 0 = none; 1 "
-                "reproduces the released code, which makes a wrong answer's advantage positive (reproduction "
-                "only)."})
-    skip_non_claims: bool = field(default=False, metadata={
-        "help": "Label 0 for steps that state no claim ('Let me think.', questions; fspo.steps.is_claim)."})
-    require_evidence: bool = field(default=False, metadata={
-        "help": "Every row must have evidence: the run stops before Ray naming the file and its first rows without "
-                "(false: they train as plain GRPO)."})
-    evidence_key: str = field(default="evidence", metadata={
-        "help": "Where a row's evidence is: extra_info[key], else the top-level column key (`knowledge` in the "
-                "released FSPO files)."})
-    scorer_timeout_s: float = field(default=10.0, metadata={
-        "help": "Seconds one outcome-scorer call may take; past it the rollout scores 0 and counts in "
-                "fspo/scorer_timeouts (each reward worker scores in one small process that is restarted then: "
-                "math-verify can spin for minutes holding the GIL). 0 = no limit."})
-    dump_dir: Optional[str] = field(default=None, metadata={
-        "help": "Save each actor update's batch (advantages before and after the flip, labels, response mask, "
-                "verl's pad rows) under this directory as step_<N>.pt; null = off."})
-    verifier: VerifierConfig = field(default_factory=VerifierConfig, metadata={
-        "help": "The step verifier (fspo.config.VerifierConfig)."})
+    enable: bool = field(
+        default=True, metadata={"help": "Master switch. false = the verl run is untouched (outcome reward only)."}
+    )
+    flip: bool = field(
+        default=True,
+        metadata={
+            "help": "Flip each labelled token's advantage to its label's sign (the FSPO update). With flip=false and "
+            "step_reward_weight > 0 this is the paper's 'GRPO w/ factuality in the reward' ablation."
+        },
+    )
+    step_reward_weight: float = field(
+        default=0.0,
+        metadata={"help": "Adds weight x the mean step label of a rollout to its outcome reward (0 = off)."},
+    )
+    label_outside_reasoning: int = field(
+        default=0,
+        metadata={
+            "help": "The label every token after the reasoning (the </think> tag and the answer) gets: 0 = none; 1 "
+            "reproduces the released code, which makes a wrong answer's advantage positive (reproduction "
+            "only)."
+        },
+    )
+    skip_non_claims: bool = field(
+        default=False,
+        metadata={"help": "Label 0 for steps that state no claim ('Let me think.', questions; fspo.steps.is_claim)."},
+    )
+    require_evidence: bool = field(
+        default=False,
+        metadata={
+            "help": "Every row must have evidence: the run stops before Ray naming the file and its first rows without "
+            "(false: they train as plain GRPO)."
+        },
+    )
+    evidence_key: str = field(
+        default="evidence",
+        metadata={
+            "help": "Where a row's evidence is: extra_info[key], else the top-level column key (`knowledge` in the "
+            "released FSPO files)."
+        },
+    )
+    scorer_timeout_s: float = field(
+        default=10.0,
+        metadata={
+            "help": "Seconds one outcome-scorer call may take; past it the rollout scores 0 and counts in "
+            "fspo/scorer_timeouts (each reward worker scores in one small process that is restarted then: "
+            "math-verify can spin for minutes holding the GIL). 0 = no limit."
+        },
+    )
+    dump_dir: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Save each actor update's batch (advantages before and after the flip, labels, response mask, "
+            "verl's pad rows) under this directory as step_<N>.pt; null = off."
+        },
+    )
+    verifier: VerifierConfig = field(
+        default_factory=VerifierConfig, metadata={"help": "The step verifier (fspo.config.verifier.VerifierConfig)."}
+    )
 
     def __post_init__(self):
         if not (math.isfinite(self.step_reward_weight) and self.step_reward_weight >= 0):
@@ -68,16 +95,9 @@ class FSPOConfig(BaseConfig):
         if not self.evidence_key:
             raise ConfigError("fspo.evidence_key must name a column or extra_info key, got an empty string")
         if not (math.isfinite(self.scorer_timeout_s) and self.scorer_timeout_s >= 0):
-            raise ConfigError(f"fspo.scorer_timeout_s must be a number of seconds >= 0 (0 = no limit), "
-                              f"got {self.scorer_timeout_s!r}")
-
-
-def threshold_moved(value) -> ConfigError:
-    """The error for ``fspo.threshold``, a key FSPO no longer reads."""
-    return ConfigError(
-        f"fspo.threshold={value} is no longer read: the support threshold is fspo.verifier.threshold "
-        "(it belongs to the verifier's calibration); set that instead"
-    )
+            raise ConfigError(
+                f"fspo.scorer_timeout_s must be a number of seconds >= 0 (0 = no limit), got {self.scorer_timeout_s!r}"
+            )
 
 
 def fspo_config(config: Optional[Mapping]) -> FSPOConfig:
@@ -85,9 +105,6 @@ def fspo_config(config: Optional[Mapping]) -> FSPOConfig:
 
     Raises:
         ConfigError: one line naming the key: a value of the wrong type or out of range, a key FSPO does not
-            have (``fspo.threshold`` names the key that replaced it).
+            have.
     """
-    block = config.get("fspo") if config is not None else None
-    if isinstance(block, Mapping) and "threshold" in block:
-        raise threshold_moved(block.get("threshold"))
-    return to_dataclass(block, FSPOConfig, "fspo")
+    return to_dataclass(config.get("fspo") if config is not None else None, FSPOConfig, "fspo")

@@ -10,7 +10,6 @@ default (they differ per backend: HHEM's hub id, the packaged MiniLM, the NLI mo
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -18,17 +17,17 @@ from typing import Any, Optional, Union
 
 from verl.base_config import BaseConfig
 
-from fspo.checks import ConfigError
 from fspo.config.convert import to_dataclass
-from fspo.verifiers import VERIFIER_NAMES
-from fspo.verifiers.placement import MODEL_BACKENDS, PLACEMENTS
+from fspo.config.vocabulary import (
+    LONG_EVIDENCE,
+    MODEL_BACKENDS,
+    PLACEMENTS,
+    VERIFIER_DTYPES,
+    VERIFIER_NAMES,
+    ConfigError,
+)
 
-logger = logging.getLogger(__name__)
-
-# fspo.verifier.long_evidence's values (fspo.verifiers.model_base).
-LONG_EVIDENCE = ("chunks", "top_k")
 EVERY_BACKEND = VERIFIER_NAMES
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _option(default: Any, help: str, backends: tuple[str, ...] = ()) -> Any:
@@ -38,102 +37,155 @@ def _option(default: Any, help: str, backends: tuple[str, ...] = ()) -> Any:
 
 @dataclass
 class VerifierConfig(BaseConfig):
-    """The ``fspo.verifier`` block (``_target_: fspo.config.VerifierConfig``); see each field's ``help``.
+    """The ``fspo.verifier`` block (``_target_: fspo.config.verifier.VerifierConfig``); see each field's ``help``.
 
     Build a verifier from it with :func:`fspo.verifiers.build_verifier`; where it runs is decided
     before Ray starts (:mod:`fspo.verifiers.placement`).
     """
 
-    name: str = _option("hhem", "The backend: lexical (offline word overlap), embedding (offline MiniLM cosine), "
-                                "hhem (Vectara HHEM-2.1-Open, the paper's), nli (any sequence-classification NLI "
-                                "model), llm_judge (an OpenAI-compatible chat server), minicheck (MiniCheck's "
-                                "Flan-T5/DeBERTa/RoBERTa fact checkers) or factcg (FactCG-DeBERTa-v3-Large).")
-    threshold: float = _option(0.5, "A step is supported (+1) when its score >= threshold, else -1; a NaN score "
-                                    "(unverifiable) labels 0. Part of the verifier's calibration: measure it with "
-                                    "`fspo verify --labelled`.")
+    name: str = _option(
+        "hhem",
+        "The backend: lexical (offline word overlap), embedding (offline MiniLM cosine), "
+        "hhem (Vectara HHEM-2.1-Open, the paper's), nli (any sequence-classification NLI "
+        "model), llm_judge (an OpenAI-compatible chat server), minicheck (MiniCheck's "
+        "Flan-T5/DeBERTa/RoBERTa fact checkers) or factcg (FactCG-DeBERTa-v3-Large).",
+    )
+    threshold: float = _option(
+        0.5,
+        "A step is supported (+1) when its score >= threshold, else -1; a NaN score "
+        "(unverifiable) labels 0. Part of the verifier's calibration: measure it with "
+        "`fspo verify --labelled`.",
+    )
     evidence_top_k: Optional[int] = _option(
-        None, "Check each step against only its k most relevant evidence sentences (fewer tokens); null = the "
-              "whole evidence, as in the paper.", EVERY_BACKEND)
-    cache_size: int = _option(0, "LRU entries (evidence, step) -> score kept per verifier copy; 0 = off. NaN "
-                                 "scores are never cached.", EVERY_BACKEND)
-    coalesce_ms: float = _option(10.0, "Rollouts that reach the verifier within this many milliseconds are "
-                                       "verified in one batched call.")
-    placement: str = _option("auto", "Where the verifier runs: colocated (one server per GPU of verl's actor "
-                                     "pool, 1/3 of that GPU in Ray's accounting), local (a copy in each reward "
-                                     "worker, one CPU thread each), ray (one named Ray actor with num_gpus of its "
-                                     "own), or auto (colocated for a model backend on GPUs, local otherwise).")
-    num_gpus: float = _option(1.0, "placement=ray: GPUs the verifier actor asks Ray for (keep one out of verl's "
-                                   "pool).")
+        None,
+        "Check each step against only its k most relevant evidence sentences (fewer tokens); null = the "
+        "whole evidence, as in the paper.",
+        EVERY_BACKEND,
+    )
+    cache_size: int = _option(
+        0,
+        "LRU entries (evidence, step) -> score kept per verifier copy; 0 = off. NaN scores are never cached.",
+        EVERY_BACKEND,
+    )
+    coalesce_ms: float = _option(
+        10.0, "Rollouts that reach the verifier within this many milliseconds are verified in one batched call."
+    )
+    placement: str = _option(
+        "auto",
+        "Where the verifier runs: colocated (one server per GPU of verl's actor "
+        "pool, 1/3 of that GPU in Ray's accounting), local (a copy in each reward "
+        "worker, one CPU thread each), ray (one named Ray actor with num_gpus of its "
+        "own), or auto (colocated for a model backend on GPUs, local otherwise).",
+    )
+    num_gpus: float = _option(1.0, "placement=ray: GPUs the verifier actor asks Ray for (keep one out of verl's pool).")
     num_cpus: float = _option(1.0, "placement=ray or colocated: CPUs each verifier actor asks Ray for.")
-    actor_name: str = _option("fspo_verifier", "placement=ray: the actor's Ray name; reward workers that use the "
-                                               "same name share one model.")
+    actor_name: str = _option(
+        "fspo_verifier", "placement=ray: the actor's Ray name; reward workers that use the same name share one model."
+    )
     request_timeout_s: float = _option(
-        300.0, "placement=colocated: seconds a reward worker waits for one rollout's verdicts from a server (queueing "
-               "behind the step's other batches included) before it sets that server aside and asks another; a "
-               "server that fails or times out is retried after a back-off (30 s, doubling).")
-    start_timeout_s: float = _option(600.0, "placement=ray or colocated: seconds the verifier servers may take to "
-                                            "start and load their model before the run fails instead of hanging.")
+        300.0,
+        "placement=colocated: seconds a reward worker waits for one rollout's verdicts from a server (queueing "
+        "behind the step's other batches included) before it sets that server aside and asks another; a "
+        "server that fails or times out is retried after a back-off (30 s, doubling).",
+    )
+    start_timeout_s: float = _option(
+        600.0,
+        "placement=ray or colocated: seconds the verifier servers may take to "
+        "start and load their model before the run fails instead of hanging.",
+    )
     model_path: Optional[str] = _option(
-        None, "Model directory or hub id. null: hhem = vectara/hallucination_evaluation_model, embedding = the "
-              "packaged all-MiniLM-L6-v2, minicheck = lytang/MiniCheck-Flan-T5-Large, factcg = "
-              "yaxili96/FactCG-DeBERTa-v3-Large; nli needs one.", MODEL_BACKENDS)
+        None,
+        "Model directory or hub id. null: hhem = vectara/hallucination_evaluation_model, embedding = the "
+        "packaged all-MiniLM-L6-v2, minicheck = lytang/MiniCheck-Flan-T5-Large, factcg = "
+        "yaxili96/FactCG-DeBERTa-v3-Large; nli needs one.",
+        MODEL_BACKENDS,
+    )
     tokenizer_path: Optional[str] = _option(
-        None, "Tokenizer directory or hub id; null = the model's own (hhem: its config.foundation).", MODEL_BACKENDS)
+        None, "Tokenizer directory or hub id; null = the model's own (hhem: its config.foundation).", MODEL_BACKENDS
+    )
     device: Optional[str] = _option(
-        None, "auto, cpu, cuda or cuda:N; null/auto = cuda when Ray gave the verifier's process a GPU, else cpu.",
-        MODEL_BACKENDS)
+        None,
+        "auto, cpu, cuda or cuda:N; null/auto = cuda when Ray gave the verifier's process a GPU, else cpu.",
+        MODEL_BACKENDS,
+    )
     dtype: Optional[str] = _option(
-        None, "float32, bfloat16 or float16; null = float32 (HHEM is published in float32).", MODEL_BACKENDS)
+        None, "float32, bfloat16 or float16; null = float32 (HHEM is published in float32).", MODEL_BACKENDS
+    )
     max_tokens_per_batch: Optional[int] = _option(
-        None, "Padded tokens per micro-batch of the model; null = the backend's default. A CUDA out-of-memory "
-              "error halves it.", MODEL_BACKENDS)
+        None,
+        "Padded tokens per micro-batch of the model; null = the backend's default. A CUDA out-of-memory "
+        "error halves it.",
+        MODEL_BACKENDS,
+    )
     max_row_tokens: Optional[int] = _option(
-        None, "Most model tokens in one verifier row (prompt + evidence + step); a longer evidence is cut into "
-              "overlapping windows that fit and the step scores as its best window. Bounds the verifier's memory "
-              "per row (T5 attention grows with the square of the length) at the cost of E / (0.75 W) rows per "
-              "pair for an evidence of E tokens and windows of W. null = 512 (minicheck, factcg: their authors' chunk "
-              "plus room for the step); 0 = whole evidence (the paper's).",
-        MODEL_BACKENDS)
+        None,
+        "Most model tokens in one verifier row (prompt + evidence + step); a longer evidence is cut into "
+        "overlapping windows that fit and the step scores as its best window. Bounds the verifier's memory "
+        "per row (T5 attention grows with the square of the length) at the cost of E / (0.75 W) rows per "
+        "pair for an evidence of E tokens and windows of W. null = 512 (minicheck, factcg: their authors' chunk "
+        "plus room for the step); 0 = whole evidence (the paper's).",
+        MODEL_BACKENDS,
+    )
     long_evidence: Optional[str] = _option(
-        None, "How an evidence past max_row_tokens is verified: chunks (every window, best one counts) or top_k "
-              "(the step's evidence_top_k best sentences, 5 if unset, windowed if still too long: fewer rows, "
-              "may drop the supporting sentence). null = chunks.", MODEL_BACKENDS)
+        None,
+        "How an evidence past max_row_tokens is verified: chunks (every window, best one counts) or top_k "
+        "(the step's evidence_top_k best sentences, 5 if unset, windowed if still too long: fewer rows, "
+        "may drop the supporting sentence). null = chunks.",
+        MODEL_BACKENDS,
+    )
     trust_remote_code: Optional[bool] = _option(
-        None, "Run the checkpoint's own code. null: hhem true (as published; false loads its weights into "
-              "transformers' T5ForTokenClassification), nli false.", ("hhem", "nli"))
+        None,
+        "Run the checkpoint's own code. null: hhem true (as published; false loads its weights into "
+        "transformers' T5ForTokenClassification), nli false.",
+        ("hhem", "nli"),
+    )
     max_length: Optional[int] = _option(
-        None, "Tokens per model input. null: nli = the model's window, embedding = the backend's default.",
-        ("embedding", "nli"))
+        None,
+        "Tokens per model input. null: nli = the model's window, embedding = the backend's default.",
+        ("embedding", "nli"),
+    )
     stride: Optional[int] = _option(
-        None, "nli: tokens shared by consecutive chunks of a long evidence; null = a quarter of the window.",
-        ("nli",))
+        None, "nli: tokens shared by consecutive chunks of a long evidence; null = a quarter of the window.", ("nli",)
+    )
     entailment_label: Optional[Union[str, int]] = _option(
-        None, "nli: the label name or index that means supported, when the model's id2label names none.", ("nli",))
+        None, "nli: the label name or index that means supported, when the model's id2label names none.", ("nli",)
+    )
     url: Optional[str] = _option(
-        None, "llm_judge: the server root, its /v1 base or the full /v1/chat/completions URL; reward_router (set "
-              "by itself when null and reward.reward_model.enable=true) = verl's reward-model servers.",
-        ("llm_judge",))
-    endpoint: Optional[str] = _option(None, "llm_judge: an older name of url.", ("llm_judge",))
+        None,
+        "llm_judge: the server root, its /v1 base or the full /v1/chat/completions URL; reward_router (set "
+        "by itself when null and reward.reward_model.enable=true) = verl's reward-model servers.",
+        ("llm_judge",),
+    )
     model: Optional[str] = _option(None, "llm_judge: the model name sent in each request.", ("llm_judge",))
     api_key_env: Optional[str] = _option(
-        None, "llm_judge: the environment variable that holds a Bearer key.", ("llm_judge",))
+        None, "llm_judge: the environment variable that holds a Bearer key.", ("llm_judge",)
+    )
     max_concurrency: Optional[int] = _option(
-        None, "llm_judge: requests in flight at once; null = the backend's default.", ("llm_judge",))
+        None, "llm_judge: requests in flight at once; null = the backend's default.", ("llm_judge",)
+    )
     timeout_s: Optional[float] = _option(
-        None, "llm_judge: seconds per request before it counts as failed; null = the backend's default.",
-        ("llm_judge",))
+        None, "llm_judge: seconds per request before it counts as failed; null = the backend's default.", ("llm_judge",)
+    )
     max_retries: Optional[int] = _option(
-        None, "llm_judge: retries after a timeout, a connection error or HTTP 408/429/5xx; null = the backend's "
-              "default.", ("llm_judge",))
+        None,
+        "llm_judge: retries after a timeout, a connection error or HTTP 408/429/5xx; null = the backend's default.",
+        ("llm_judge",),
+    )
     backoff_s: Optional[float] = _option(
-        None, "llm_judge: base of the exponential backoff between retries; null = the backend's default.",
-        ("llm_judge",))
+        None,
+        "llm_judge: base of the exponential backoff between retries; null = the backend's default.",
+        ("llm_judge",),
+    )
     max_tokens: Optional[int] = _option(
-        None, "llm_judge: completion budget (raise it for a reasoning judge); null = the backend's default.",
-        ("llm_judge",))
+        None,
+        "llm_judge: completion budget (raise it for a reasoning judge); null = the backend's default.",
+        ("llm_judge",),
+    )
     temperature: Optional[float] = _option(
-        None, "llm_judge: sampling temperature; null = the backend's default (0, deterministic verdicts).",
-        ("llm_judge",))
+        None,
+        "llm_judge: sampling temperature; null = the backend's default (0, deterministic verdicts).",
+        ("llm_judge",),
+    )
 
     def __post_init__(self):
         check_name(self.name)
@@ -143,8 +195,10 @@ class VerifierConfig(BaseConfig):
             raise ConfigError(
                 f"fspo.verifier.long_evidence must be one of {', '.join(LONG_EVIDENCE)} or null, got {self.long_evidence!r}"
             )
-        if self.dtype is not None and self.dtype not in DTYPES:
-            raise ConfigError(f"fspo.verifier.dtype must be one of {', '.join(DTYPES)} or null, got {self.dtype!r}")
+        if self.dtype is not None and self.dtype not in VERIFIER_DTYPES:
+            raise ConfigError(
+                f"fspo.verifier.dtype must be one of {', '.join(VERIFIER_DTYPES)} or null, got {self.dtype!r}"
+            )
         _require(0.0 <= self.threshold <= 1.0, "threshold", self.threshold, "a number in [0, 1]")
         for key, low, meaning in _LOWER_BOUNDS:
             value = getattr(self, key)
@@ -163,16 +217,15 @@ class VerifierConfig(BaseConfig):
             for f in fields(self)
             if self.name in f.metadata.get("backends", ()) and getattr(self, f.name) is not None
         }
-        if self.name == "llm_judge":
-            endpoint = options.pop("endpoint", None)
-            options.setdefault("url", endpoint)
-            if options["url"] is None:
-                raise ConfigError(
-                    "fspo.verifier.name=llm_judge needs fspo.verifier.url (the OpenAI-compatible server), or "
-                    "reward.reward_model.enable=true to judge with verl's reward-model servers"
-                )
+        if self.name == "llm_judge" and options.get("url") is None:
+            raise ConfigError(
+                "fspo.verifier.name=llm_judge needs fspo.verifier.url (the OpenAI-compatible server), or "
+                "reward.reward_model.enable=true to judge with verl's reward-model servers"
+            )
         if self.name == "nli" and "model_path" not in options:
-            raise ConfigError("fspo.verifier.name=nli needs fspo.verifier.model_path (a sequence-classification NLI model)")
+            raise ConfigError(
+                "fspo.verifier.name=nli needs fspo.verifier.model_path (a sequence-classification NLI model)"
+            )
         return options
 
     def ignored_options(self) -> list[str]:
@@ -180,7 +233,9 @@ class VerifierConfig(BaseConfig):
         return sorted(
             f.name
             for f in fields(self)
-            if f.metadata.get("backends") and self.name not in f.metadata["backends"] and getattr(self, f.name) is not None
+            if f.metadata.get("backends")
+            and self.name not in f.metadata["backends"]
+            and getattr(self, f.name) is not None
         )
 
 
@@ -232,8 +287,11 @@ def verifier_config(config: Mapping) -> VerifierConfig:
         known = {f.name for f in fields(VerifierConfig)}
         unknown = sorted(str(key) for key in config if key not in known)
         if unknown:
-            valid = sorted(f.name for f in fields(VerifierConfig) if not f.name.startswith("_")
-                           and (not f.metadata.get("backends") or name in f.metadata["backends"]))
+            valid = sorted(
+                f.name
+                for f in fields(VerifierConfig)
+                if not f.name.startswith("_") and (not f.metadata.get("backends") or name in f.metadata["backends"])
+            )
             raise ConfigError(
                 f"unknown option(s) {unknown} for fspo.verifier.name={name!r}; valid options: {', '.join(valid)}"
             )

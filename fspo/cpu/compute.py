@@ -42,7 +42,7 @@ class CPUFeatures:
     arm_bf16: bool  # oneDNN's bf16 path on Arm (the BF16 extension)
 
     @classmethod
-    def detect(cls) -> "CPUFeatures":
+    def detect(cls) -> CPUFeatures:
         import torch
 
         machine = platform.machine().lower()

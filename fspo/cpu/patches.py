@@ -10,6 +10,8 @@ import os
 
 import torch.distributed
 
+from fspo.cpu.compute import use_all_threads
+
 
 def normalise_backend(backend: str | None) -> str | None:
     """Collapse verl's ``"cpu:gloo,<device>:<backend>"`` when the device is the CPU too.
@@ -80,8 +82,6 @@ def _patch_cpu_offload_policy() -> None:
 
 def apply() -> None:
     """Apply every CPU patch in this process."""
-    from fspo.cpu.compute import use_all_threads
-
     _patch_init_process_group()
     _patch_cpu_offload_policy()
     # Ray runs verl's workers with OMP_NUM_THREADS=1 (they ask it for no CPUs); the trainer's

@@ -9,6 +9,8 @@ from typing import Any, Optional
 import torch
 from verl.plugin.platform import PlatformBase
 
+from fspo.cpu import cpu_mode_requested
+
 
 def _zero(*_args, **_kwargs) -> int:
     return 0
@@ -86,8 +88,6 @@ class PlatformCPU(PlatformBase):
         return True
 
     def is_platform_available(self, use_smi_check: bool = False) -> bool:
-        from fspo.cpu import cpu_mode_requested
-
         return cpu_mode_requested()
 
     def current_device(self) -> str:  # type: ignore[override]

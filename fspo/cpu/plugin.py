@@ -11,10 +11,13 @@ from __future__ import annotations
 import sys
 import traceback
 
+from fspo.cpu import cpu_mode_requested
+
 STATE: dict[str, object] = {"loaded": False, "active": False, "error": None}
 
 
 def _activate() -> None:
+    # Lazy: verl imports this plugin while verl itself is being imported, and these modules import verl.
     from verl.plugin.platform import PlatformRegistry
 
     from fspo.cpu import CPU_PLATFORM, patches
@@ -27,8 +30,6 @@ def _activate() -> None:
 
 
 def load() -> None:
-    from fspo.cpu import cpu_mode_requested
-
     if cpu_mode_requested():
         _activate()
         STATE["active"] = True

@@ -23,8 +23,9 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, Generator, Optional
+from typing import Any, Optional
 
 import ray
 import torch

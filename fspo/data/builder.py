@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fspo.cli.arguments import UsageError, check_count, check_output_dir
 from fspo.data.io import SourceFileError, make_row, read_hub, read_records, source_files, write_parquet
 from fspo.data.templates import PROMPT_FORMATS, build_messages, count_prompt_tokens
 
@@ -148,16 +149,28 @@ def make_parser(spec: DatasetSpec) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"fspo data {spec.name}", description=spec.description)
     parser.add_argument("--input", help="local source file or folder (default: offline package, else the HF hub)")
     parser.add_argument("--output-dir", default=f"data/{spec.name}", help="where <split>.parquet is written")
-    parser.add_argument("--split", action="append", choices=sorted(set(spec.splits) | {"train", "test"}),
-                        help=f"split(s) to build (default: {', '.join(spec.splits)})")
-    parser.add_argument("--prompt-format", default="qwen-base", choices=PROMPT_FORMATS,
-                        help="chat format of the prompts (fspo.data.templates; default qwen-base)")
+    parser.add_argument(
+        "--split",
+        action="append",
+        choices=sorted(set(spec.splits) | {"train", "test"}),
+        help=f"split(s) to build (default: {', '.join(spec.splits)})",
+    )
+    parser.add_argument(
+        "--prompt-format",
+        default="qwen-base",
+        choices=PROMPT_FORMATS,
+        help="chat format of the prompts (fspo.data.templates; default qwen-base)",
+    )
     parser.add_argument("--size", type=int, default=None, help="rows per split, sampled with --seed (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the --size sample")
     parser.add_argument("--max-prompt-tokens", type=int, default=None, help="drop prompts longer than this")
     parser.add_argument("--tokenizer", help="tokenizer path/name used to count prompt tokens")
-    parser.add_argument("--evidence-in-prompt", action=argparse.BooleanOptionalAction,
-                        default=spec.evidence_in_prompt, help="put the evidence in the prompt as context")
+    parser.add_argument(
+        "--evidence-in-prompt",
+        action=argparse.BooleanOptionalAction,
+        default=spec.evidence_in_prompt,
+        help="put the evidence in the prompt as context",
+    )
     if spec.add_arguments is not None:
         spec.add_arguments(parser)
     return parser
@@ -165,8 +178,6 @@ def make_parser(spec: DatasetSpec) -> argparse.ArgumentParser:
 
 def run_cli(spec: DatasetSpec, argv: list[str] | None = None) -> int:
     """Parse `argv`, build each split and write ``<output-dir>/<split>.parquet``."""
-    from fspo.arguments import UsageError, check_count, check_output_dir
-
     parser = make_parser(spec)
     args = parser.parse_args(argv)
     if args.max_prompt_tokens is not None and not args.tokenizer:
@@ -189,8 +200,10 @@ def run_cli(spec: DatasetSpec, argv: list[str] | None = None) -> int:
                 f"{args.input or 'the default source'} (empty questions or answers are skipped); check --input"
             )
         built[split] = (rows, len(records))
-    staged = {split: write_parquet(rows, Path(args.output_dir) / f".{split}.parquet.staged")
-              for split, (rows, _) in built.items()}
+    staged = {
+        split: write_parquet(rows, Path(args.output_dir) / f".{split}.parquet.staged")
+        for split, (rows, _) in built.items()
+    }
     for split, staged_path in staged.items():
         path = staged_path.replace(Path(args.output_dir) / f"{split}.parquet")
         print(f"{spec.name} {split}: {len(built[split][0])} rows (from {built[split][1]} records) -> {path}")

@@ -9,7 +9,7 @@ is there but in a form the reward manager cannot read (FSPO would silently skip 
 ground truths. A bad option exits 2 before any file is read.
 
 The trainer runs :func:`scan_file` on ``data.train_files`` and ``data.val_files`` before Ray starts
-(:func:`fspo.checks.check_data_files`), so a problem found here is the problem a run would stop on.
+(:func:`fspo.config_checks.check_data_files`), so a problem found here is the problem a run would stop on.
 """
 
 from __future__ import annotations
@@ -21,6 +21,11 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from fspo.data.io import text_list
+from fspo.data.templates import check_prompt_format, count_prompt_tokens
+from fspo.evidence import evidence_text, row_evidence
+from fspo.scores import known_sources, scorer_of
 
 REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")
 # Names under which datasets keep evidence: this project's and the released FSPO files'. A file
@@ -87,19 +92,25 @@ def row_problems(table, prompt_is_messages: bool) -> list[str]:
     hands the ``prompt`` messages to the chat template; ``tests/test_bad_inputs.py`` holds the two equal.
     """
     problems = []
-    bad_extra = [(i, type(info).__name__) for i, info in enumerate(_column(table, "extra_info"))
-                 if info is not None and not isinstance(info, dict)]
+    bad_extra = [
+        (i, type(info).__name__)
+        for i, info in enumerate(_column(table, "extra_info"))
+        if info is not None and not isinstance(info, dict)
+    ]
     if bad_extra:
         kinds = ", ".join(sorted({kind for _, kind in bad_extra}))
         hint = " (JSON text: parse it into a struct column)" if "str" in kinds else ""
-        problems.append(f"{len(bad_extra)} rows have extra_info as {kinds}, not a mapping (first: "
-                        f"{_first([i for i, _ in bad_extra])}): verl's RLHFDataset reads extra_info.get('index') and "
-                        f"stops on the first such row{hint}")
+        problems.append(
+            f"{len(bad_extra)} rows have extra_info as {kinds}, not a mapping (first: "
+            f"{_first([i for i, _ in bad_extra])}): verl's RLHFDataset reads extra_info.get('index') and "
+            f"stops on the first such row{hint}"
+        )
     if prompt_is_messages:
         empty = [i for i, messages in enumerate(_column(table, "prompt")) if not messages]
         if empty:
-            problems.append(f"{len(empty)} rows have no prompt messages (first: {_first(empty)}): there is nothing "
-                            "to roll out from")
+            problems.append(
+                f"{len(empty)} rows have no prompt messages (first: {_first(empty)}): there is nothing to roll out from"
+            )
     return problems
 
 
@@ -147,10 +158,6 @@ def scan_file(
     """
     import pyarrow.parquet as pq
 
-    from fspo.data.io import text_list
-    from fspo.reward import evidence_text, row_evidence
-    from fspo.scores import known_sources, scorer_of
-
     report = FileReport(path=str(path), evidence_key=evidence_key)
     local = Path(os.path.expanduser(str(path)))
     if not local.exists():
@@ -191,9 +198,11 @@ def scan_file(
         for source, scorer in report.scorers.items():
             if scorer is None:
                 rows = [i for i, s in enumerate(sources) if s == source]
-                report.problems.append(f"data_source {source!r} ({len(rows)} rows, first: {_first(rows)}) has no "
-                                       f"scorer; known: {', '.join(known_sources())} (any case) and verl's names "
-                                       "(openai/gsm8k, lighteval/MATH, HuggingFaceH4/MATH-500, ...)")
+                report.problems.append(
+                    f"data_source {source!r} ({len(rows)} rows, first: {_first(rows)}) has no "
+                    f"scorer; known: {', '.join(known_sources())} (any case) and verl's names "
+                    "(openai/gsm8k, lighteval/MATH, HuggingFaceH4/MATH-500, ...)"
+                )
 
     no_truth, empty_truth = [], []
     for position, reward_model in enumerate(_column(table, "reward_model")):
@@ -206,8 +215,10 @@ def scan_file(
     if no_truth:
         report.problems.append(f"{len(no_truth)} rows have no reward_model.ground_truth (first: {_first(no_truth)})")
     if empty_truth:
-        report.problems.append(f"{len(empty_truth)} rows have an empty reward_model.ground_truth (first: "
-                               f"{_first(empty_truth)}): no answer can match it, so every rollout scores 0")
+        report.problems.append(
+            f"{len(empty_truth)} rows have an empty reward_model.ground_truth (first: "
+            f"{_first(empty_truth)}): no answer can match it, so every rollout scores 0"
+        )
 
     extra_infos, columns = _column(table, "extra_info"), _column(table, evidence_key)
     evidences, unusable = [], []
@@ -238,8 +249,10 @@ def scan_file(
         for name in EVIDENCE_NAMES:
             if name == evidence_key:
                 continue
-            found = sum(bool(row_evidence({"extra_info": info, name: column}, name))
-                        for info, column in zip(extra_infos, _column(table, name)))
+            found = sum(
+                bool(row_evidence({"extra_info": info, name: column}, name))
+                for info, column in zip(extra_infos, _column(table, name))
+            )
             if found:
                 report.problems.append(
                     f"no row has evidence under '{evidence_key}', but '{name}' holds text in {found} rows: FSPO would "
@@ -254,28 +267,34 @@ def scan_file(
         )
 
     if tokenizer is not None:
-        report.evidence_tokens = [len(ids) for ids in tokenizer(evidences, add_special_tokens=False)["input_ids"]] \
-            if evidences else []
+        report.evidence_tokens = (
+            [len(ids) for ids in tokenizer(evidences, add_special_tokens=False)["input_ids"]] if evidences else []
+        )
         if not prompt_problem:
-            report.prompt_tokens = [_prompt_length(messages, tokenizer, prompt_format)
-                                    for messages in _column(table, "prompt")]
+            report.prompt_tokens = [
+                _prompt_length(messages, tokenizer, prompt_format) for messages in _column(table, "prompt")
+            ]
             if max_prompt_length is not None:
                 report.prompts_over_limit = sum(n > max_prompt_length for n in report.prompt_tokens)
                 if report.rows and report.prompts_over_limit == report.rows:
-                    report.problems.append(f"every prompt is longer than {max_prompt_length} tokens "
-                                           "(data.max_prompt_length): verl would filter out every row")
+                    report.problems.append(
+                        f"every prompt is longer than {max_prompt_length} tokens "
+                        "(data.max_prompt_length): verl would filter out every row"
+                    )
     return report
 
 
 def _prompt_length(messages, tokenizer, prompt_format: str | None) -> int:
     """Tokens of the rendered prompt, counted as verl's overlong-prompt filter counts them."""
-    from fspo.data.templates import count_prompt_tokens
-
     messages = [dict(m) for m in messages]
     if prompt_format:
         return count_prompt_tokens(messages, prompt_format, tokenizer)
-    return len(tokenizer(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False),
-                         add_special_tokens=False)["input_ids"])
+    return len(
+        tokenizer(
+            tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False),
+            add_special_tokens=False,
+        )["input_ids"]
+    )
 
 
 def _summary(values: list[int]) -> str:
@@ -302,16 +321,22 @@ def format_report(report: FileReport) -> str:
         where.append(f"{report.evidence_in_extra_info} in extra_info")
     if report.evidence_in_column:
         where.append(f"{report.evidence_in_column} in the column")
-    lines.append(f"  evidence ('{report.evidence_key}'): {report.evidence_rows}/{report.rows} rows"
-                 + (f" ({', '.join(where)})" if where else "")
-                 + (f"; chars {_summary(report.evidence_chars)}" if report.evidence_chars else ""))
+    lines.append(
+        f"  evidence ('{report.evidence_key}'): {report.evidence_rows}/{report.rows} rows"
+        + (f" ({', '.join(where)})" if where else "")
+        + (f"; chars {_summary(report.evidence_chars)}" if report.evidence_chars else "")
+    )
     if report.evidence_tokens:
         lines.append(f"  evidence tokens: {_summary(report.evidence_tokens)}")
     if report.prompt_tokens is not None:
-        lines.append(f"  prompt tokens: {_summary(report.prompt_tokens)}"
-                     + (f"; {report.prompts_over_limit} over the limit" if report.prompts_over_limit else ""))
+        lines.append(
+            f"  prompt tokens: {_summary(report.prompt_tokens)}"
+            + (f"; {report.prompts_over_limit} over the limit" if report.prompts_over_limit else "")
+        )
     if report.ground_truth_types:
-        lines.append("  ground truth: " + ", ".join(f"{name} {count}" for name, count in report.ground_truth_types.most_common()))
+        lines.append(
+            "  ground truth: " + ", ".join(f"{name} {count}" for name, count in report.ground_truth_types.most_common())
+        )
     lines += [f"  problem: {problem}" for problem in report.problems]
     return "\n".join(lines)
 
@@ -322,12 +347,20 @@ def build_parser() -> argparse.ArgumentParser:
         description="Report what parquet files hold and whether they can train (exit 1 when one cannot).",
     )
     parser.add_argument("files", nargs="+", help="parquet files in verl's RL format")
-    parser.add_argument("--evidence-key", default="evidence",
-                        help="extra_info key or column holding the evidence, as fspo.evidence_key (released files: knowledge)")
-    parser.add_argument("--require-evidence", action="store_true", help="every row must have evidence (fspo.require_evidence)")
+    parser.add_argument(
+        "--evidence-key",
+        default="evidence",
+        help="extra_info key or column holding the evidence, as fspo.evidence_key (released files: knowledge)",
+    )
+    parser.add_argument(
+        "--require-evidence", action="store_true", help="every row must have evidence (fspo.require_evidence)"
+    )
     parser.add_argument("--tokenizer", default=None, help="tokenizer (model directory or hub id) to count tokens with")
-    parser.add_argument("--prompt-format", default=None,
-                        help="render prompts with this fspo.data.templates format (default: the tokenizer's own)")
+    parser.add_argument(
+        "--prompt-format",
+        default=None,
+        help="render prompts with this fspo.data.templates format (default: the tokenizer's own)",
+    )
     parser.add_argument("--max-prompt-length", type=int, default=None, help="count prompts longer than this (tokens)")
     return parser
 
@@ -335,8 +368,14 @@ def build_parser() -> argparse.ArgumentParser:
 def check_arguments(args) -> str | None:
     """What is wrong with the command line before any file is read (None: nothing)."""
     if args.tokenizer is None:
-        counted = [flag for flag, value in (("--max-prompt-length", args.max_prompt_length),
-                                            ("--prompt-format", args.prompt_format)) if value is not None]
+        counted = [
+            flag
+            for flag, value in (
+                ("--max-prompt-length", args.max_prompt_length),
+                ("--prompt-format", args.prompt_format),
+            )
+            if value is not None
+        ]
         if counted:
             return f"{' and '.join(counted)} count prompt tokens: give --tokenizer (the model's tokenizer) too"
     if args.max_prompt_length is not None and args.max_prompt_length < 1:
@@ -354,8 +393,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tokenizer = None
     if args.prompt_format is not None:
-        from fspo.data.templates import check_prompt_format
-
         try:
             check_prompt_format(args.prompt_format)
         except ValueError as error:
@@ -370,17 +407,29 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fspo data check: cannot load the tokenizer {args.tokenizer!r}: {error}", file=sys.stderr)
             return 2
         if args.prompt_format is None and not tokenizer.chat_template:
-            print(f"fspo data check: the tokenizer {args.tokenizer!r} has no chat template; pass --prompt-format "
-                  "(the one training uses, e.g. passthrough for the released FSPO files)", file=sys.stderr)
+            print(
+                f"fspo data check: the tokenizer {args.tokenizer!r} has no chat template; pass --prompt-format "
+                "(the one training uses, e.g. passthrough for the released FSPO files)",
+                file=sys.stderr,
+            )
             return 2
     failed = 0
     for path in args.files:
-        report = scan_file(path, args.evidence_key, require_evidence=args.require_evidence, tokenizer=tokenizer,
-                           prompt_format=args.prompt_format, max_prompt_length=args.max_prompt_length)
+        report = scan_file(
+            path,
+            args.evidence_key,
+            require_evidence=args.require_evidence,
+            tokenizer=tokenizer,
+            prompt_format=args.prompt_format,
+            max_prompt_length=args.max_prompt_length,
+        )
         print(format_report(report))
         failed += not report.can_train
     if failed:
-        print(f"fspo data check: {failed} of {len(args.files)} file(s) cannot train (see 'problem:' above)", file=sys.stderr)
+        print(
+            f"fspo data check: {failed} of {len(args.files)} file(s) cannot train (see 'problem:' above)",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 

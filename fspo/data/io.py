@@ -194,7 +194,9 @@ def read_source_file_as_jsonl(path: Path, text: str) -> list[dict]:
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as error:
-                raise SourceFileError(f"{path}, line {line_number}: neither JSON nor JSON Lines ({error.msg})") from None
+                raise SourceFileError(
+                    f"{path}, line {line_number}: neither JSON nor JSON Lines ({error.msg})"
+                ) from None
     return records
 
 

@@ -95,5 +95,8 @@ def aime2025_offline_files(split: str, args) -> list[Path] | None:
 
 
 def add_simplerl_arguments(parser) -> None:
-    parser.add_argument("--simplerl-subset", default="simplelr_qwen_level3to5",
-                        help="folder of the hub repository to read (default: simplelr_qwen_level3to5)")
+    parser.add_argument(
+        "--simplerl-subset",
+        default="simplelr_qwen_level3to5",
+        help="folder of the hub repository to read (default: simplelr_qwen_level3to5)",
+    )

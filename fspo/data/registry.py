@@ -17,8 +17,11 @@ from __future__ import annotations
 import sys
 from functools import partial
 
+from fspo.cli import dispatch
+from fspo.cli.arguments import UsageError, refuse
 from fspo.data import halluqa, halueval, truthfulqa
 from fspo.data.builder import DatasetSpec, run_cli
+from fspo.data.io import SourceFieldError, SourceFileError
 from fspo.data.math_sets import (
     add_simplerl_arguments,
     aime2025_offline_files,
@@ -102,7 +105,9 @@ SPECS = (
         ability="factual_qa",
         splits=("test",),
         hub=lambda split, args: (
-            "truthfulqa/truthful_qa", "generation" if args.form == "generation" else "multiple_choice", "validation"
+            "truthfulqa/truthful_qa",
+            "generation" if args.form == "generation" else "multiple_choice",
+            "validation",
         ),
         convert=truthfulqa.convert,
         data_source=lambda args: {"generation": "truthfulqa_gen"}.get(args.form, f"truthfulqa_{args.form}"),
@@ -135,9 +140,6 @@ DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in SPECS}
 
 def build(spec: DatasetSpec, argv: list[str]) -> int:
     """`fspo data <spec.name> ...`: bad or missing source data is one line saying what to fix (exit 2)."""
-    from fspo.arguments import UsageError, refuse
-    from fspo.data.io import SourceFieldError, SourceFileError
-
     try:
         return run_cli(spec, argv)
     except (SourceFieldError, SourceFileError, FileNotFoundError, UsageError) as error:
@@ -153,8 +155,6 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fspo.cli import dispatch
-
     return dispatch("fspo data", COMMANDS, argv, noun="dataset")
 
 

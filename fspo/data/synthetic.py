@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from fspo.cli.arguments import UsageError, check_count, check_output_dir, refuse
 from fspo.data.builder import Example
 from fspo.data.io import make_row, write_parquet
 from fspo.data.templates import PROMPT_FORMATS, build_messages, check_prompt_format
@@ -105,21 +106,40 @@ def _question(kind: str, w: dict) -> tuple[str, str, list[str], list[str]]:
     co1, co2 = w["companies"]
     y1, y2 = w["years"]
     if kind == "birth_country":
-        return (f"In which country was {p} born?", k1, [born_in(p, c1), city_in(c1, k1)],
-                [born_in(q, c2), city_in(c2, k2), city_in(c3, k1)])
+        return (
+            f"In which country was {p} born?",
+            k1,
+            [born_in(p, c1), city_in(c1, k1)],
+            [born_in(q, c2), city_in(c2, k2), city_in(c3, k1)],
+        )
     if kind == "employer_city":
-        return (f"In which city is the company that {p} works for headquartered?", c1,
-                [works_for(p, co1), headquartered_in(co1, c1)], [works_for(q, co2), headquartered_in(co2, c2)])
+        return (
+            f"In which city is the company that {p} works for headquartered?",
+            c1,
+            [works_for(p, co1), headquartered_in(co1, c1)],
+            [works_for(q, co2), headquartered_in(co2, c2)],
+        )
     if kind == "employer_year":
-        return (f"In what year was the company that {p} works for founded?", str(y1),
-                [works_for(p, co1), founded_in(co1, y1)], [works_for(q, co2), founded_in(co2, y2), born_in(p, c1)])
+        return (
+            f"In what year was the company that {p} works for founded?",
+            str(y1),
+            [works_for(p, co1), founded_in(co1, y1)],
+            [works_for(q, co2), founded_in(co2, y2), born_in(p, c1)],
+        )
     if kind == "employer_country":
-        return (f"In which country is the company that {p} works for headquartered?", k1,
-                [works_for(p, co1), headquartered_in(co1, c1), city_in(c1, k1)],
-                [headquartered_in(co2, c2), city_in(c2, k2)])
+        return (
+            f"In which country is the company that {p} works for headquartered?",
+            k1,
+            [works_for(p, co1), headquartered_in(co1, c1), city_in(c1, k1)],
+            [headquartered_in(co2, c2), city_in(c2, k2)],
+        )
     if kind == "mentor_birthplace":
-        return (f"In which city was the mentor of {p} born?", c2, [mentored_by(p, q), born_in(q, c2)],
-                [born_in(p, c1), mentored_by(r, p), born_in(r, c3)])
+        return (
+            f"In which city was the mentor of {p} born?",
+            c2,
+            [mentored_by(p, q), born_in(q, c2)],
+            [born_in(p, c1), mentored_by(r, p), born_in(r, c3)],
+        )
     raise ValueError(f"unknown question kind {kind!r}")
 
 
@@ -232,12 +252,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=1000, help="train rows")
     parser.add_argument("--test-size", type=int, default=100, help="test rows")
     parser.add_argument("--seed", type=int, default=0, help="seed of the worlds and questions (same seed, same rows)")
-    parser.add_argument("--prompt-format", default="qwen-base", choices=PROMPT_FORMATS,
-                        help="chat format of the prompts (fspo.data.templates)")
-    parser.add_argument("--evidence-in-prompt", action=argparse.BooleanOptionalAction, default=True,
-                        help="put the evidence in the prompt as context")
+    parser.add_argument(
+        "--prompt-format",
+        default="qwen-base",
+        choices=PROMPT_FORMATS,
+        help="chat format of the prompts (fspo.data.templates)",
+    )
+    parser.add_argument(
+        "--evidence-in-prompt",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="put the evidence in the prompt as context",
+    )
     args = parser.parse_args(argv)
-    from fspo.arguments import UsageError, check_count, check_output_dir, refuse
 
     try:
         # 0 skips a split, as `fspo data` builders build only the splits asked for; a negative size is a typo.

@@ -155,7 +155,10 @@ def render_prompt(messages: list[dict[str, str]], prompt_format: str, tokenizer=
 def count_prompt_tokens(messages: list[dict[str, str]], prompt_format: str, tokenizer, **template_kwargs) -> int:
     """Number of tokens of the rendered prompt, counted as verl's overlong-prompt filter counts them."""
     ids = tokenizer.apply_chat_template(
-        messages, chat_template=chat_template(prompt_format), add_generation_prompt=True, tokenize=True,
+        messages,
+        chat_template=chat_template(prompt_format),
+        add_generation_prompt=True,
+        tokenize=True,
         **template_kwargs,
     )
     if isinstance(ids, dict) or hasattr(ids, "keys"):  # transformers 5 may return a BatchEncoding

@@ -45,9 +45,9 @@ def targets(record: dict, name: str, where: str) -> list[tuple[str, int]]:
         choices, labels = list(value["choices"]), list(get_field(value, "labels", f"{where}, field {name!r}"))
         if len(choices) != len(labels):
             raise SourceFieldError(f"{where}: field {name!r} has {len(choices)} choices but {len(labels)} labels")
-        return [(clean_text(c), int(l)) for c, l in zip(choices, labels)]
+        return [(clean_text(choice), int(label)) for choice, label in zip(choices, labels)]
     if isinstance(value, dict):  # original mc_task.json: {choice: label}
-        return [(clean_text(c), int(l)) for c, l in value.items()]
+        return [(clean_text(choice), int(label)) for choice, label in value.items()]
     raise SourceFieldError(f"{where}: field {name!r} must be {{'choices', 'labels'}} or {{choice: label}}")
 
 

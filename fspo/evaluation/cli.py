@@ -20,13 +20,16 @@ import math
 import re
 from pathlib import Path
 
+from fspo.chat_client import ChatClient
+from fspo.cli.arguments import UsageError, check_count, check_model_dir, check_output_dir, check_probability, refuse
+from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.data.templates import PROMPT_FORMATS
-from fspo.verifiers import VERIFIER_NAMES
-from fspo.verifiers.quality import calibrated_threshold
-from fspo.evaluation.generation import GenerationSettings, build_generator
+from fspo.evaluation.answer_judge import METRICS_OF_SOURCE, AnswerJudge
+from fspo.evaluation.generation import GenerationSettings, build_generator, render_prompts, vllm_available
 from fspo.evaluation.pipeline import ProvenanceError, check_rows, evaluate_model
 from fspo.evaluation.report import accumulated_results, write_results
-
+from fspo.verifier_tools.quality import calibrated_threshold
+from fspo.verifier_tools.verify import parse_option
 
 SPLIT_NAMES = {"train", "test", "val", "validation", "dev"}
 # Folder names that say nothing about which model is inside: name it after its parent (global_step_N).
@@ -51,17 +54,32 @@ def named_path(spec: str) -> tuple[str, Path]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fspo evaluate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="fspo evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", action="append", required=True, type=named_path, help="model directory (repeatable)")
-    parser.add_argument("--data", action="append", required=True, type=named_path,
-                        help="benchmark parquet built by `fspo data` (repeatable)")
-    parser.add_argument("--output-dir", required=True, type=Path,
-                        help="where predictions, results.md/json and the chart are written (resumes from it)")
-    parser.add_argument("--prompt-format", choices=list(PROMPT_FORMATS), default=None,
-                        help="chat template to render prompts with (default: the model's own)")
-    parser.add_argument("--backend", choices=["auto", "vllm", "hf"], default="auto",
-                        help="auto: vLLM when installed, else transformers")
+    parser.add_argument(
+        "--data",
+        action="append",
+        required=True,
+        type=named_path,
+        help="benchmark parquet built by `fspo data` (repeatable)",
+    )
+    parser.add_argument(
+        "--output-dir",
+        required=True,
+        type=Path,
+        help="where predictions, results.md/json and the chart are written (resumes from it)",
+    )
+    parser.add_argument(
+        "--prompt-format",
+        choices=list(PROMPT_FORMATS),
+        default=None,
+        help="chat template to render prompts with (default: the model's own)",
+    )
+    parser.add_argument(
+        "--backend", choices=["auto", "vllm", "hf"], default="auto", help="auto: vLLM when installed, else transformers"
+    )
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass, in (0, 1]")
     parser.add_argument("--max-new-tokens", type=int, default=1024, help="longest response, in tokens")
@@ -70,35 +88,64 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampler")
     parser.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM only")
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N rows of each benchmark")
-    parser.add_argument("--verifier", default=None, choices=VERIFIER_NAMES,
-                        help="verifier (fspo.verifiers) for the supported step rate")
-    parser.add_argument("--verifier-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="a verifier option, as in fspo.verifier.* (repeatable), e.g. model_path=/models/hhem")
-    parser.add_argument("--threshold", type=float, default=None,
-                        help="with --verifier: a step scoring >= this is supported (default: the backend's calibrated "
-                             "threshold, the one training uses)")
+    parser.add_argument(
+        "--verifier", default=None, choices=VERIFIER_NAMES, help="verifier (fspo.verifiers) for the supported step rate"
+    )
+    parser.add_argument(
+        "--verifier-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a verifier option, as in fspo.verifier.* (repeatable), e.g. model_path=/models/hhem",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="with --verifier: a step scoring >= this is supported (default: the backend's calibrated "
+        "threshold, the one training uses)",
+    )
     judge = parser.add_argument_group("LLM judge of TruthfulQA / HalluQA answers (fspo.evaluation.answer_judge)")
-    judge.add_argument("--judge", metavar="URL", default=None,
-                       help="OpenAI-compatible server (root, /v1 or full chat-completions URL), e.g. a vLLM server")
-    judge.add_argument("--judge-model", default="default", help="model name sent to the judge (and part of the cache key)")
-    judge.add_argument("--judge-api-key-env", metavar="VAR", default=None,
-                       help="environment variable holding the judge's API key (sent as a Bearer token)")
+    judge.add_argument(
+        "--judge",
+        metavar="URL",
+        default=None,
+        help="OpenAI-compatible server (root, /v1 or full chat-completions URL), e.g. a vLLM server",
+    )
+    judge.add_argument(
+        "--judge-model", default="default", help="model name sent to the judge (and part of the cache key)"
+    )
+    judge.add_argument(
+        "--judge-api-key-env",
+        metavar="VAR",
+        default=None,
+        help="environment variable holding the judge's API key (sent as a Bearer token)",
+    )
     judge.add_argument("--judge-concurrency", type=int, default=8, help="judge requests in flight at once")
     judge.add_argument("--judge-timeout", type=float, default=60.0, help="seconds per judge request")
-    judge.add_argument("--judge-retries", type=int, default=3,
-                       help="retries of a judge request after a timeout, connection error or 408/429/5xx")
-    judge.add_argument("--judge-max-tokens", type=int, default=16,
-                       help="the judge's reply budget (raise it for a reasoning judge that thinks first)")
-    parser.add_argument("--evidence-key", default="evidence",
-                        help="where a row's evidence is: extra_info[KEY] or a column KEY, as fspo.evidence_key "
-                             "(the released FSPO files: knowledge)")
+    judge.add_argument(
+        "--judge-retries",
+        type=int,
+        default=3,
+        help="retries of a judge request after a timeout, connection error or 408/429/5xx",
+    )
+    judge.add_argument(
+        "--judge-max-tokens",
+        type=int,
+        default=16,
+        help="the judge's reply budget (raise it for a reasoning judge that thinks first)",
+    )
+    parser.add_argument(
+        "--evidence-key",
+        default="evidence",
+        help="where a row's evidence is: extra_info[KEY] or a column KEY, as fspo.evidence_key "
+        "(the released FSPO files: knowledge)",
+    )
     return parser
 
 
 def judged_summary(metrics: dict) -> str:
     """`` truthful_ratio=0.7500 ... judged=3 unjudged=1`` for a judged benchmark, "" otherwise."""
-    from fspo.evaluation.answer_judge import METRICS_OF_SOURCE
-
     if "judged" not in metrics:
         return ""
     names = [name for per_source in METRICS_OF_SOURCE.values() for name in per_source if name in metrics]
@@ -108,39 +155,46 @@ def judged_summary(metrics: dict) -> str:
 
 def build_judge(parser: argparse.ArgumentParser, args: argparse.Namespace):
     """The `AnswerJudge` the ``--judge*`` options describe, None without ``--judge``; bad options exit 2."""
-    given = [f"--{name.replace('_', '-')}" for name in vars(args)
-             if name.startswith("judge_") and getattr(args, name) != parser.get_default(name)]
+    given = [
+        f"--{name.replace('_', '-')}"
+        for name in vars(args)
+        if name.startswith("judge_") and getattr(args, name) != parser.get_default(name)
+    ]
     if args.judge is None:
         if given:
             parser.error(f"{' and '.join(given)}: only with --judge URL (the judge server)")
         return None
     if not re.match(r"https?://", args.judge):
         parser.error(f"--judge {args.judge!r} is not an http(s) URL, e.g. http://localhost:8000/v1")
-    from fspo.chat_client import ChatClient
-    from fspo.evaluation.answer_judge import AnswerJudge
 
     try:
-        client = ChatClient(args.judge, args.judge_model, args.judge_api_key_env, timeout_s=args.judge_timeout,
-                            max_retries=args.judge_retries, max_tokens=args.judge_max_tokens,
-                            log_name="evaluation judge")
+        client = ChatClient(
+            args.judge,
+            args.judge_model,
+            args.judge_api_key_env,
+            timeout_s=args.judge_timeout,
+            max_retries=args.judge_retries,
+            max_tokens=args.judge_max_tokens,
+            log_name="evaluation judge",
+        )
         return AnswerJudge(client, max_concurrency=args.judge_concurrency)
     except ValueError as error:
         parser.error(f"--judge options: {error}")
 
 
 def check_arguments(args: argparse.Namespace) -> GenerationSettings:
-    """Refuse (:class:`fspo.arguments.UsageError`) options that cannot work together or at all, and folders
+    """Refuse (:class:`fspo.cli.arguments.UsageError`) options that cannot work together or at all, and folders
     that cannot be read or written, before any file is read or model loaded; the generation settings."""
-    from fspo.arguments import UsageError, check_count, check_model_dir, check_output_dir, check_probability
-    from fspo.evaluation.generation import vllm_available
-
     for flag, specs in (("--model", args.model), ("--data", args.data)):
         names = [name for name, _ in specs]
         if len(set(names)) != len(names):
             raise UsageError(f"two {flag} entries share a name in {names}; name them NAME=PATH")
     if args.verifier is None:
-        given = [flag for flag, value in (("--threshold", args.threshold), ("--verifier-option", args.verifier_option))
-                 if value]
+        given = [
+            flag
+            for flag, value in (("--threshold", args.threshold), ("--verifier-option", args.verifier_option))
+            if value
+        ]
         if given:
             raise UsageError(f"{' and '.join(given)}: only with --verifier NAME (the supported step rate)")
     elif args.threshold is None:
@@ -151,11 +205,14 @@ def check_arguments(args: argparse.Namespace) -> GenerationSettings:
     if args.backend == "vllm" and not vllm_available():
         raise UsageError("--backend vllm: vllm is not installed here; install it or use --backend hf")
     if args.tensor_parallel_size > 1 and (args.backend == "hf" or not vllm_available()):
-        raise UsageError(f"--tensor-parallel-size {args.tensor_parallel_size} needs the vllm backend; the "
-                         "transformers backend runs on one device")
+        raise UsageError(
+            f"--tensor-parallel-size {args.tensor_parallel_size} needs the vllm backend; the "
+            "transformers backend runs on one device"
+        )
     try:
-        settings = GenerationSettings(args.temperature, args.top_p, args.max_new_tokens, args.samples,
-                                      args.batch_size, args.seed)
+        settings = GenerationSettings(
+            args.temperature, args.top_p, args.max_new_tokens, args.samples, args.batch_size, args.seed
+        )
     except ValueError as error:
         field, _, rest = str(error).partition(" must")  # "top_p must be in (0, 1], got 0" -> --top-p
         raise UsageError(f"--{field.replace('_', '-')} must{rest}") from None
@@ -173,8 +230,6 @@ def check_arguments(args: argparse.Namespace) -> GenerationSettings:
 def read_benchmarks(args: argparse.Namespace) -> dict[str, list[dict]]:
     """Each ``--data`` file's rows (cut to ``--limit``), checked as generation and scoring will read them."""
     import pyarrow.parquet as pq
-
-    from fspo.arguments import UsageError
 
     benchmarks = {}
     for name, path in args.data:
@@ -196,10 +251,6 @@ def check_prompts_render(args: argparse.Namespace, benchmarks: dict[str, list[di
     """Every row renders with each model's tokenizer (its chat template, or ``--prompt-format``): tokenizers
     load in a second, a model does not."""
     from transformers import AutoTokenizer
-
-    from fspo.arguments import UsageError
-    from fspo.evaluation.generation import render_prompts
-
     from transformers.utils import logging as transformers_logging
 
     for model_name, model_dir in args.model:
@@ -220,8 +271,6 @@ def check_prompts_render(args: argparse.Namespace, benchmarks: dict[str, list[di
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fspo.arguments import UsageError, refuse
-
     parser = build_parser()
     args = parser.parse_args(argv)
     judge = build_judge(parser, args)
@@ -231,11 +280,13 @@ def main(argv: list[str] | None = None) -> int:
         check_prompts_render(args, benchmarks)
         verifier = None
         if args.verifier:
+            # Lazy: the verifier's config and backends import verl (seconds), after the arguments are checked.
+            from fspo.config.verifier import verifier_config
             from fspo.verifiers import build_verifier
-            from fspo.verifiers.cli import parse_option
 
             try:
-                verifier = build_verifier({"name": args.verifier, **dict(parse_option(o) for o in args.verifier_option)})
+                options = dict(parse_option(o) for o in args.verifier_option)
+                verifier = build_verifier(verifier_config({"name": args.verifier, **options}))
             except ValueError as error:
                 raise UsageError(str(error)) from None
         return evaluate(args, settings, benchmarks, verifier, judge)
@@ -251,20 +302,31 @@ def evaluate(args: argparse.Namespace, settings: GenerationSettings, benchmarks:
         generator = build_generator(model_dir, settings, args.backend, tensor_parallel_size=args.tensor_parallel_size)
         for bench_name, rows in benchmarks.items():
             metrics = evaluate_model(
-                model_dir, rows, predictions_path=predictions_dir / f"{model_name}__{bench_name}.jsonl",
-                prompt_format=args.prompt_format, batch_size=args.batch_size, verifier=verifier,
-                threshold=args.threshold, generator=generator, description=f"{model_name} · {bench_name}",
-                evidence_key=args.evidence_key, judge=judge,
+                model_dir,
+                rows,
+                predictions_path=predictions_dir / f"{model_name}__{bench_name}.jsonl",
+                prompt_format=args.prompt_format,
+                batch_size=args.batch_size,
+                verifier=verifier,
+                threshold=args.threshold,
+                generator=generator,
+                description=f"{model_name} · {bench_name}",
+                evidence_key=args.evidence_key,
+                judge=judge,
             )
             generated = metrics["generated"]
             results.setdefault(model_name, {})[bench_name] = metrics
             rate = metrics.get("supported_step_rate")
-            print(f"{model_name} {bench_name}: score={metrics['score']:.4f} n={metrics['n']} generated={generated}"
-                  + ("" if rate is None else f" supported_step_rate={'nan' if math.isnan(rate) else f'{rate:.4f}'}")
-                  + judged_summary(metrics))
+            print(
+                f"{model_name} {bench_name}: score={metrics['score']:.4f} n={metrics['n']} generated={generated}"
+                + ("" if rate is None else f" supported_step_rate={'nan' if math.isnan(rate) else f'{rate:.4f}'}")
+                + judged_summary(metrics)
+            )
             if judge is not None and "judged" not in metrics:
-                print(f"{model_name} {bench_name}: not judged (the judge grades TruthfulQA and HalluQA generation "
-                      "rows: truthfulqa_gen, halluqa_gen; `fspo data halluqa --form generation` builds the latter)")
+                print(
+                    f"{model_name} {bench_name}: not judged (the judge grades TruthfulQA and HalluQA generation "
+                    "rows: truthfulqa_gen, halluqa_gen; `fspo data halluqa --form generation` builds the latter)"
+                )
         del generator  # free the model before loading the next one
     paths = write_results(accumulated_results(args.output_dir, results), args.output_dir)
     print(paths["markdown"].read_text(encoding="utf-8"))

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from fspo.cpu.compute import torch_compute_dtype
+from fspo.data.templates import render_prompt
+
 
 @dataclass(frozen=True)
 class GenerationSettings:
@@ -58,8 +61,6 @@ def render_prompts(tokenizer, rows: list[dict], prompt_format: str | None = None
         rows: Rows in verl's RL format.
         prompt_format: ``qwen-base``, ``qwen-instruct`` or ``llama-instruct`` to override the template.
     """
-    from fspo.data.templates import render_prompt
-
     prompts = []
     for position, row in enumerate(rows):
         messages = row.get("prompt")
@@ -113,8 +114,6 @@ class HFGenerator:
         if self.device.startswith("cuda"):
             dtype = torch.bfloat16
         else:  # bf16 only on a CPU with bf16 instructions: elsewhere it is several times slower
-            from fspo.cpu.compute import torch_compute_dtype
-
             dtype = torch_compute_dtype()
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
         self._torch = torch
@@ -127,7 +126,9 @@ class HFGenerator:
             # The chat template already holds the special tokens: add none.
             inputs = self.tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
             sampling = settings.temperature > 0
-            options = dict(do_sample=sampling, max_new_tokens=settings.max_new_tokens, num_return_sequences=settings.samples)
+            options = dict(
+                do_sample=sampling, max_new_tokens=settings.max_new_tokens, num_return_sequences=settings.samples
+            )
             if sampling:
                 options.update(temperature=settings.temperature, top_p=settings.top_p)
             else:

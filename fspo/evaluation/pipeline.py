@@ -12,14 +12,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from fspo.evaluation.answer_judge import judgments_path
 from fspo.evaluation.generation import GenerationSettings, Generator, build_generator, render_prompts
+from fspo.evaluation.records import read_records, write_atomically
+from fspo.evidence import row_evidence
 from fspo.scores import METRIC_KEYS as METRICS
+from fspo.scores import compute_score, scorer_of, unknown_source_message
+from fspo.steps import reasoning_steps
+from fspo.time_limit import ScorerTimeout, TimeLimitedScorer
+from fspo.token_labels import verdicts_from_scores
 
 SUPPORT_THRESHOLD = 0.5
 # Files up to this size are hashed whole (configs, tokenizer, weight index); larger ones (the weights)
@@ -50,18 +56,6 @@ def row_fingerprint(row: dict) -> str:
     """A short hash of what a row's predictions depend on: its prompt, source, ground truth and extra_info."""
     content = {key: row.get(key) for key in ("prompt", "data_source", "reward_model", "extra_info")}
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def write_atomically(path: str | Path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it over `path` (never half a file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def provenance_path(predictions_path: str | Path) -> Path:
@@ -95,13 +89,6 @@ def check_provenance(predictions_path: str | Path, provenance: dict) -> None:
     write_atomically(sidecar, json.dumps(provenance, indent=2) + "\n")
 
 
-def _evidence_text(row: dict, evidence_key: str = "evidence") -> str:
-    """The row's evidence exactly as training hands it to the verifier (``extra_info`` or a column)."""
-    from fspo.reward import row_evidence
-
-    return row_evidence(row, evidence_key)
-
-
 def _ground_truth(row: dict):
     reward_model = row.get("reward_model") or {}
     if "ground_truth" not in reward_model:
@@ -112,8 +99,6 @@ def _ground_truth(row: dict):
 
 def check_rows(rows: Sequence[dict], where: str = "rows") -> None:
     """Raise before any generation if a row lacks chat messages, a known data_source or a ground truth."""
-    from fspo.scores import scorer_of, unknown_source_message
-
     for position, row in enumerate(rows):
         source = row.get("data_source")
         if scorer_of(source) is None:
@@ -130,14 +115,12 @@ def score_record(row: dict, responses: Sequence[str], scorer=None) -> dict:
         scorer: A `fspo.time_limit.TimeLimitedScorer` (a response it gives up on scores 0 and is counted in
             ``scorer_timeouts``); None scores in this process with `fspo.scores.compute_score`, unlimited.
     """
-    from fspo.scores import compute_score
-    from fspo.time_limit import ScorerTimeout
-
     extra_info = row.get("extra_info") or {}
     per_sample, timeouts = [], 0
     for text in responses:
-        kwargs = dict(data_source=row["data_source"], solution_str=text, ground_truth=_ground_truth(row),
-                      extra_info=extra_info)
+        kwargs = dict(
+            data_source=row["data_source"], solution_str=text, ground_truth=_ground_truth(row), extra_info=extra_info
+        )
         try:
             per_sample.append((scorer or compute_score)(**kwargs))
         except ScorerTimeout:
@@ -145,20 +128,6 @@ def score_record(row: dict, responses: Sequence[str], scorer=None) -> dict:
             per_sample.append(dict.fromkeys(METRICS, 0.0))
     means = {name: sum(float(s[name]) for s in per_sample) / len(per_sample) for name in METRICS}
     return {**means, "sample_scores": [float(s["score"]) for s in per_sample], "scorer_timeouts": timeouts}
-
-
-def read_records(path: str | Path) -> list[dict]:
-    """Records of a predictions JSONL; a half-written last line (interrupted write) is dropped."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
 
 
 def score_records(records: Sequence[dict]) -> dict:
@@ -178,8 +147,6 @@ def supported_step_rate(records: Sequence[dict], verifier, threshold: float = SU
         ``{"supported_step_rate", "supported_steps", "verified_steps", "unverifiable_steps"}``; the rate is NaN
         when no step could be verified.
     """
-    from fspo.steps import reasoning_steps
-
     pairs = []
     for record in records:
         evidence = record.get("evidence") or ""
@@ -187,9 +154,13 @@ def supported_step_rate(records: Sequence[dict], verifier, threshold: float = SU
             continue
         for response in record["responses"]:
             pairs += [(evidence, step.text) for step in reasoning_steps(response)]
-    from fspo.reward import verdicts_from_scores  # the rule training labels steps by
-
-    verdicts = verdicts_from_scores([float(s) for s in verifier.score(pairs)], threshold) if pairs else []
+    verdicts = (
+        verdicts_from_scores(  # the rule training labels steps by
+            [float(s) for s in verifier.score(pairs)], threshold
+        )
+        if pairs
+        else []
+    )
     supported, verified = verdicts.count(1), len(verdicts) - verdicts.count(0)
     return {
         "supported_step_rate": supported / verified if verified else math.nan,
@@ -228,6 +199,7 @@ def evaluate_benchmark(
     """
     keys = [row_fingerprint(row) for row in rows]
     stored = read_records(predictions_path) if predictions_path else []
+
     # A record counts only for the row it was made from: a rebuilt data file regenerates its changed rows.
     def stale(record: dict) -> bool:
         return record["index"] < len(rows) and record.get("row_key") != keys[record["index"]]
@@ -253,7 +225,7 @@ def evaluate_benchmark(
                         "data_source": row["data_source"],
                         "prompt": prompt,
                         "ground_truth": _ground_truth(row),
-                        "evidence": _evidence_text(row, evidence_key),
+                        "evidence": row_evidence(row, evidence_key),
                         "responses": list(responses),
                         **score_record(row, responses, scorer),
                     }
@@ -311,8 +283,6 @@ def evaluate_model(
     Raises:
         ProvenanceError: `predictions_path` holds predictions of another model, prompt format or settings.
     """
-    from fspo.time_limit import TimeLimitedScorer
-
     check_rows(rows)
     if generator is None:
         settings = GenerationSettings(temperature, top_p, max_new_tokens, samples, batch_size, seed)
@@ -322,18 +292,32 @@ def evaluate_model(
     scorer = TimeLimitedScorer(timeout_s=SCORER_TIMEOUT_S)
     try:
         records, generated = evaluate_benchmark(
-            generator, generator.tokenizer, rows, predictions_path, prompt_format, batch_size,
-            description=description or Path(model_dir).name, scorer=scorer, evidence_key=evidence_key,
+            generator,
+            generator.tokenizer,
+            rows,
+            predictions_path,
+            prompt_format,
+            batch_size,
+            description=description or Path(model_dir).name,
+            scorer=scorer,
+            evidence_key=evidence_key,
         )
     finally:
         scorer.close()
-    metrics = {**score_records(records), "generated": generated,
-               "scorer_timeouts": sum(int(r.get("scorer_timeouts", 0)) for r in records)}
+    metrics = {
+        **score_records(records),
+        "generated": generated,
+        "scorer_timeouts": sum(int(r.get("scorer_timeouts", 0)) for r in records),
+    }
     if verifier is not None:
         metrics.update(supported_step_rate(records, verifier, threshold))
     if judge is not None:
-        from fspo.evaluation.answer_judge import judgments_path
-
-        metrics.update(judge.judge_records(records, rows, judgments_path(predictions_path) if predictions_path else None,
-                                           description=f"judging {description or Path(model_dir).name}"))
+        metrics.update(
+            judge.judge_records(
+                records,
+                rows,
+                judgments_path(predictions_path) if predictions_path else None,
+                description=f"judging {description or Path(model_dir).name}",
+            )
+        )
     return metrics

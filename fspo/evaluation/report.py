@@ -9,7 +9,8 @@ import math
 import os
 from pathlib import Path
 
-from fspo.evaluation.pipeline import read_records, score_records, write_atomically
+from fspo.evaluation.pipeline import score_records
+from fspo.evaluation.records import read_records, write_atomically
 
 
 def _benchmarks(results: dict[str, dict[str, dict]]) -> list[str]:
@@ -98,7 +99,9 @@ def _plot(header: list[str], rows: list[list], path: Path, title: str) -> None:
         plt.close(figure)
 
 
-def write_results(results: dict[str, dict[str, dict]], output_dir: str | Path, stem: str = "results") -> dict[str, Path]:
+def write_results(
+    results: dict[str, dict[str, dict]], output_dir: str | Path, stem: str = "results"
+) -> dict[str, Path]:
     """Write the model × benchmark mean-score table and chart to `output_dir`.
 
     Args:
@@ -114,8 +117,10 @@ def write_results(results: dict[str, dict[str, dict]], output_dir: str | Path, s
         raise ValueError("no results to write")
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    paths = {kind: output_dir / f"{stem}.{suffix}" for kind, suffix in
-             [("markdown", "md"), ("json", "json"), ("csv", "csv"), ("png", "png")]}
+    paths = {
+        kind: output_dir / f"{stem}.{suffix}"
+        for kind, suffix in [("markdown", "md"), ("json", "json"), ("csv", "csv"), ("png", "png")]
+    }
     header, rows = results_table(results)
 
     markdown = "## Mean score (%)\n\n" + _markdown(header, rows)
@@ -123,13 +128,19 @@ def write_results(results: dict[str, dict[str, dict]], output_dir: str | Path, s
         markdown += "\n## Supported step rate (%)\n\n" + _markdown(*results_table(results, "supported_step_rate"))
     judge_header, judged_rows = judge_table(results)
     if judged_rows:
-        markdown += ("\n## LLM judge (%, over judged rows; HalluQA's truthful = free of hallucination)\n\n"
-                     + _markdown(judge_header, judged_rows))
+        markdown += "\n## LLM judge (%, over judged rows; HalluQA's truthful = free of hallucination)\n\n" + _markdown(
+            judge_header, judged_rows
+        )
     write_atomically(paths["markdown"], markdown)
 
     # JSON has no NaN: write null instead so any parser reads it.
-    clean = {m: {b: {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()}
-                 for b, metrics in per.items()} for m, per in results.items()}
+    clean = {
+        m: {
+            b: {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()}
+            for b, metrics in per.items()
+        }
+        for m, per in results.items()
+    }
     write_atomically(paths["json"], json.dumps(clean, indent=2) + "\n")
 
     table = io.StringIO(newline="")

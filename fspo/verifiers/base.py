@@ -25,19 +25,11 @@ Pair = tuple[str, str]
 def check_pairs(pairs: Sequence[Pair]) -> list[Pair]:
     """Returns ``pairs`` as a list of ``(evidence, claim)`` string tuples, or raises a clear error."""
     if isinstance(pairs, (str, bytes)):
-        raise TypeError(
-            "score() takes a sequence of (evidence, claim) pairs, not a string"
-        )
+        raise TypeError("score() takes a sequence of (evidence, claim) pairs, not a string")
     checked = []
     for i, pair in enumerate(pairs):
-        if not (
-            isinstance(pair, (tuple, list))
-            and len(pair) == 2
-            and all(isinstance(x, str) for x in pair)
-        ):
-            raise TypeError(
-                f"pair {i} must be an (evidence: str, claim: str) tuple, got {pair!r:.80}"
-            )
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise TypeError(f"pair {i} must be an (evidence: str, claim: str) tuple, got {pair!r:.80}")
         checked.append((pair[0], pair[1]))
     return checked
 
@@ -50,9 +42,7 @@ class Verifier(ABC):
     """
 
     name: str = "verifier"
-    threshold: float = (
-        0.5  # score >= threshold counts as supported (set from fspo.verifier.threshold)
-    )
+    threshold: float = 0.5  # score >= threshold counts as supported (set from fspo.verifier.threshold)
 
     @abstractmethod
     def score(self, pairs: Sequence[Pair]) -> list[float]:
@@ -89,7 +79,7 @@ class Verifier(ABC):
         scores, _ = await coalescer.submit(check_pairs(pairs))
         return scores
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most verifiers hold nothing to release
         """Releases resources (threads, models). The default holds none."""
 
 
@@ -107,7 +97,7 @@ class PairPipeline(Verifier):
     """
 
     def __init__(self, evidence_top_k: int | None = None, cache_size: int = 0):
-        # Types and ranges are checked by fspo.config.VerifierConfig, which build_verifier goes through.
+        # Types and ranges are checked by fspo.config.verifier.VerifierConfig, which build_verifier goes through.
         self.evidence_top_k = evidence_top_k
         self.cache_size = cache_size
         self._cache: OrderedDict[Pair, float] = OrderedDict()
@@ -121,10 +111,7 @@ class PairPipeline(Verifier):
         pairs = check_pairs(pairs)
         if self.evidence_top_k is None:
             return pairs
-        return [
-            (top_k_evidence(evidence, claim, self.evidence_top_k), claim)
-            for evidence, claim in pairs
-        ]
+        return [(top_k_evidence(evidence, claim, self.evidence_top_k), claim) for evidence, claim in pairs]
 
     def score(self, pairs: Sequence[Pair]) -> list[float]:
         prepared = self.prepare(pairs)

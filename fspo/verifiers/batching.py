@@ -14,9 +14,7 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-Features = Mapping[
-    str, Sequence[int]
-]  # one tokenized sequence: input_ids (+ token_type_ids)
+Features = Mapping[str, Sequence[int]]  # one tokenized sequence: input_ids (+ token_type_ids)
 
 
 def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
@@ -42,9 +40,7 @@ def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int
     return batches
 
 
-def pad_features(
-    rows: Sequence[Features], pad_token_id: int, device: torch.device | str
-) -> dict[str, torch.Tensor]:
+def pad_features(rows: Sequence[Features], pad_token_id: int, device: torch.device | str) -> dict[str, torch.Tensor]:
     """Right-pads tokenized rows into tensors; ``attention_mask`` comes from the lengths, not from the ids
     (HHEM's prompt starts with a literal ``<pad>`` token that must stay attended)."""
     width = max(len(row["input_ids"]) for row in rows)
@@ -56,20 +52,14 @@ def pad_features(
             dtype=torch.long,
         )
     batch["attention_mask"] = torch.tensor(
-        [
-            [1] * len(row["input_ids"]) + [0] * (width - len(row["input_ids"]))
-            for row in rows
-        ],
+        [[1] * len(row["input_ids"]) + [0] * (width - len(row["input_ids"])) for row in rows],
         dtype=torch.long,
     )
     return {key: value.to(device) for key, value in batch.items()}
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
-    return (
-        isinstance(error, torch.cuda.OutOfMemoryError)
-        or "out of memory" in str(error).lower()
-    )
+    return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()
 
 
 def run_batched(
@@ -90,9 +80,7 @@ def run_batched(
     def run(indices: list[int]) -> None:
         try:
             with torch.inference_mode():
-                output = forward(
-                    pad_features([rows[i] for i in indices], pad_token_id, device)
-                )
+                output = forward(pad_features([rows[i] for i in indices], pad_token_id, device))
         except (torch.cuda.OutOfMemoryError, RuntimeError) as error:
             if not _is_out_of_memory(error) or len(indices) == 1:
                 raise

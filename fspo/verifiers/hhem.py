@@ -19,22 +19,17 @@ from collections.abc import Sequence
 
 import torch
 
+from fspo.config.verifier import VerifierConfig
+from fspo.config.vocabulary import DEFAULT_MODELS, HHEM_FOUNDATION
+from fspo.preflight import check_verifier, has_tokenizer_files
 from fspo.verifiers.base import Pair
 from fspo.verifiers.batching import Features
 from fspo.verifiers.model_base import ModelVerifier
 
 logger = logging.getLogger(__name__)
 
-HHEM_MODEL = "vectara/hallucination_evaluation_model"
-HHEM_FOUNDATION = "google/flan-t5-base"
+HHEM_MODEL = DEFAULT_MODELS["hhem"]
 HHEM_PROMPT = "<pad> Determine if the hypothesis is true given the premise?\n\nPremise: {text1}\n\nHypothesis: {text2}"
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "spiece.model")
-
-
-def has_tokenizer_files(path: str) -> bool:
-    return os.path.isdir(path) and any(
-        os.path.exists(os.path.join(path, f)) for f in _TOKENIZER_FILES
-    )
 
 
 def _wrapper_t5_state(model_path: str) -> dict[str, torch.Tensor]:
@@ -48,29 +43,16 @@ def _wrapper_t5_state(model_path: str) -> dict[str, torch.Tensor]:
         from huggingface_hub import hf_hub_download
 
         file = hf_hub_download(model_path, "model.safetensors")
-    state = {
-        k.removeprefix("t5."): v
-        for k, v in load_file(file).items()
-        if k.startswith("t5.")
-    }
-    if (
-        "transformer.encoder.embed_tokens.weight" not in state
-        and "transformer.shared.weight" in state
-    ):
-        state["transformer.encoder.embed_tokens.weight"] = state[
-            "transformer.shared.weight"
-        ]
+    state = {k.removeprefix("t5."): v for k, v in load_file(file).items() if k.startswith("t5.")}
+    if "transformer.encoder.embed_tokens.weight" not in state and "transformer.shared.weight" in state:
+        state["transformer.encoder.embed_tokens.weight"] = state["transformer.shared.weight"]
     return state
 
 
 def _load_t5_state(t5, model_path: str) -> None:
-    missing, unexpected = t5.load_state_dict(
-        _wrapper_t5_state(model_path), strict=False
-    )
+    missing, unexpected = t5.load_state_dict(_wrapper_t5_state(model_path), strict=False)
     if missing or unexpected:
-        raise ValueError(
-            f"{model_path} is not an HHEM checkpoint: missing {missing}, unexpected {unexpected}"
-        )
+        raise ValueError(f"{model_path} is not an HHEM checkpoint: missing {missing}, unexpected {unexpected}")
 
 
 def load_hhem(
@@ -88,12 +70,12 @@ def load_hhem(
     does not run at all, or with ``trust_remote_code=False``, the weights go into transformers' own
     ``T5ForTokenClassification`` built from ``config.foundation``: the same computation.
     """
-    from fspo.config import VerifierConfig
-    from fspo.preflight import check_verifier
-
     # A missing cache, token or foundation is named as the driver's preflight names it, not as a traceback.
-    check_verifier(VerifierConfig(name="hhem", model_path=model_path, tokenizer_path=tokenizer_path,
-                                  trust_remote_code=trust_remote_code))
+    check_verifier(
+        VerifierConfig(
+            name="hhem", model_path=model_path, tokenizer_path=tokenizer_path, trust_remote_code=trust_remote_code
+        )
+    )
     from transformers import (
         AutoConfig,
         AutoModelForSequenceClassification,
@@ -108,15 +90,11 @@ def load_hhem(
     foundation = config.get("foundation") or HHEM_FOUNDATION
     prompt = config.get("prompt") or HHEM_PROMPT
     model = None
-    if (
-        config.get("model_type") == "t5"
-    ):  # a bare HHEM-architecture model (benchmarks, fine-tunes)
+    if config.get("model_type") == "t5":  # a bare HHEM-architecture model (benchmarks, fine-tunes)
         model = T5ForTokenClassification.from_pretrained(model_path, dtype=dtype)
     elif trust_remote_code:
         try:
-            model = AutoModelForSequenceClassification.from_pretrained(
-                model_path, trust_remote_code=True
-            )
+            model = AutoModelForSequenceClassification.from_pretrained(model_path, trust_remote_code=True)
         except Exception as error:  # noqa: BLE001 - any remote-code failure has the same way round
             logger.warning(
                 "HHEM remote code failed (%r); loading its weights into T5ForTokenClassification",
@@ -127,9 +105,7 @@ def load_hhem(
             _load_t5_state(model.t5, model_path)
             model = model.to(dtype)
     if model is None:
-        model = T5ForTokenClassification(
-            AutoConfig.from_pretrained(foundation, num_labels=2)
-        )
+        model = T5ForTokenClassification(AutoConfig.from_pretrained(foundation, num_labels=2))
         _load_t5_state(model, model_path)
         model = model.to(dtype)
     if tokenizer_path is None:
@@ -165,18 +141,12 @@ class HHEMVerifier(ModelVerifier):
         )
 
     def encode(self, pairs: Sequence[Pair]) -> tuple[list[Features], list[int]]:
-        texts = [
-            self.prompt.format(text1=evidence, text2=claim) for evidence, claim in pairs
-        ]
+        texts = [self.prompt.format(text1=evidence, text2=claim) for evidence, claim in pairs]
         ids = self.tokenizer(texts)["input_ids"]
         return [{"input_ids": row} for row in ids], list(range(len(pairs)))
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        logits = self.model(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-        ).logits
-        if (
-            logits.dim() == 3
-        ):  # the bare T5 token classifier; the HHEM wrapper already took token 0
+        logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        if logits.dim() == 3:  # the bare T5 token classifier; the HHEM wrapper already took token 0
             logits = logits[:, 0, :]
         return torch.softmax(logits.float(), dim=-1)[:, 1]

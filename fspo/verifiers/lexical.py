@@ -8,12 +8,7 @@ from fspo.verifiers.text import content_tokens, is_number
 
 def _stem(token: str) -> str:
     """Folds a plural ``s`` so that ``films`` matches ``film``; numbers are left exact."""
-    if (
-        is_number(token)
-        or len(token) <= 3
-        or not token.endswith("s")
-        or token.endswith("ss")
-    ):
+    if is_number(token) or len(token) <= 3 or not token.endswith("s") or token.endswith("ss"):
         return token
     return token[:-1]
 

@@ -27,13 +27,9 @@ JUDGE_SYSTEM_PROMPT = (
     "directly implied by the evidence. Claims that add facts the evidence does not contain, or that "
     "contradict it, are UNSUPPORTED. Answer with exactly one word: SUPPORTED or UNSUPPORTED."
 )
-JUDGE_USER_TEMPLATE = (
-    "EVIDENCE:\n{evidence}\n\nCLAIM:\n{claim}\n\nVerdict (SUPPORTED or UNSUPPORTED):"
-)
+JUDGE_USER_TEMPLATE = "EVIDENCE:\n{evidence}\n\nCLAIM:\n{claim}\n\nVerdict (SUPPORTED or UNSUPPORTED):"
 
-_VERDICT_RE = re.compile(
-    r"\b(UNSUPPORTED|NOT[\s_-]+SUPPORTED|SUPPORTED)\b", re.IGNORECASE
-)
+_VERDICT_RE = re.compile(r"\b(UNSUPPORTED|NOT[\s_-]+SUPPORTED|SUPPORTED)\b", re.IGNORECASE)
 
 
 def parse_verdict(reply: str) -> float:
@@ -81,12 +77,11 @@ class LLMJudgeVerifier(PairPipeline):
         super().__init__(evidence_top_k=evidence_top_k, cache_size=cache_size)
         if max_concurrency < 1:
             raise ValueError("max_concurrency >= 1 is required")
-        self.client = ChatClient(url, model, api_key_env, timeout_s, max_retries, backoff_s, max_tokens,
-                                 temperature, log_name="llm_judge")
-        self.url, self.model = self.client.url, self.client.model
-        self._pool = ThreadPoolExecutor(
-            max_workers=max_concurrency, thread_name_prefix="llm-judge"
+        self.client = ChatClient(
+            url, model, api_key_env, timeout_s, max_retries, backoff_s, max_tokens, temperature, log_name="llm_judge"
         )
+        self.url, self.model = self.client.url, self.client.model
+        self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="llm-judge")
 
     @staticmethod
     def messages(evidence: str, claim: str) -> list[dict]:

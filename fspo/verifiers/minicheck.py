@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from fspo.config.vocabulary import DEFAULT_MODELS
 from fspo.verifiers.fact_checker import (
     TemplateClassifierVerifier,
     TemplateVerifier,
@@ -29,7 +30,7 @@ from fspo.verifiers.fact_checker import (
     position_limit,
 )
 
-MINICHECK_FLAN_T5 = "lytang/MiniCheck-Flan-T5-Large"
+MINICHECK_FLAN_T5 = DEFAULT_MODELS["minicheck"]
 MINICHECK_DEBERTA = "lytang/MiniCheck-DeBERTa-v3-Large"
 MINICHECK_ROBERTA = "lytang/MiniCheck-RoBERTa-Large"
 # The authors' input windows (max_model_len) per architecture.
@@ -59,8 +60,10 @@ class MiniCheckClassifier(TemplateClassifierVerifier):
         self.model, self.tokenizer = load_sequence_classifier(model_path, tokenizer_path, self.dtype, self.device)
         model_type = self.model.config.model_type
         if model_type not in CLASSIFIER_WINDOWS:
-            raise ValueError(f"{model_path} is a {model_type!r} model; MiniCheck's classifiers are "
-                             f"{' or '.join(CLASSIFIER_WINDOWS)} (or a t5 MiniCheck-Flan-T5)")
+            raise ValueError(
+                f"{model_path} is a {model_type!r} model; MiniCheck's classifiers are "
+                f"{' or '.join(CLASSIFIER_WINDOWS)} (or a t5 MiniCheck-Flan-T5)"
+            )
         self.max_input_tokens = position_limit(self.model.config, CLASSIFIER_WINDOWS[model_type])
         self.template = "{evidence}" + escape_braces(self.tokenizer.eos_token) + "{claim}"
 
@@ -86,17 +89,24 @@ class MiniCheckT5(TemplateVerifier):
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path, use_fast=True)
         self.model = T5ForConditionalGeneration.from_pretrained(model_path, dtype=self.dtype).to(self.device).eval()
         if self.model.config.vocab_size <= max(T5_LABEL_TOKEN_IDS):
-            raise ValueError(f"{model_path} has {self.model.config.vocab_size} output tokens; MiniCheck reads ids "
-                             f"{T5_LABEL_TOKEN_IDS}")
+            raise ValueError(
+                f"{model_path} has {self.model.config.vocab_size} output tokens; MiniCheck reads ids "
+                f"{T5_LABEL_TOKEN_IDS}"
+            )
         self.max_input_tokens = T5_WINDOW
         self.template = escape_braces(T5_PREFIX) + "{evidence}" + escape_braces(self.tokenizer.eos_token) + "{claim}"
         self.label_token_ids = torch.tensor(T5_LABEL_TOKEN_IDS, device=self.device)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        start = torch.full((batch["input_ids"].shape[0], 1), self.model.config.decoder_start_token_id,
-                           dtype=torch.long, device=batch["input_ids"].device)
-        logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                            decoder_input_ids=start).logits[:, 0, :]
+        start = torch.full(
+            (batch["input_ids"].shape[0], 1),
+            self.model.config.decoder_start_token_id,
+            dtype=torch.long,
+            device=batch["input_ids"].device,
+        )
+        logits = self.model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=start
+        ).logits[:, 0, :]
         return torch.softmax(logits[:, self.label_token_ids].float(), dim=-1)[:, 1]
 
 

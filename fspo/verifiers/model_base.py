@@ -30,15 +30,16 @@ from collections.abc import Sequence
 
 import torch
 
-from fspo.config.verifier import LONG_EVIDENCE
+from fspo.config.vocabulary import LONG_EVIDENCE
+from fspo.cpu.compute import FLOAT32, compute_dtype_choice
 from fspo.verifiers.base import Pair, PairPipeline
-from fspo.verifiers.text import top_k_evidence
 from fspo.verifiers.batching import (
     Features,
     pad_features,
     plan_micro_batches,
     run_batched,
 )
+from fspo.verifiers.text import top_k_evidence
 
 # long_evidence=top_k with evidence_top_k unset: sentences kept from an evidence past max_row_tokens.
 LONG_EVIDENCE_TOP_K = 5
@@ -89,8 +90,6 @@ def resolve_dtype(dtype: str, device: torch.device | None = None) -> torch.dtype
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if device is not None and device.type == "cpu" and DTYPES[dtype] != torch.float32:
-        from fspo.cpu.compute import FLOAT32, compute_dtype_choice
-
         choice = compute_dtype_choice()
         if choice.dtype == FLOAT32:
             logger.warning("fspo.verifier: dtype %s on this CPU (%s): computing in float32", dtype, choice.reason)
@@ -240,10 +239,5 @@ class ModelVerifier(PairPipeline):
     def micro_batches(self, pairs: Sequence[Pair]) -> list[dict[str, torch.Tensor]]:
         """The padded micro-batches [`score`] would run for ``pairs`` (deduplicated): for benchmarks."""
         rows, _ = self.encode(self.evidence_windows(list(dict.fromkeys(self.prepare(pairs))))[0])
-        plan = plan_micro_batches(
-            [len(r["input_ids"]) for r in rows], self.max_tokens_per_batch
-        )
-        return [
-            pad_features([rows[i] for i in idx], self.pad_token_id, self.device)
-            for idx in plan
-        ]
+        plan = plan_micro_batches([len(r["input_ids"]) for r in rows], self.max_tokens_per_batch)
+        return [pad_features([rows[i] for i in idx], self.pad_token_id, self.device) for idx in plan]

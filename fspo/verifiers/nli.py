@@ -37,9 +37,7 @@ def entailment_index(id2label: dict, override: str | int | None = None) -> int:
             for i, name in labels.items():
                 if name.lower() == str(override).lower():
                     return i
-        raise ValueError(
-            f"entailment_label={override!r} is not one of the model's labels {labels}"
-        )
+        raise ValueError(f"entailment_label={override!r} is not one of the model's labels {labels}")
     for wanted in ENTAILMENT_NAMES:
         for i, name in labels.items():
             if name.lower() == wanted:
@@ -52,9 +50,7 @@ def entailment_index(id2label: dict, override: str | int | None = None) -> int:
 
 def _window(tokenizer, config) -> int:
     """The longest input the model takes: the tokenizer's limit capped by the position table."""
-    limit = (
-        tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else 512
-    )
+    limit = tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else 512
     positions = getattr(config, "max_position_embeddings", None)
     if positions:
         # RoBERTa-family position ids start after the padding index.
@@ -101,24 +97,18 @@ class NLIVerifier(ModelVerifier):
             .to(self.device)
             .eval()
         )
-        self.label_index = entailment_index(
-            self.model.config.id2label, entailment_label
-        )
+        self.label_index = entailment_index(self.model.config.id2label, entailment_label)
         self.max_length = max_length or _window(self.tokenizer, self.model.config)
         self.stride = self.max_length // 4 if stride is None else stride
         # The claim must leave room for a chunk of evidence: it is cut to half the window at most.
-        self.max_claim_tokens = (
-            self.max_length // 2 - self.tokenizer.num_special_tokens_to_add(pair=True)
-        )
+        self.max_claim_tokens = self.max_length // 2 - self.tokenizer.num_special_tokens_to_add(pair=True)
         if not 0 <= self.stride < self.max_length // 2:
             raise ValueError(
                 f"stride must be in [0, max_length/2), got {self.stride} with max_length {self.max_length}"
             )
 
     def _clip_claims(self, claims: list[str]) -> list[str]:
-        encoded = self.tokenizer(
-            claims, add_special_tokens=False, return_offsets_mapping=True
-        )
+        encoded = self.tokenizer(claims, add_special_tokens=False, return_offsets_mapping=True)
         clipped = []
         for claim, offsets in zip(claims, encoded["offset_mapping"]):
             if len(offsets) > self.max_claim_tokens:
@@ -138,9 +128,7 @@ class NLIVerifier(ModelVerifier):
             return_overflowing_tokens=True,
         )
         keys = [k for k in ("input_ids", "token_type_ids") if k in encoded]
-        rows = [
-            {k: encoded[k][i] for k in keys} for i in range(len(encoded["input_ids"]))
-        ]
+        rows = [{k: encoded[k][i] for k in keys} for i in range(len(encoded["input_ids"]))]
         return rows, list(encoded["overflow_to_sample_mapping"])
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

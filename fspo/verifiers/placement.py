@@ -15,12 +15,12 @@ set (verl then serves the judge model on its own replicas): ``url: reward_router
 
 from __future__ import annotations
 
+import dataclasses
+
 from omegaconf import DictConfig, open_dict
 
-MODEL_BACKENDS = ("hhem", "nli", "embedding", "minicheck", "factcg")
-PLACEMENTS = ("auto", "local", "colocated", "ray")
-# fspo.verifier.url value meaning "verl's reward-model router" (the address reward managers receive).
-REWARD_ROUTER = "reward_router"
+from fspo.config.fspo_config import FSPOConfig
+from fspo.config.vocabulary import MODEL_BACKENDS, REWARD_ROUTER
 
 
 def resolve_placement(name: str, placement: str, device: str) -> str:
@@ -108,17 +108,15 @@ def describe_placement(
     return line, warnings
 
 
-def resolve_verifier_placement(config: DictConfig) -> tuple[str, list[str]]:
+def resolve_verifier_placement(config: DictConfig, settings: FSPOConfig) -> tuple[FSPOConfig, str, list[str]]:
     """Resolve ``fspo.verifier.placement: auto`` (and an ``llm_judge`` without url) in ``config``, in place.
 
     Runs in the driver before Ray starts, so that every reward worker and the trainer read the same
-    concrete placement. Returns the ``fspo: verifier ...`` line and its warnings ("" when FSPO is off).
+    concrete placement. ``settings`` is ``config``'s ``fspo:`` block; returns it with the placement and url
+    resolved, the ``fspo: verifier ...`` line and its warnings ("" when FSPO is off).
     """
-    from fspo.config import fspo_config
-
-    settings = fspo_config(config)
     if not settings.enable:
-        return "", []
+        return settings, "", []
     verifier = settings.verifier
     device = str(config.trainer.device)
     resolved = resolve_placement(verifier.name, verifier.placement, device)
@@ -132,7 +130,10 @@ def resolve_verifier_placement(config: DictConfig) -> tuple[str, list[str]]:
     with open_dict(block.verifier):
         block.verifier.placement = resolved
         block.verifier.url = url
-    return describe_placement(
+    resolved_settings = dataclasses.replace(
+        settings, verifier=dataclasses.replace(verifier, placement=resolved, url=url)
+    )
+    line, warnings = describe_placement(
         verifier.name,
         resolved,
         device=device,
@@ -143,3 +144,4 @@ def resolve_verifier_placement(config: DictConfig) -> tuple[str, list[str]]:
         num_gpus=verifier.num_gpus,
         url=url,
     )
+    return resolved_settings, line, warnings

@@ -26,15 +26,19 @@ empties its CUDA cache when it goes idle, not after every request.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fspo.config.fspo_config import FSPOConfig
+from fspo.config.verifier import VerifierConfig
+from fspo.verifiers.backends import build_local_verifier
 from fspo.verifiers.base import Pair, Verifier, check_pairs
 
 logger = logging.getLogger(__name__)
@@ -83,9 +87,9 @@ def current_job_id() -> str:
 class VerifierServer:
     """A local verifier inside a Ray actor; an async actor, so concurrent requests merge into batches."""
 
-    def __init__(self, config):
+    def __init__(self, settings: VerifierConfig):
         self.started = time.perf_counter()
-        self.verifier = self.build(local_copy(config))
+        self.verifier = self.build(local_copy(settings))
         self.load_seconds = time.perf_counter() - self.started
         self.requests = 0
         self._active = 0
@@ -93,11 +97,9 @@ class VerifierServer:
         self.cache_emptied = 0
         print(f"fspo: verifier server {self._summary()}", flush=True)
 
-    def build(self, config) -> Verifier:
+    def build(self, settings: VerifierConfig) -> Verifier:
         """The verifier this server runs (a test server overrides it)."""
-        from fspo.verifiers import build_verifier
-
-        return build_verifier(config)
+        return build_local_verifier(settings)
 
     async def score(self, pairs: list[Pair]) -> list[float]:
         self.requests += 1
@@ -156,16 +158,12 @@ class VerifierServer:
         return self._info()
 
 
-def local_copy(config):
-    """The :class:`~fspo.config.VerifierConfig` of ``config`` (a block or mapping) with ``placement: local``.
+def local_copy(settings: VerifierConfig) -> VerifierConfig:
+    """``settings`` with ``placement: local``: a verifier server builds the model in its own process.
 
-    A verifier server builds the model in its own process; the dataclass crosses to Ray actors as it is.
+    The dataclass crosses to Ray actors as it is.
     """
-    import dataclasses
-
-    from fspo.config.verifier import verifier_config
-
-    return dataclasses.replace(verifier_config(config), placement="local")
+    return dataclasses.replace(settings, placement="local")
 
 
 def _server_options(server_class=None, **options):
@@ -190,7 +188,7 @@ def _ready_or_raise(handles: list, timeout_s: float, what: str, fix: str, kill: 
 
 def start_colocated_servers(
     placement_groups: Sequence,
-    config: Mapping,
+    settings: VerifierConfig,
     gpu_fraction: float,
     num_cpus: float = 1,
     start_timeout_s: float = 600.0,
@@ -201,8 +199,7 @@ def start_colocated_servers(
 
     Args:
         placement_groups: the pool's Ray placement groups; each bundle holds one GPU.
-        config: the ``fspo.verifier`` block, a :class:`~fspo.config.VerifierConfig` or a mapping of its
-            fields (its ``placement`` is ignored inside the servers).
+        settings: the ``fspo.verifier`` block (its ``placement`` is ignored inside the servers).
         gpu_fraction: the share of its bundle's GPU each server asks for
             (``1 / max_colocate_count``: the slot verl leaves for a colocated reward model).
         num_cpus: CPUs each server asks for from its bundle.
@@ -219,7 +216,7 @@ def start_colocated_servers(
     from verl.utils.device import get_platform
 
     handles = []
-    config = local_copy(config)
+    settings = local_copy(settings)
     job_id = job_id or current_job_id()
     bundles = [(pg, index) for pg in placement_groups for index in range(pg.bundle_count)]
     for rank, (pg, index) in enumerate(bundles):
@@ -234,7 +231,7 @@ def start_colocated_servers(
                     placement_group=pg, placement_group_bundle_index=index
                 ),
                 **get_platform().ray_resource_options(gpu_fraction),
-            ).remote(config)
+            ).remote(settings)
         )
     infos = _ready_or_raise(
         handles,
@@ -244,6 +241,35 @@ def start_colocated_servers(
         "model is still downloading (raise fspo.verifier.start_timeout_s)",
     )
     return handles, infos
+
+
+def start_servers_in_actor_pool(settings: FSPOConfig, resource_pool_manager, device: str) -> list:
+    """Start the colocated verifier servers in verl's actor pool (``fspo.verifier.placement: colocated``).
+
+    Called by the trainer once verl has placed its workers (the pool's placement groups exist then).
+    Each GPU bundle of the pool gets one server asking for ``1 / max_colocate_count`` of its GPU, the
+    share verl leaves for a colocated reward model; returns the handles (kept by the trainer, which owns
+    the actors) and prints where each one landed. ``device`` is ``trainer.device``.
+    """
+    verifier = settings.verifier
+    if not settings.enable or verifier.placement != "colocated":
+        return []
+    # verl's actor/rollout (and ref, critic) pool.
+    pool = resource_pool_manager.resource_pool_dict["global_pool"]
+    handles, infos = start_colocated_servers(
+        pool.get_placement_groups(device_name=device),
+        verifier,
+        gpu_fraction=1.0 / pool.max_colocate_count,
+        num_cpus=verifier.num_cpus,
+        start_timeout_s=verifier.start_timeout_s,
+    )
+    gpus = sorted({(info["node_ip"], gpu) for info in infos for gpu in info["ray_gpu_ids"]})
+    print(
+        f"fspo: {len(handles)} colocated verifier server(s) of {verifier.name} on {len(gpus)} Ray GPU(s) "
+        f"of {len({info['node_ip'] for info in infos})} node(s), devices {sorted({info['device'] for info in infos})}",
+        flush=True,
+    )
+    return handles
 
 
 @dataclass
@@ -474,28 +500,28 @@ class RayVerifier(Verifier):
     """``placement: ray``: forwards [`score`] to one named verifier actor, creating it on first use.
 
     Args:
-        config: the :class:`~fspo.config.VerifierConfig`; the actor asks Ray for its ``num_gpus`` and
+        settings: the ``fspo.verifier`` block; the actor asks Ray for its ``num_gpus`` and
             ``num_cpus``, is named ``actor_name`` (workers with the same name share one model) and may
             take ``start_timeout_s`` to start and load its model before this raises: an actor asking
             for a GPU that verl's resource pool already holds would wait forever.
     """
 
-    def __init__(self, config):
+    def __init__(self, settings: VerifierConfig):
         import ray
 
         if not ray.is_initialized():
             raise RuntimeError("placement=ray needs a running Ray (inside verl it is); call ray.init() first")
-        config = local_copy(config)
-        num_gpus, num_cpus, actor_name = config.num_gpus, config.num_cpus, config.actor_name
-        start_timeout_s = config.start_timeout_s
-        self.name = config.name
-        self.threshold = config.threshold
+        settings = local_copy(settings)
+        num_gpus, num_cpus, actor_name = settings.num_gpus, settings.num_cpus, settings.actor_name
+        start_timeout_s = settings.start_timeout_s
+        self.name = settings.name
+        self.threshold = settings.threshold
         # Another reward worker may have created the actor and still be loading its model: only the
         # worker that created it kills it on a timeout.
         created_here = actor_name not in ray.util.list_named_actors()
         self.actor = _server_options(
             None, name=actor_name, get_if_exists=True, num_gpus=num_gpus, num_cpus=num_cpus
-        ).remote(config)
+        ).remote(settings)
         (self.info,) = _ready_or_raise(
             [self.actor],
             start_timeout_s,

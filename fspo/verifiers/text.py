@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any
 
 # A short English stopword list: function words that carry no checkable fact.
 STOPWORDS = frozenset(
@@ -26,9 +24,7 @@ STOPWORDS = frozenset(
 _NUMBER = r"[-+]?\d[\d,]*(?:\.\d+)?%?"
 _TOKEN_RE = re.compile(rf"{_NUMBER}|[^\W\d_]+(?:['’][^\W\d_]+)*", re.UNICODE)
 # An evidence sentence ends at . ! ? (not inside numbers like 3.5) or at a line break.
-_SENTENCE_END_RE = re.compile(
-    r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(\[]?[A-Z0-9])|\s*\n\s*"
-)
+_SENTENCE_END_RE = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(\[]?[A-Z0-9])|\s*\n\s*")
 
 
 def normalize(text: str) -> str:
@@ -98,19 +94,3 @@ def top_k_evidence(evidence: str, claim: str, k: int) -> str:
     )
     keep = sorted(ranked[:k])
     return " ".join(sentences[i] for i in keep)
-
-
-def evidence_text(extra_info: Any, key: str = "evidence") -> str:
-    """The row's evidence as one string ("" when absent, NaN, or empty).
-
-    A list of paragraphs is joined with blank lines; anything else non-string counts as absent.
-    """
-    if not isinstance(extra_info, Mapping):
-        return ""
-    value = extra_info.get(key)
-    if isinstance(value, str):
-        return value.strip()
-    if isinstance(value, Sequence) or (hasattr(value, "tolist") and not isinstance(value, float)):
-        items = value.tolist() if hasattr(value, "tolist") else list(value)
-        return "\n\n".join(str(v).strip() for v in items if isinstance(v, str) and v.strip())
-    return ""

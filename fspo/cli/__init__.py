@@ -15,10 +15,16 @@ Command = tuple[str | Callable[[list[str]], int | None], str]
 
 SUBCOMMANDS: dict[str, Command] = {
     "train": ("fspo.main", "train with verl (Hydra overrides follow)"),
-    "quickstart": ("fspo.quickstart", "a short FSPO run on CPU with before/after evaluation"),
-    "verify": ("fspo.verifiers.cli", "score each reasoning step of JSONL rows {evidence, response}"),
-    "verifier": ("fspo.verifiers.finetune", "verifier train: fine-tune a cross-encoder verifier on labelled claims"),
-    "data": ("fspo.data.registry", "build a training or evaluation set as verl parquet; `data check FILE...` checks files"),
+    "quickstart": ("fspo.quickstart.cli", "a short FSPO run on CPU with before/after evaluation"),
+    "verify": ("fspo.verifier_tools.verify", "score each reasoning step of JSONL rows {evidence, response}"),
+    "verifier": (
+        "fspo.verifier_tools.finetune",
+        "verifier train: fine-tune a cross-encoder verifier on labelled claims",
+    ),
+    "data": (
+        "fspo.data.registry",
+        "build a training or evaluation set as verl parquet; `data check FILE...` checks files",
+    ),
     "evaluate": ("fspo.evaluation.cli", "evaluate model directories on prepared benchmarks"),
 }
 

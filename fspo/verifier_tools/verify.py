@@ -28,15 +28,17 @@ import sys
 import time
 from collections.abc import Iterable
 
-from fspo.verifiers import VERIFIER_NAMES
-from fspo.verifiers.labelled import SOURCES, SPLITS
-from fspo.verifiers.quality import CALIBRATED_THRESHOLDS, DEFAULT_THRESHOLD, calibrated_threshold
-from fspo.verifiers.text import evidence_text
+from fspo.config.vocabulary import VERIFIER_NAMES
+from fspo.evidence import evidence_text
+from fspo.preflight import check_verifier, looks_like_hub_id
+from fspo.steps import reasoning_span, reasoning_steps
+from fspo.verifier_tools.labelled import SOURCES, SPLITS, load_labelled
+from fspo.verifier_tools.quality import CALIBRATED_THRESHOLDS, DEFAULT_THRESHOLD, calibrated_threshold, summarise
 
 # What a reliability chart may be saved as (matplotlib picks the format from the suffix).
 CHART_SUFFIXES = (".png", ".pdf", ".svg")
 # Verifier options exposed as flags (``--model-path`` -> ``model_path``), with their help; anything else via
-# ``--option``. Each is the fspo.verifier option of that name (fspo.config.VerifierConfig), not imported
+# ``--option``. Each is the fspo.verifier option of that name (fspo.config.verifier.VerifierConfig), not imported
 # here: that would import verl, and `fspo verify` starts in a tenth of a second.
 _FLAG_OPTIONS = {
     "model_path": (str, "model directory or hub id (hhem, nli, embedding; nli needs one)"),
@@ -61,9 +63,7 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "input", nargs="?", help="JSONL file with {evidence, response} rows ('-' reads stdin)"
-    )
+    parser.add_argument("input", nargs="?", help="JSONL file with {evidence, response} rows ('-' reads stdin)")
     parser.add_argument(
         "--labelled",
         metavar="SOURCE",
@@ -71,7 +71,9 @@ def _parser() -> argparse.ArgumentParser:
         "of {evidence, claim, label} rows (label 1 = supported)",
     )
     parser.add_argument(
-        "--split", default="heldout", choices=SPLITS,
+        "--split",
+        default="heldout",
+        choices=SPLITS,
         help="--labelled with a built-in source: which split (default heldout)",
     )
     parser.add_argument("--seed", type=int, default=0, help="--labelled: seed of the train/heldout split")
@@ -95,18 +97,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip steps that state nothing (fillers, questions)",
     )
-    parser.add_argument(
-        "--limit", type=int, default=None, help="read at most this many rows"
-    )
+    parser.add_argument("--limit", type=int, default=None, help="read at most this many rows")
     parser.add_argument(
         "--json",
         action="store_true",
         help="print one JSON object per step instead of text",
     )
     for option, (kind, help_) in _FLAG_OPTIONS.items():
-        parser.add_argument(
-            "--" + option.replace("_", "-"), type=kind, default=None, dest=option, help=help_
-        )
+        parser.add_argument("--" + option.replace("_", "-"), type=kind, default=None, dest=option, help=help_)
     parser.add_argument(
         "--option",
         action="append",
@@ -128,9 +126,7 @@ def parse_option(text: str) -> tuple[str, object]:
         return key, value
 
 
-def read_rows(
-    lines: Iterable[str], evidence_key: str, response_key: str, limit: int | None
-) -> list[tuple[str, str]]:
+def read_rows(lines: Iterable[str], evidence_key: str, response_key: str, limit: int | None) -> list[tuple[str, str]]:
     """(evidence, response) of each JSONL row; blank lines are skipped; bad rows raise with their line number."""
     rows = []
     for number, line in enumerate(lines, 1):
@@ -142,14 +138,8 @@ def read_rows(
             row = json.loads(line)
         except json.JSONDecodeError as error:
             raise ValueError(f"line {number}: not JSON ({error.msg})") from error
-        if (
-            not isinstance(row, dict)
-            or evidence_key not in row
-            or response_key not in row
-        ):
-            raise ValueError(
-                f"line {number}: expected an object with {evidence_key!r} and {response_key!r} keys"
-            )
+        if not isinstance(row, dict) or evidence_key not in row or response_key not in row:
+            raise ValueError(f"line {number}: expected an object with {evidence_key!r} and {response_key!r} keys")
         # As training reads it: a list of texts joined with blank lines; null, "" or [] is no evidence.
         evidence = evidence_text({evidence_key: row[evidence_key]}, evidence_key)
         if not evidence and row[evidence_key] not in (None, "", []):
@@ -169,8 +159,6 @@ def read_rows(
 
 def response_steps(response: str, claims_only: bool):
     """The steps training verifies: the closed ``<think>`` reasoning's (none without one), as the reward manager cuts them."""
-    from fspo.steps import reasoning_steps
-
     return reasoning_steps(response, claims_only=claims_only)
 
 
@@ -185,12 +173,13 @@ def verifier_settings(args) -> dict:
 def build_checked_verifier(config: dict):
     """The verifier ``config`` describes, once what it loads is found where it should be (as a training run's
     preflight finds it: one line naming the fix, not a hub library's traceback)."""
+    # Lazy: the verifier's config and backends import verl (seconds); `fspo verify` checks its arguments first.
     from fspo.config.verifier import verifier_config
-    from fspo.preflight import check_verifier
     from fspo.verifiers import build_verifier
 
-    check_verifier(verifier_config(config))
-    return build_verifier(config)
+    settings = verifier_config(config)
+    check_verifier(settings)
+    return build_verifier(settings)
 
 
 def verdict(score: float, threshold: float) -> str:
@@ -201,8 +190,6 @@ def verdict(score: float, threshold: float) -> str:
 
 def missing_model_path(path: str | None) -> str | None:
     """A --model-path that names a local folder that is not there (an `org/name` hub id is left to the hub)."""
-    from fspo.preflight import looks_like_hub_id
-
     if path is None or os.path.exists(os.path.expanduser(path)) or looks_like_hub_id(path):
         return None
     return f"--model-path {path} does not exist: give a model folder or an org/name hub id"
@@ -219,8 +206,13 @@ def reliability_chart(bins: list[dict], path: str, title: str) -> None:
     axes.plot([0, 1], [0, 1], color="grey", linestyle=":", label="calibrated")
     axes.plot([b["mean_score"] for b in bins], [b["supported_rate"] for b in bins], marker="o", label="verifier")
     for b in bins:
-        axes.annotate(str(b["count"]), (b["mean_score"], b["supported_rate"]), fontsize=7,
-                      textcoords="offset points", xytext=(3, 3))
+        axes.annotate(
+            str(b["count"]),
+            (b["mean_score"], b["supported_rate"]),
+            fontsize=7,
+            textcoords="offset points",
+            xytext=(3, 3),
+        )
     axes.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean score of the bin", ylabel="share of supported claims", title=title)
     axes.legend(loc="upper left")
     figure.tight_layout()
@@ -229,7 +221,7 @@ def reliability_chart(bins: list[dict], path: str, title: str) -> None:
 
 
 def format_quality(figures: dict) -> list[str]:
-    """The lines ``fspo verify --labelled`` prints for one verifier's [`~fspo.verifiers.quality.summarise`]."""
+    """The lines ``fspo verify --labelled`` prints for one verifier's [`~fspo.verifier_tools.quality.summarise`]."""
     lines = [
         f"{figures['pairs']} pairs: {figures['supported']} supported, {figures['unsupported']} unsupported, "
         f"{figures['unverifiable']} unverifiable (left out)",
@@ -249,9 +241,6 @@ def format_quality(figures: dict) -> list[str]:
 
 def run_labelled(args) -> int:
     """``--labelled``: score every labelled pair in one call and print the verifier's quality figures."""
-    from fspo.verifiers.labelled import load_labelled
-    from fspo.verifiers.quality import summarise
-
     try:
         config = verifier_settings(args)
         pairs = load_labelled(args.labelled, args.split, args.seed)
@@ -272,10 +261,12 @@ def run_labelled(args) -> int:
     verifier.close()
     judged = {label for score, label in zip(scores, labels) if not math.isnan(score)}
     if judged != {0, 1}:
-        print(f"fspo verify: the verifier left no {'supported' if 1 not in judged else 'unsupported'} pair scored "
-              f"({sum(math.isnan(s) for s in scores)} of {len(scores)} scores are NaN, unverifiable): nothing to "
-              "measure; check the verifier's options (an NLI model's window, an llm_judge server that fails)",
-              file=sys.stderr)
+        print(
+            f"fspo verify: the verifier left no {'supported' if 1 not in judged else 'unsupported'} pair scored "
+            f"({sum(math.isnan(s) for s in scores)} of {len(scores)} scores are NaN, unverifiable): nothing to "
+            "measure; check the verifier's options (an NLI model's window, an llm_judge server that fails)",
+            file=sys.stderr,
+        )
         return 2
     figures = summarise(scores, labels, args.threshold)
     figures.update(source=args.labelled, verifier=args.verifier, pairs_per_s=len(pairs) / max(seconds, 1e-9))
@@ -335,37 +326,30 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = verifier_settings(args)
         if args.input == "-":
-            rows = read_rows(
-                sys.stdin, args.evidence_key, args.response_key, args.limit
-            )
+            rows = read_rows(sys.stdin, args.evidence_key, args.response_key, args.limit)
         else:
             # utf-8-sig: a byte-order mark, as some Windows editors write, is not part of the first row.
             with open(args.input, encoding="utf-8-sig") as stream:
-                rows = read_rows(
-                    stream, args.evidence_key, args.response_key, args.limit
-                )
+                rows = read_rows(stream, args.evidence_key, args.response_key, args.limit)
         verifier = build_checked_verifier(config)
     except (OSError, ValueError) as error:
         print(f"fspo verify: {error}", file=sys.stderr)
         return 2
-    from fspo.steps import reasoning_span
 
     steps = [response_steps(response, args.claims_only) for _, response in rows]
     # Steps of a row without evidence are not verified (training labels them 0): they print as unverifiable.
-    pairs = [
-        (evidence, step.text)
-        for (evidence, _), row_steps in zip(rows, steps)
-        if evidence
-        for step in row_steps
-    ]
+    pairs = [(evidence, step.text) for (evidence, _), row_steps in zip(rows, steps) if evidence for step in row_steps]
     verified = iter(verifier.score(pairs))
-    scores = iter([next(verified) if evidence else math.nan for (evidence, _), row_steps in zip(rows, steps)
-                   for _ in row_steps])
+    scores = iter(
+        [next(verified) if evidence else math.nan for (evidence, _), row_steps in zip(rows, steps) for _ in row_steps]
+    )
     counts = {"SUPPORTED": 0, "UNSUPPORTED": 0, "UNVERIFIABLE": 0}
     for number, row_steps in enumerate(steps, 1):
         if not args.json:
-            print(f"== row {number}: {len(row_steps)} steps"
-                  + ("" if reasoning_span(rows[number - 1][1]) is not None else " (no closed <think> reasoning)"))
+            print(
+                f"== row {number}: {len(row_steps)} steps"
+                + ("" if reasoning_span(rows[number - 1][1]) is not None else " (no closed <think> reasoning)")
+            )
         for index, step in enumerate(row_steps, 1):
             score = next(scores)
             label = verdict(score, args.threshold)
@@ -394,7 +378,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     unreasoned = sum(reasoning_span(response) is None for _, response in rows)
     if unreasoned:
-        print(f"{unreasoned} of {len(rows)} rows have no reasoning to judge (no closed <think>...</think>): "
-              "training gives those rollouts no step labels", file=stream)
+        print(
+            f"{unreasoned} of {len(rows)} rows have no reasoning to judge (no closed <think>...</think>): "
+            "training gives those rollouts no step labels",
+            file=stream,
+        )
     verifier.close()
     return 0

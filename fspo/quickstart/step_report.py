@@ -4,7 +4,7 @@ A policy trained against a verifier learns to please it; copying evidence senten
 ``lexical`` verifier without any reasoning. So a run is reported by three views of the same steps:
 
 - ``hallucinated_step_rate``: the share of claim steps the world judge
-  (:mod:`fspo.evaluation.world_judge`) finds contradicted by the world's facts;
+  (:mod:`fspo.quickstart.world_judge`) finds contradicted by the world's facts;
 - ``supported_step_rate`` per verifier (``lexical`` at the quickstart's threshold 1.0, ``embedding`` at
   0.5): the share of steps each scores as supported;
 - ``copy_rate``: the share of steps that are verbatim substrings of the evidence.
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from fspo.data.synthetic import DATA_SOURCE
-from fspo.evaluation.world_judge import CONTRADICTED, NOT_A_CLAIM, SUPPORTED, build_world, judge_step
+from fspo.quickstart.world_judge import CONTRADICTED, NOT_A_CLAIM, SUPPORTED, build_world, judge_step
 from fspo.steps import reasoning_steps
 
 # The thresholds of the verifiers as the quickstart trains with `lexical` and the config's default.
@@ -45,12 +45,14 @@ def judge_counts(samples: Iterable[dict]) -> dict[str, int]:
 
 def verifier_supported_rate(name: str, samples: Sequence[dict], threshold: float | None = None) -> float | None:
     """The share of steps verifier ``name`` scores at or above its threshold (unverifiable steps left out)."""
+    # Lazy: the verifiers import verl (seconds); the quickstart's own report asks for none.
+    from fspo.config.verifier import verifier_config
     from fspo.verifiers import build_verifier
 
     pairs = [(s["evidence"], step.text) for s in samples for step in reasoning_steps(s["response"])]
     if not pairs:
         return None
-    verifier = build_verifier({"name": name})
+    verifier = build_verifier(verifier_config({"name": name}))
     try:
         scores = [x for x in verifier.score(pairs) if not math.isnan(x)]
     finally:
@@ -95,5 +97,7 @@ def validation_samples(dump: str | Path, rows: Sequence[dict]) -> list[dict]:
         record = json.loads(line)
         row = next((info for info in worlds if info["evidence"] and info["evidence"] in record["input"]), None)
         if row is not None:
-            samples.append({"response": record["output"], "evidence": row["evidence"], "gold_facts": list(row["gold_facts"])})
+            samples.append(
+                {"response": record["output"], "evidence": row["evidence"], "gold_facts": list(row["gold_facts"])}
+            )
     return samples

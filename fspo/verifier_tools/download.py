@@ -18,8 +18,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from fspo.checks import ConfigError
-from fspo.preflight import HubProbe, ModelNeed, cached_snapshot, hub_cache_dir, hub_offline, looks_like_hub_id, missing_files, resolve, verifier_needs
+from fspo.config.vocabulary import ConfigError
+from fspo.preflight import (
+    HubProbe,
+    ModelNeed,
+    cached_snapshot,
+    hub_cache_dir,
+    hub_offline,
+    looks_like_hub_id,
+    missing_files,
+    resolve,
+    verifier_needs,
+)
 
 # What to fetch of a repo: everything a loader may read, no other weight formats (flax, tf, onnx).
 TOKENIZER_PATTERNS = ["*.json", "*.model", "*.txt", "*.tiktoken"]
@@ -43,8 +53,15 @@ def fetch(need: ModelNeed, cache_dir: str | None = None, probe: HubProbe | None 
     before = cached_snapshot(need.ref, cache_dir)
     was_complete = before is not None and not missing_files(before, need)
     try:
-        folder = Path(snapshot_download(need.ref, allow_patterns=allow_patterns(need), cache_dir=cache_dir,
-                                        endpoint=probe.endpoint, etag_timeout=probe.timeout_s))
+        folder = Path(
+            snapshot_download(
+                need.ref,
+                allow_patterns=allow_patterns(need),
+                cache_dir=cache_dir,
+                endpoint=probe.endpoint,
+                etag_timeout=probe.timeout_s,
+            )
+        )
     except Exception as error:  # noqa: BLE001 - the preflight names the fix; else the hub's own error
         where = Path(resolve(need, probe, cache_dir))  # raises for gated, not found, offline, unreachable
         if not where.is_dir():
@@ -52,7 +69,9 @@ def fetch(need: ModelNeed, cache_dir: str | None = None, probe: HubProbe | None 
         return where, "cached"
     if missing := missing_files(folder, need):
         resolve(need, probe, cache_dir)  # an offline or unreachable hub left a partial snapshot: say so
-        raise ConfigError(f"{need.key}: {need.ref} on the hub lacks {', '.join(missing)}: it is not what the backend loads")
+        raise ConfigError(
+            f"{need.key}: {need.ref} on the hub lacks {', '.join(missing)}: it is not what the backend loads"
+        )
     if not was_complete:
         return folder, "fetched"
     if hub_offline():
@@ -61,16 +80,22 @@ def fetch(need: ModelNeed, cache_dir: str | None = None, probe: HubProbe | None 
     return folder, "cached; the hub could not be reached" if probe.problem(need.ref) else "up to date"
 
 
-def download_verifier(name: str, model_path: str | None = None, tokenizer_path: str | None = None,
-                      trust_remote_code: bool | None = None, cache_dir: str | None = None,
-                      endpoint: str | None = None) -> list[str]:
+def download_verifier(
+    name: str,
+    model_path: str | None = None,
+    tokenizer_path: str | None = None,
+    trust_remote_code: bool | None = None,
+    cache_dir: str | None = None,
+    endpoint: str | None = None,
+) -> list[str]:
     """Fetch what backend ``name`` loads into the cache; one line per model: what it is and where it is.
     ``endpoint``: the hub (default ``HF_ENDPOINT``, else huggingface.co); the token is huggingface_hub's
     (``HF_TOKEN``, else ``hf auth login``'s)."""
-    from fspo.config import VerifierConfig
+    from fspo.config.verifier import VerifierConfig  # lazy: imports verl (seconds); --help and refusals need not
 
-    verifier = VerifierConfig(name=name, model_path=model_path, tokenizer_path=tokenizer_path,
-                              trust_remote_code=trust_remote_code)
+    verifier = VerifierConfig(
+        name=name, model_path=model_path, tokenizer_path=tokenizer_path, trust_remote_code=trust_remote_code
+    )
     probe = HubProbe(endpoint)
     done: dict[str, str] = {}
     # HHEM's foundation is named in its config.json: list the needs again once a download may have added it.
@@ -84,24 +109,36 @@ def download_verifier(name: str, model_path: str | None = None, tokenizer_path: 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fspo verifier download", description=__doc__.split("\n\n")[0],
+        prog="fspo verifier download",
+        description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("name", help="the backend: hhem, nli or embedding (lexical and llm_judge load no weights)")
-    parser.add_argument("--model-path", default=None, help="hub id or folder (default: the backend's, e.g. HHEM-2.1-Open)")
-    parser.add_argument("--tokenizer-path", default=None, help="hub id or folder of the tokenizer (default: the model's)")
-    parser.add_argument("--no-remote-code", action="store_true",
-                        help="the run sets fspo.verifier.trust_remote_code=false (the checkpoint's code is not needed)")
-    parser.add_argument("--cache-dir", default=None,
-                        help="the hub cache to fill (default: HF_HUB_CACHE, else HF_HOME/hub); the nodes set HF_HUB_CACHE to it")
+    parser.add_argument(
+        "--model-path", default=None, help="hub id or folder (default: the backend's, e.g. HHEM-2.1-Open)"
+    )
+    parser.add_argument(
+        "--tokenizer-path", default=None, help="hub id or folder of the tokenizer (default: the model's)"
+    )
+    parser.add_argument(
+        "--no-remote-code",
+        action="store_true",
+        help="the run sets fspo.verifier.trust_remote_code=false (the checkpoint's code is not needed)",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        default=None,
+        help="the hub cache to fill (default: HF_HUB_CACHE, else HF_HOME/hub); the nodes set HF_HUB_CACHE to it",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        lines = download_verifier(args.name, args.model_path, args.tokenizer_path,
-                                  False if args.no_remote_code else None, args.cache_dir)
+        lines = download_verifier(
+            args.name, args.model_path, args.tokenizer_path, False if args.no_remote_code else None, args.cache_dir
+        )
     except ConfigError as error:
         print(f"fspo verifier download: {error}", file=sys.stderr)
         return 2
@@ -111,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     cache = hub_cache_dir(args.cache_dir)
     if not all("(local folder)" in line for line in lines):
-        print(f"cache: {cache}; on offline nodes set HF_HUB_CACHE={cache} (or the HF_HOME above it) and HF_HUB_OFFLINE=1")
+        print(
+            f"cache: {cache}; on offline nodes set HF_HUB_CACHE={cache} (or the HF_HOME above it) and HF_HUB_OFFLINE=1"
+        )
     return 0
 
 

@@ -1,4 +1,7 @@
-"""Token labels from step verdicts: exact character-to-token alignment (their transport: `fspo.label_codec`).
+"""Token labels from step verdicts: support scores -> verdicts, and exact character-to-token alignment.
+
+Their transport to the trainer: :mod:`fspo.reward_extra_info`. `step_labels_for_response` is the whole
+path for one response, as the reward manager runs it.
 
 The text that spans point into is `tokenizer.decode(response_ids, skip_special_tokens=...)` with the
 tokenizer's own `clean_up_tokenization_spaces` (pass the same `skip_special_tokens` here as to that decode;
@@ -38,6 +41,7 @@ byte-level tokenizer is built on first use (a few hundred ms for Qwen's 151k tok
 
 from __future__ import annotations
 
+import math
 import re
 import weakref
 from collections.abc import Sequence
@@ -45,10 +49,42 @@ from functools import lru_cache
 
 import numpy as np
 
-from fspo.label_codec import LABEL_VALUES
+from fspo.reward_extra_info import LABEL_VALUES
+from fspo.steps import Step, reasoning_span
 
 _BYTE_LEVEL_DECODER = "ByteLevel"
 _WHITESPACE = re.compile(r"\s")  # the characters str.isspace() accepts
+
+
+def verdicts_from_scores(scores: Sequence[float], threshold: float) -> list[int]:
+    """Support probabilities -> step labels: >= threshold -> +1, below -> -1, NaN -> 0."""
+    return [0 if (s is None or math.isnan(s)) else (1 if s >= threshold else -1) for s in scores]
+
+
+def step_labels_for_response(
+    response_ids: Sequence[int],
+    tokenizer,
+    text: str,
+    steps: Sequence[Step],
+    verdicts: Sequence[int],
+    label_outside_reasoning: int = 0,
+) -> list[int]:
+    """Per-token labels of one response from its steps' verdicts.
+
+    ``text`` must be ``tokenizer.decode(response_ids, skip_special_tokens=True)`` (what verl's reward
+    loop decodes, and what the steps' offsets point into). With ``label_outside_reasoning`` set
+    (the released code's behaviour), every token from the end of the reasoning on -- the
+    ``</think>`` tag and the answer included -- gets that label too.
+    """
+    spans = [(step.start, step.end) for step in steps]
+    labels = list(verdicts)
+    if label_outside_reasoning:
+        span = reasoning_span(text)
+        if span is not None and span[1] < len(text):
+            spans.append((span[1], len(text)))
+            labels.append(int(label_outside_reasoning))
+    offsets = token_char_offsets(response_ids, tokenizer, skip_special_tokens=True, text=text)
+    return labels_from_offsets(offsets, text, spans, labels)
 
 
 def token_char_offsets(
@@ -152,13 +188,9 @@ def _as_id_list(response_ids) -> list[int]:
     return [int(i) for i in response_ids]
 
 
-def _check_verdicts(
-    spans: Sequence[tuple[int, int]], verdicts: Sequence[int | bool]
-) -> list[int]:
+def _check_verdicts(spans: Sequence[tuple[int, int]], verdicts: Sequence[int | bool]) -> list[int]:
     if len(spans) != len(verdicts):
-        raise ValueError(
-            f"got {len(spans)} spans but {len(verdicts)} verdicts: need one verdict per span"
-        )
+        raise ValueError(f"got {len(spans)} spans but {len(verdicts)} verdicts: need one verdict per span")
     labels = []
     for verdict in verdicts:
         if isinstance(verdict, (bool, np.bool_)):
@@ -174,19 +206,13 @@ def _check_spans(spans: Sequence[tuple[int, int]], text_length: int) -> None:
     previous_end = 0
     for start, end in spans:
         if not 0 <= start <= end <= text_length:
-            raise ValueError(
-                f"span ({start}, {end}) is not inside the decoded text of length {text_length}"
-            )
+            raise ValueError(f"span ({start}, {end}) is not inside the decoded text of length {text_length}")
         if start < previous_end:
-            raise ValueError(
-                f"span ({start}, {end}) overlaps or precedes the one before: spans must be in order"
-            )
+            raise ValueError(f"span ({start}, {end}) overlaps or precedes the one before: spans must be in order")
         previous_end = end
 
 
-def _offsets_for_text(
-    ids: list[int], tokenizer, skip_special_tokens: bool, text: str
-) -> list[tuple[int, int]]:
+def _offsets_for_text(ids: list[int], tokenizer, skip_special_tokens: bool, text: str) -> list[tuple[int, int]]:
     if not ids:
         return []
     if _decoder_name(tokenizer) == _BYTE_LEVEL_DECODER:
@@ -250,9 +276,7 @@ def _byte_level_pieces(
     text, char_of_byte = decoded
     ends = np.cumsum(token_bytes)
     starts = ends - np.asarray(token_bytes)
-    char_of_byte = np.append(
-        char_of_byte, len(text)
-    )  # an empty token at the end sits at len(text)
+    char_of_byte = np.append(char_of_byte, len(text))  # an empty token at the end sits at len(text)
     first_char = char_of_byte[starts]
     last_char = char_of_byte[np.maximum(ends - 1, 0)]
     end_char = np.where(ends > starts, last_char + 1, first_char)
@@ -292,20 +316,12 @@ def _byte_level_vocabulary(tokenizer, ids: list[int]) -> list[bytes | None] | No
 
 
 def _covers(vocabulary: list[bytes | None], ids: list[int]) -> bool:
-    return (
-        min(ids) >= 0
-        and max(ids) < len(vocabulary)
-        and all(vocabulary[i] is not None for i in ids)
-    )
+    return min(ids) >= 0 and max(ids) < len(vocabulary) and all(vocabulary[i] is not None for i in ids)
 
 
 def _special_ids(tokenizer) -> set[int]:
     """Ids that `decode(..., skip_special_tokens=True)` drops: added tokens marked special."""
-    return {
-        index
-        for index, token in tokenizer.added_tokens_decoder.items()
-        if token.special
-    }
+    return {index for index, token in tokenizer.added_tokens_decoder.items() if token.special}
 
 
 def _utf8_with_byte_map(data: bytes) -> tuple[str, np.ndarray] | None:
@@ -335,9 +351,7 @@ def _utf8_with_byte_map(data: bytes) -> tuple[str, np.ndarray] | None:
     return "".join(parts), char_of_byte
 
 
-def _context_pieces(
-    ids: list[int], tokenizer, skip_special_tokens: bool
-) -> tuple[str, list[tuple[int, int]]] | None:
+def _context_pieces(ids: list[int], tokenizer, skip_special_tokens: bool) -> tuple[str, list[tuple[int, int]]] | None:
     """Each token's text decoded after a fixed context token, so it keeps its leading space or joins on."""
     context = tokenizer.encode("a", add_special_tokens=False)[:1]
     if not context:
@@ -347,16 +361,12 @@ def _context_pieces(
     if backend is not None:
         decoded = backend.decode_batch(batch, skip_special_tokens=skip_special_tokens)
     else:
-        decoded = [
-            tokenizer.decode(b, skip_special_tokens=skip_special_tokens) for b in batch
-        ]
+        decoded = [tokenizer.decode(b, skip_special_tokens=skip_special_tokens) for b in batch]
     prefix = decoded[0]
     if not all(d.startswith(prefix) for d in decoded[1:]):
         return None
     pieces = [d[len(prefix) :] for d in decoded[1:]]
-    if any(
-        "\ufffd" in p for p in pieces
-    ):  # a partial character: the prefix decode handles those
+    if any("\ufffd" in p for p in pieces):  # a partial character: the prefix decode handles those
         return None
     spans, position = [], 0
     for piece in pieces:
@@ -365,9 +375,7 @@ def _context_pieces(
     return "".join(pieces), spans
 
 
-def _align_pieces(
-    joined: str, spans: list[tuple[int, int]], text: str
-) -> list[tuple[int, int]] | None:
+def _align_pieces(joined: str, spans: list[tuple[int, int]], text: str) -> list[tuple[int, int]] | None:
     """Map spans in `joined` to spans in `text`, where `text` is `joined` with some whitespace removed."""
     if joined == text:
         return spans
@@ -385,10 +393,7 @@ def _align_pieces(
             while kept_end < len(text) and text[kept_end].isspace():
                 kept_end += 1
             kept = kept_end - k
-            if (
-                kept > run_end - i
-                or text[k:kept_end] != joined[run_end - kept : run_end]
-            ):
+            if kept > run_end - i or text[k:kept_end] != joined[run_end - kept : run_end]:
                 return None
             consumed[i : run_end - kept] = k
             consumed[run_end - kept : run_end] = np.arange(k, kept_end)
@@ -404,9 +409,7 @@ def _align_pieces(
     return [(int(consumed[start]), int(consumed[end])) for start, end in spans]
 
 
-def _prefix_decode_offsets(
-    ids: list[int], tokenizer, skip_special_tokens: bool, text: str
-) -> list[tuple[int, int]]:
+def _prefix_decode_offsets(ids: list[int], tokenizer, skip_special_tokens: bool, text: str) -> list[tuple[int, int]]:
     """Exact offsets for any tokenizer from the decode of every prefix (quadratic; the fallback).
 
     A prefix whose decode is a prefix of `text` is a clean boundary. A token starts where the decode of the
@@ -414,10 +417,7 @@ def _prefix_decode_offsets(
     the end can spoil the decode of earlier bytes), and ends at the next clean boundary after it, so tokens
     that build one character together all cover it.
     """
-    prefixes = [
-        tokenizer.decode(ids[:k], skip_special_tokens=skip_special_tokens)
-        for k in range(len(ids) + 1)
-    ]
+    prefixes = [tokenizer.decode(ids[:k], skip_special_tokens=skip_special_tokens) for k in range(len(ids) + 1)]
     agree = [_common_prefix_length(p, text) for p in prefixes]
     clean = [a == len(p) for a, p in zip(agree, prefixes)]
     clean[-1] = True
@@ -434,9 +434,7 @@ def _prefix_decode_offsets(
             boundary = agree[k]
         next_clean_end[k] = boundary
     starts = [max(agree[k], last_clean_start[k]) for k in range(len(ids))]
-    return [
-        (start, max(start, next_clean_end[k + 1])) for k, start in enumerate(starts)
-    ]
+    return [(start, max(start, next_clean_end[k + 1])) for k, start in enumerate(starts)]
 
 
 def _common_prefix_length(a: str, b: str) -> int:

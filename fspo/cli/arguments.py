@@ -65,16 +65,23 @@ def check_model_dir(flag: str, path: str | os.PathLike) -> None:
         raise UsageError(f"{flag} {path} is not a folder: give a Hugging Face model folder")
     config = path / "config.json"
     if not config.is_file():
-        raise UsageError(f"{flag} {path} has no config.json: give a Hugging Face model folder (for a training "
-                         "checkpoint, merge it first: scripts/merge_checkpoint.sh)")
+        raise UsageError(
+            f"{flag} {path} has no config.json: give a Hugging Face model folder (for a training "
+            "checkpoint, merge it first: scripts/merge_checkpoint.sh)"
+        )
     try:
         settings = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UsageError(f"{flag} {path}: config.json is not readable JSON ({error})") from None
     if not isinstance(settings, dict) or "model_type" not in settings:
         raise UsageError(f"{flag} {path}: config.json names no model_type, so transformers cannot load it")
-    weights = [p for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".gguf")
-               or p.name.endswith((".safetensors.index.json", ".bin.index.json"))]
+    weights = [
+        p
+        for p in path.iterdir()
+        if p.suffix in (".safetensors", ".bin", ".pt", ".gguf")
+        or p.name.endswith((".safetensors.index.json", ".bin.index.json"))
+    ]
     if not weights:
-        raise UsageError(f"{flag} {path} holds no weights (*.safetensors or pytorch_model.bin): an unfinished "
-                         "download or merge?")
+        raise UsageError(
+            f"{flag} {path} holds no weights (*.safetensors or pytorch_model.bin): an unfinished download or merge?"
+        )

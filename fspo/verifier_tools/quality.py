@@ -4,7 +4,7 @@ Labels are 1 (the evidence supports the claim) or 0 (it does not); scores are th
 probabilities. A threshold ``t`` predicts "supported" for ``score >= t``, as the reward manager does.
 
 ```python
-from fspo.verifiers.quality import auroc, best_threshold
+from fspo.verifier_tools.quality import auroc, best_threshold
 
 auroc([0.9, 0.4, 0.6, 0.1], [1, 1, 0, 0])           # 0.75
 best_threshold([0.9, 0.4, 0.6, 0.1], [1, 1, 0, 0])  # (0.4, 0.75)

@@ -53,7 +53,9 @@ def launch(
             if time.monotonic() > deadline:
                 process.kill()
                 process.wait()
-                raise RuntimeError(f"trainer ran past {timeout} s; log {log_path} ends:\n{log_path.read_text()[-6000:]}")
+                raise RuntimeError(
+                    f"trainer ran past {timeout} s; log {log_path} ends:\n{log_path.read_text()[-6000:]}"
+                )
             time.sleep(1.0)
     if process.returncode != 0:
         raise RuntimeError(f"trainer exited {process.returncode}; log {log_path} ends:\n{log_path.read_text()[-6000:]}")

@@ -1,4 +1,4 @@
-"""Which prebuilt flash-attn wheel fits a GPU install, if any (``python -m fspo.flash_attn_wheel``).
+"""Which prebuilt flash-attn wheel fits a GPU install, if any (``python -m fspo.cli.flash_attn_wheel``).
 
 PyPI carries flash-attn only as a source package whose ``setup.py`` imports torch and compiles CUDA
 kernels for a long time, and a built wheel only loads into the exact (CUDA major, torch major.minor,
@@ -117,7 +117,7 @@ def listed_wheels(pyproject: Path) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m fspo.flash_attn_wheel",
+        prog="python -m fspo.cli.flash_attn_wheel",
         description="Print the URL of the prebuilt flash-attn wheel for this machine's torch (nothing if none); "
         "one line on stderr says which, or that the install goes without.",
     )

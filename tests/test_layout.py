@@ -1,0 +1,148 @@
+"""The package's import graph: no cycle among fspo modules, imports inside functions counted too.
+
+Each import statement is an edge from its module to the ``fspo`` module it names (``from fspo.a import b``
+names ``fspo.a.b`` when that is a module, else ``fspo.a``); imports under ``if TYPE_CHECKING:`` are
+annotations and do not run. The few imports that stay inside functions are listed with why, so a new one
+is a decision, not a way around a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import fspo
+
+PACKAGE = Path(fspo.__file__).parent
+
+# module -> the fspo modules it imports inside functions, and why they are not at the top.
+LAZY_IMPORTS = {
+    # Each backend's dependencies (torch, transformers, an HTTP client) load only when that backend is named.
+    "fspo.verifiers.backends": {
+        "fspo.verifiers.lexical",
+        "fspo.verifiers.embedding",
+        "fspo.verifiers.hhem",
+        "fspo.verifiers.nli",
+        "fspo.verifiers.minicheck",
+        "fspo.verifiers.factcg",
+        "fspo.verifiers.llm_judge",
+    },
+    # verl imports the CPU plugin while verl itself is being imported; these modules import verl.
+    "fspo.cpu.plugin": {"fspo.cpu", "fspo.cpu.patches", "fspo.cpu.platform", "fspo.cpu.rollout"},
+    # The config dataclasses and the verifiers import verl (seconds): the tools check their arguments first.
+    "fspo.evaluation.cli": {"fspo.config.verifier", "fspo.verifiers"},
+    "fspo.verifier_tools.verify": {"fspo.config.verifier", "fspo.verifiers"},
+    "fspo.verifier_tools.download": {"fspo.config.verifier"},
+    "fspo.quickstart.step_report": {"fspo.config.verifier", "fspo.verifiers"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def imported_modules(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The fspo modules an import statement of ``module`` loads (its own target, not parent packages)."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            package = module.split(".") if MODULES[module].name == "__init__.py" else module.split(".")[:-1]
+            package = package[: len(package) - node.level + 1]
+            base = ".".join([*package, *([node.module] if node.module else [])])
+        names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+    found = set()
+    for name in names:
+        while name and name not in MODULES:
+            name = name.rpartition(".")[0]
+        if name.split(".")[0] == "fspo" and name != module:
+            found.add(name)
+    return found
+
+
+def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Every module's imports, and the ones made inside a function."""
+    edges: dict[str, set[str]] = {module: set() for module in MODULES}
+    lazy: dict[str, set[str]] = {}
+
+    def visit(module: str, node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                targets = imported_modules(module, child)
+                edges[module] |= targets
+                if in_function and targets:
+                    lazy.setdefault(module, set()).update(targets)
+            visit(module, child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    for module, path in MODULES.items():
+        visit(module, ast.parse(path.read_text(), str(path)), False)
+    return edges, lazy
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), and self-imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(edges[node]):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_no_import_cycle_among_fspo_modules():
+    edges, _ = import_graph()
+    assert cycles(edges) == []
+
+
+def test_imports_inside_functions_are_the_listed_ones():
+    _, lazy = import_graph()
+    assert lazy == LAZY_IMPORTS
+
+
+def test_the_config_package_imports_nothing_else_from_fspo():
+    edges, _ = import_graph()
+    outside = {
+        m: {t for t in targets if not t.startswith("fspo.config")}
+        for m, targets in edges.items()
+        if m.startswith("fspo.config.") or m == "fspo.config"
+    }
+    assert {m: t for m, t in outside.items() if t} == {}
+
+
+def test_the_trainer_and_the_tools_do_not_import_the_reward_manager():
+    # reward.py is verl's reward manager alone: what the trainer and the CLIs share with it lives elsewhere.
+    edges, _ = import_graph()
+    assert [m for m, targets in edges.items() if "fspo.reward" in targets] == []
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
