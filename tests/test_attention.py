@@ -23,7 +23,7 @@ from fspo.attention import (
     attention_fallback,
     importable,
 )
-from fspo.config_checks import ConfigError
+from fspo.config.vocabulary import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -449,7 +449,8 @@ TRAIN = [
 
 @pytest.mark.parametrize(("overrides", "message"), [case[1:] for case in TRAIN], ids=[case[0] for case in TRAIN])
 def test_fspo_train_estimator_needs(trainer_config, overrides, message):
-    from fspo.config_checks import ConfigError, check_advantage_estimator
+    from fspo.config.vocabulary import ConfigError
+    from fspo.config_checks import check_advantage_estimator
 
     with pytest.raises(ConfigError) as error:
         check_advantage_estimator(trainer_config(*overrides))

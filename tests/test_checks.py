@@ -115,7 +115,8 @@ def test_separate_async_on_cpu_is_refused_before_ray_and_colocate_async_is_not(m
 def test_an_unknown_trainer_mode_is_named():
     from omegaconf import OmegaConf
 
-    from fspo.config_checks import ConfigError, check_trainer_mode
+    from fspo.config.vocabulary import ConfigError
+    from fspo.config_checks import check_trainer_mode
 
     with pytest.raises(ConfigError, match="trainer.v1.trainer_mode=fully_async is unknown to FSPO; use one of sync"):
         check_trainer_mode(OmegaConf.create({"trainer": {"device": "cuda", "v1": {"trainer_mode": "fully_async"}}}))

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from fspo.config.fspo_config import FSPOConfig, fspo_config
 from fspo.config.verifier import VerifierConfig, verifier_config
-from fspo.config_checks import ConfigError
+from fspo.config.vocabulary import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fspo.config_checks import ConfigError
+from fspo.config.vocabulary import ConfigError
 from fspo.verifiers.hhem import HHEM_FOUNDATION, HHEM_MODEL, HHEM_PROMPT
 
 REPO = Path(__file__).resolve().parent.parent

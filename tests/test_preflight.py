@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from fspo.config.verifier import VerifierConfig
-from fspo.config_checks import ConfigError
+from fspo.config.vocabulary import ConfigError
 from fspo.hub_env import describe, hub_env_vars
 from fspo.preflight import (
     MODEL_FILES,
