@@ -6,10 +6,11 @@ advantages before and after the flip, the labels, the response mask and which ro
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
+
+from fspo.atomic_file import replacing
 
 
 def dump_file_name(global_step: int, parameter_sync_step: int, local_step: int) -> str:
@@ -20,10 +21,5 @@ def dump_file_name(global_step: int, parameter_sync_step: int, local_step: int) 
 def save_atomically(record: Any, path: str) -> None:
     """``torch.save`` to ``path`` through a temporary file beside it, so a run killed mid-write leaves the
     previous dump or none, never a truncated ``step_<N>.pt`` that a reader would take for a whole one."""
-    partial = f"{path}.partial"
-    try:
-        torch.save(record, partial)
-        os.replace(partial, path)
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
+    with replacing(path) as temporary:
+        torch.save(record, temporary)

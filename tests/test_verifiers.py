@@ -165,14 +165,26 @@ def test_micro_batches_cover_every_row_once_within_budget(lengths, budget):
         assert len(batch) == 1 or max(lengths[i] for i in batch) * len(batch) <= budget
 
 
-def test_out_of_memory_halves_the_micro_batch():
+def cpu_allocator_error() -> RuntimeError:
+    """The error this machine's CPU allocator raises for an allocation it cannot serve."""
+    try:
+        torch.empty(2**62, dtype=torch.uint8)
+    except RuntimeError as error:
+        return error
+    raise AssertionError("an allocation of 2**62 bytes succeeded")
+
+
+@pytest.mark.parametrize(
+    "error", [torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), cpu_allocator_error()]
+)
+def test_out_of_memory_halves_the_micro_batch(error):
     rows = [{"input_ids": [1] * n} for n in (3, 5, 2, 7, 4, 6)]
     sizes = []
 
     def forward(batch):
         sizes.append(batch["input_ids"].shape[0])
         if batch["input_ids"].shape[0] > 2:
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+            raise error
         return batch["attention_mask"].sum(1).float()
 
     out = run_batched(rows, forward, pad_token_id=0, device="cpu", max_tokens_per_batch=1000)
@@ -195,6 +207,13 @@ def test_other_errors_are_not_swallowed():
 
 
 # --- config ---------------------------------------------------------------------------------------
+def test_build_verifier_takes_a_verifier_config_not_a_mapping():
+    with pytest.raises(TypeError, match=r"convert a mapping with fspo.config.verifier.verifier_config"):
+        build_verifier({"name": "lexical"})
+    pair = ("Paris is the capital of France.", "The capital of France is Paris.")
+    assert build_verifier(verifier_config({"name": "lexical"})).score([pair]) == [1.0]
+
+
 def test_build_verifier_errors_name_the_valid_choices():
     with pytest.raises(ValueError, match="valid names: lexical, embedding, hhem, nli, llm_judge, minicheck, factcg"):
         build_verifier(verifier_config({"name": "hhme"}))

@@ -16,10 +16,11 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from fspo.atomic_file import replacing
 
 SOURCE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
@@ -128,13 +129,8 @@ def write_parquet(rows: Sequence[dict], path: str | Path) -> Path:
     schema = pa.schema([pa.field(f.name, _without_null_types(f.type)) for f in table.schema])
     table = table.cast(schema)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with replacing(path) as temporary:
         pq.write_table(table, temporary)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
     return path
 
 

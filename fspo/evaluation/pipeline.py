@@ -17,9 +17,10 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from fspo.atomic_file import write_text_atomically
 from fspo.evaluation.answer_judge import judgments_path
 from fspo.evaluation.generation import GenerationSettings, Generator, build_generator, render_prompts
-from fspo.evaluation.records import read_records, write_atomically
+from fspo.evaluation.records import read_records
 from fspo.evidence import row_evidence
 from fspo.scores import METRIC_KEYS as METRICS
 from fspo.scores import compute_score, scorer_of, unknown_source_message
@@ -86,7 +87,7 @@ def check_provenance(predictions_path: str | Path, provenance: dict) -> None:
             f"{predictions_path} holds predictions with no record of what produced them (an older fspo wrote "
             "it): use another --output-dir, or delete that file to start over"
         )
-    write_atomically(sidecar, json.dumps(provenance, indent=2) + "\n")
+    write_text_atomically(sidecar, json.dumps(provenance, indent=2) + "\n")
 
 
 def _ground_truth(row: dict):
@@ -207,7 +208,7 @@ def evaluate_benchmark(
     done = {r["index"]: r for r in stored if r["index"] < len(rows) and not stale(r)}
     if predictions_path and any(stale(r) for r in stored):
         kept = [r for r in stored if not stale(r)]
-        write_atomically(predictions_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
+        write_text_atomically(predictions_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
     todo = [i for i in range(len(rows)) if i not in done]
     prompts = render_prompts(tokenizer, [rows[i] for i in todo], prompt_format) if todo else []
     if predictions_path:

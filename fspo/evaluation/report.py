@@ -6,11 +6,11 @@ import csv
 import io
 import json
 import math
-import os
 from pathlib import Path
 
+from fspo.atomic_file import replacing, write_text_atomically
 from fspo.evaluation.pipeline import score_records
-from fspo.evaluation.records import read_records, write_atomically
+from fspo.evaluation.records import read_records
 
 
 def _benchmarks(results: dict[str, dict[str, dict]]) -> list[str]:
@@ -90,12 +90,10 @@ def _plot(header: list[str], rows: list[list], path: Path, title: str) -> None:
     axes.set_title(title)
     axes.legend(fontsize="small")
     figure.tight_layout()
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
     try:
-        figure.savefig(temporary, dpi=120)
-        os.replace(temporary, path)
+        with replacing(path) as temporary:
+            figure.savefig(temporary, dpi=120)
     finally:
-        temporary.unlink(missing_ok=True)
         plt.close(figure)
 
 
@@ -131,7 +129,7 @@ def write_results(
         markdown += "\n## LLM judge (%, over judged rows; HalluQA's truthful = free of hallucination)\n\n" + _markdown(
             judge_header, judged_rows
         )
-    write_atomically(paths["markdown"], markdown)
+    write_text_atomically(paths["markdown"], markdown)
 
     # JSON has no NaN: write null instead so any parser reads it.
     clean = {
@@ -141,13 +139,13 @@ def write_results(
         }
         for m, per in results.items()
     }
-    write_atomically(paths["json"], json.dumps(clean, indent=2) + "\n")
+    write_text_atomically(paths["json"], json.dumps(clean, indent=2) + "\n")
 
     table = io.StringIO(newline="")
     writer = csv.writer(table)
     writer.writerow(header)
     writer.writerows([[row[0]] + ["" if math.isnan(v) else f"{v:.6f}" for v in row[1:]] for row in rows])
-    write_atomically(paths["csv"], table.getvalue())
+    write_text_atomically(paths["csv"], table.getvalue())
 
     _plot(header, rows, paths["png"], "Mean score per benchmark")
     return paths

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from fspo.atomic_file import write_text_atomically
 from fspo.data.io import read_rows, write_parquet
 from fspo.data.synthetic import make_rows
 from fspo.quickstart.launch import launch
@@ -409,10 +409,8 @@ def input_problem(args: argparse.Namespace) -> str | None:
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Write `data` to a temporary file beside `path` and rename it: `path` is never half written."""
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    temporary.write_text(json.dumps(data, indent=2))
-    os.replace(temporary, path)
+    """Write `data` to `path` as indented JSON; `path` is never half written."""
+    write_text_atomically(path, json.dumps(data, indent=2))
 
 
 def run_identity(args: argparse.Namespace, model: Path) -> dict:

@@ -59,7 +59,13 @@ def pad_features(rows: Sequence[Features], pad_token_id: int, device: torch.devi
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()
+    """CUDA's out-of-memory error, or the CPU allocator's (a RuntimeError: "can't allocate memory")."""
+    message = str(error).lower()
+    return (
+        isinstance(error, torch.cuda.OutOfMemoryError)
+        or "out of memory" in message
+        or "can't allocate memory" in message
+    )
 
 
 def run_batched(
