@@ -60,10 +60,10 @@ def check_model_path(path: str) -> None:
 
 
 def uses_fspo_scorer(config: DictConfig) -> bool:
-    """Whether rewards come from :func:`fspo.scores.compute_score` (the default), whose sources can be checked."""
+    """Whether rewards come from :func:`fspo.outcome.compute_score` (the default), whose sources can be checked."""
     function = OmegaConf.select(config, "reward.custom_reward_function") or {}
     path, name = function.get("path"), function.get("name") or "compute_score"
-    return path is None or (str(path) in ("pkg://fspo.scores", "fspo.scores") and name == "compute_score")
+    return path is None or (str(path) in ("pkg://fspo.outcome", "fspo.outcome") and name == "compute_score")
 
 
 def check_data_files(

@@ -9,7 +9,7 @@ Loaded by verl's reward loop through config alone::
 For each finished rollout it
 
 1. scores the outcome with the dataset's scorer (``reward.custom_reward_function``, by default
-   :func:`fspo.scores.compute_score`);
+   :func:`fspo.outcome.compute_score`);
 2. cuts the ``<think>`` reasoning into steps (:func:`fspo.steps.reasoning_steps`) and has the
    verifier score each step against the row's evidence; rollouts that reach the verifier together
    are verified in one batched call (:meth:`fspo.verifiers.Verifier.ascore`);
@@ -43,9 +43,9 @@ from fspo.config.fspo_config import fspo_config
 from fspo.config.verifier import VerifierConfig
 from fspo.config.vocabulary import REWARD_ROUTER
 from fspo.evidence import row_evidence
+from fspo.outcome import METRIC_KEYS
+from fspo.outcome import compute_score as fspo_score
 from fspo.reward_extra_info import LABELS_KEY, RolloutStats, encode_outputs
-from fspo.scores import METRIC_KEYS
-from fspo.scores import compute_score as fspo_score
 from fspo.steps import reasoning_steps
 from fspo.time_limit import TimeLimitedScorer, custom_scorer, default_scorer
 from fspo.token_labels import step_labels_for_response, verdicts_from_scores

@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fspo.scores import compute_score
+from fspo.outcome import compute_score
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class ScorerTimeout(TimeoutError):
 
 
 def default_scorer() -> Callable[..., Any]:
-    """`fspo.scores.compute_score` (the factory the worker calls when given none)."""
+    """`fspo.outcome.compute_score` (the factory the worker calls when given none)."""
     return compute_score
 
 

@@ -184,7 +184,7 @@ def test_a_custom_reward_function_scores_any_source(files):
         }
     )
     default = OmegaConf.create(
-        {"reward": {"custom_reward_function": {"path": "pkg://fspo.scores", "name": "compute_score"}}}
+        {"reward": {"custom_reward_function": {"path": "pkg://fspo.outcome", "name": "compute_score"}}}
     )
     assert uses_fspo_scorer(default) and not uses_fspo_scorer(custom)
     check_data_files("data.train_files", [str(files["unknown"])], custom)  # no error: the custom function decides

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fspo.scores import compute_score
+from fspo.outcome import compute_score
 from fspo.time_limit import ScorerTimeout, TimeLimitedScorer, custom_scorer
 
 # math-verify evaluates this power inside one C call holding the GIL: a thread never returns from it.

@@ -25,7 +25,7 @@ from pathlib import Path
 from fspo.data.io import text_list
 from fspo.data.templates import check_prompt_format, count_prompt_tokens
 from fspo.evidence import evidence_text, row_evidence
-from fspo.scores import known_sources, scorer_of
+from fspo.outcome import known_sources, scorer_of
 
 REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")
 # Names under which datasets keep evidence: this project's and the released FSPO files'. A file

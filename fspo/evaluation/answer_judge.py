@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from fspo.chat_client import ChatClient, without_thinking
 from fspo.evaluation.records import read_records
-from fspo.scores import extract_answer, own_scorer_name
+from fspo.outcome import extract_answer, own_scorer_name
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from fspo.evaluation.answer_judge import judgments_path
 from fspo.evaluation.generation import GenerationSettings, Generator, build_generator, render_prompts
 from fspo.evaluation.records import read_records
 from fspo.evidence import row_evidence
-from fspo.scores import METRIC_KEYS as METRICS
-from fspo.scores import compute_score, scorer_of, unknown_source_message
+from fspo.outcome import METRIC_KEYS as METRICS
+from fspo.outcome import compute_score, scorer_of, unknown_source_message
 from fspo.steps import reasoning_steps
 from fspo.time_limit import ScorerTimeout, TimeLimitedScorer
 from fspo.token_labels import verdicts_from_scores
@@ -114,7 +114,7 @@ def score_record(row: dict, responses: Sequence[str], scorer=None) -> dict:
 
     Args:
         scorer: A `fspo.time_limit.TimeLimitedScorer` (a response it gives up on scores 0 and is counted in
-            ``scorer_timeouts``); None scores in this process with `fspo.scores.compute_score`, unlimited.
+            ``scorer_timeouts``); None scores in this process with `fspo.outcome.compute_score`, unlimited.
     """
     extra_info = row.get("extra_info") or {}
     per_sample, timeouts = [], 0

@@ -1,4 +1,4 @@
-"""Outcome scorers for every data source of the recipe, behind verl's custom-reward signature.
+"""The outcome reward: one answer scorer per data source of the recipe, behind verl's custom-reward signature.
 
     compute_score(data_source, solution_str, ground_truth, extra_info=None) -> dict
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fspo.scores import (
+from fspo.outcome import (
     METRIC_KEYS,
     RELEASED_SOURCES,
     SCORERS,
