@@ -146,3 +146,34 @@ def test_the_trainer_and_the_tools_do_not_import_the_reward_manager():
 
 def test_the_cycle_check_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def readme_layout() -> str:
+    readme = (PACKAGE.parent / "README.md").read_text()
+    section = readme.split("\n## Layout\n", 1)[1]
+    return section.split("```\n", 2)[1]
+
+
+def test_the_readme_layout_names_every_module_and_package_of_fspo_and_nothing_else():
+    block = readme_layout()
+    lines = block.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("fspo/ "))
+    end = next(i for i in range(start + 1, len(lines)) if lines[i] and not lines[i].startswith(" "))
+    fspo_part = "\n".join(lines[start:end])
+    entries = {
+        p.name + ("/" if p.is_dir() else "")
+        for p in PACKAGE.iterdir()
+        if p.name != "__init__.py"
+        and not p.name.startswith((".", "_"))
+        and p.name != "__pycache__"
+        and (p.is_dir() or p.suffix == ".py")
+    }
+    named = {word.rstrip(",;:)").lstrip("(") for word in fspo_part.split()}
+    missing = sorted(entry for entry in entries if entry not in named and entry.removesuffix(".py") not in named)
+    assert missing == [], f"README layout does not name {missing}"
+    listed = {
+        line.split()[0]
+        for line in lines[start + 1 : end]
+        if line.startswith("  ") and not line.startswith("   ") and not line.lstrip().startswith("#")
+    }
+    assert sorted(listed - entries) == []
