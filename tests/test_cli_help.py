@@ -28,8 +28,8 @@ COMMANDS = {
     **{f"fspo data {name}": ["data", name] for name in DATASETS},
 }
 # Options of tools that are not fspo commands, named in the same paragraphs as one: the benchmark scripts'
-# and pip's. A README line that names them is about that tool.
-OTHER_TOOLS = {"--finetuned", "--no-deps", "--target-dir", "--trust-remote-code", "--index-url"}
+# pip's and ruff's. A README line that names them is about that tool.
+OTHER_TOOLS = {"--finetuned", "--no-deps", "--target-dir", "--trust-remote-code", "--index-url", "--check"}
 
 
 def parser_of(argv: list[str], monkeypatch) -> argparse.ArgumentParser:
