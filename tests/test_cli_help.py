@@ -27,7 +27,7 @@ COMMANDS = {
     "fspo quickstart": ["quickstart"],
     **{f"fspo data {name}": ["data", name] for name in DATASETS},
 }
-# Options of tools that are not fspo commands, named in the same paragraphs as one: the benchmark scripts'
+# Options of tools that are not fspo commands, named in the same paragraphs as one: the benchmark scripts',
 # pip's and ruff's. A README line that names them is about that tool.
 OTHER_TOOLS = {"--finetuned", "--no-deps", "--target-dir", "--trust-remote-code", "--index-url", "--check"}
 
