@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from fspo.config.verifier import verifier_config
 from fspo.token_labels import verdicts_from_scores
+from fspo.verifier_tools.verify import verdict
 from fspo.verifiers import build_verifier, chunking
 from fspo.verifiers.batching import plan_micro_batches
 from fspo.verifiers.hhem import HHEM_MAX_ROW_TOKENS, HHEMVerifier
@@ -201,6 +202,7 @@ def test_factcg_drops_the_empty_first_chunk_the_authors_score(checkpoints):
 def test_the_supported_label_is_strictly_above_the_threshold_for_minicheck_and_factcg(checkpoints):
     assert verdicts_from_scores([0.5, 0.51, 0.49], 0.5, strict=True) == [-1, 1, -1]
     assert verdicts_from_scores([0.5, 0.51, 0.49], 0.5) == [1, 1, -1]
+    assert verdict(0.5, 0.5, strict=True) == "UNSUPPORTED" and verdict(0.5, 0.5) == "SUPPORTED"  # fspo verify
     for name, arch in (("minicheck", "flan-t5-large"), ("factcg", "deberta-v3-large")):
         config = {"name": name, "model_path": str(checkpoints[arch]), "device": "cpu"}
         assert build_verifier(verifier_config(config)).strict_threshold
@@ -298,6 +300,7 @@ def test_hhem_scores_the_whole_premise_as_vectara_predict(hhem_t5):
 
     verifier = HHEMVerifier(model_path=str(hhem_t5), device="cpu")
     assert verifier.max_row_tokens == HHEM_MAX_ROW_TOKENS == 3072
+    assert verifier.max_attention_cells == int(1.5e9 // (3 * 4 * 4))  # the tiny T5's 4 heads, fp32
     t5 = T5ForTokenClassification.from_pretrained(hhem_t5).eval()
     tokenizer = AutoTokenizer.from_pretrained(hhem_t5)
     rows, _ = verifier.encode(LONG_PAIRS)
