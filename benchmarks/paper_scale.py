@@ -41,7 +41,8 @@ BACKBONES = ["run_qwen2.5_7b_base.sh", "run_qwen2.5_7b_instruct.sh", "run_llama3
 # HHEM-2.1-Open's prompt around premise and hypothesis (fspo.verifiers.hhem.HHEM_PROMPT) plus </s>.
 PROMPT_TOKENS = 20
 T5_LAYERS, T5_D_MODEL, T5_D_FF = 12, 768, 2048
-# fspo.verifier.max_row_tokens' default (fspo.verifiers.model_base.ModelVerifier) and its windows' overlap.
+# The windowed figures' fspo.verifier.max_row_tokens (hhem's default, 3072, scores evidence of up to ~3k
+# tokens whole: the "whole evidence" figures) and the windows' overlap (fspo.verifiers.model_base).
 MAX_ROW_TOKENS, WINDOW_OVERLAP = 512, 0.25
 
 

@@ -230,7 +230,7 @@ class FSPORewardManager(RewardManagerBase):
         stats.verifier_seconds = time.perf_counter() - started
         stats.verified = 1.0
         stats.verifier_ray_gpu = 1.0 if self.verifier.ray_gpu_assigned else 0.0
-        verdicts = verdicts_from_scores(scores, self.verifier.threshold)
+        verdicts = verdicts_from_scores(scores, self.verifier.threshold, self.verifier.strict_threshold)
         stats.supported = float(sum(v > 0 for v in verdicts))
         stats.unsupported = float(sum(v < 0 for v in verdicts))
         stats.unverifiable = float(sum(v == 0 for v in verdicts))

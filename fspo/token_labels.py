@@ -56,9 +56,16 @@ _BYTE_LEVEL_DECODER = "ByteLevel"
 _WHITESPACE = re.compile(r"\s")  # the characters str.isspace() accepts
 
 
-def verdicts_from_scores(scores: Sequence[float], threshold: float) -> list[int]:
-    """Support probabilities -> step labels: >= threshold -> +1, below -> -1, NaN -> 0."""
-    return [0 if (s is None or math.isnan(s)) else (1 if s >= threshold else -1) for s in scores]
+def verdicts_from_scores(scores: Sequence[float], threshold: float, strict: bool = False) -> list[int]:
+    """Support probabilities -> step labels: >= threshold (``strict``: > threshold) -> +1, else -1; NaN -> 0.
+
+    ``strict`` is the comparison of the backends whose authors label ``prob > 0.5`` (MiniCheck, FactCG:
+    :attr:`fspo.verifiers.base.Verifier.strict_threshold`).
+    """
+    return [
+        0 if (s is None or math.isnan(s)) else (1 if (s > threshold if strict else s >= threshold) else -1)
+        for s in scores
+    ]
 
 
 def step_labels_for_response(

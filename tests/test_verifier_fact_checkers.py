@@ -2,19 +2,19 @@
 
 Each backend loads a checkpoint of its published layout built here with random weights and a real
 tokenizer of its kind (fspo_testing.tiny_verifiers), and must score exactly as the authors' recipe
-does, one pair at a time: their input string, their window, their label index or label tokens.
+does, one pair at a time: their input string, their window, their label index or label tokens. Their
+chunking of long documents is compared with the authors' in tests/test_verifier_authors.py.
 """
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from fspo.config.verifier import VerifierConfig, verifier_config
 from fspo.verifiers import build_verifier
-from fspo.verifiers.fact_checker import clip_to_tokens
 from fspo.verifiers.factcg import FACTCG_TEMPLATE, FactCGVerifier
 from fspo.verifiers.minicheck import MiniCheckClassifier, MiniCheckT5
 from fspo.verifiers.placement import resolve_placement
@@ -25,7 +25,6 @@ PAIRS = [
     (EVIDENCE, "Bolt Mills is headquartered in Lima."),
     (EVIDENCE, "The students are on vacation."),
     ("The students study in the library for exams.", "The students are preparing for an exam."),
-    ("", "A claim without evidence."),
 ]
 
 
@@ -80,53 +79,33 @@ def test_scores_as_the_authors_recipe_through_the_factory(checkpoints, case):
     assert verifier.score(PAIRS) == pytest.approx(expected, abs=1e-5)
     assert verifier.score(PAIRS[::-1]) == pytest.approx(expected[::-1], abs=1e-5)  # batching-order invariant
     assert len(set(round(score, 6) for score in expected)) > 1  # the pairs really differ for the model
+    assert math.isnan(verifier.score([("", "A claim without evidence.")])[0])  # no evidence: unverifiable
 
 
-def test_published_evidence_chunks_are_data_for_the_shared_chunker():
-    assert (MiniCheckClassifier.evidence_chunk_size, MiniCheckClassifier.evidence_chunk_unit) == (400, "tokens")
-    assert (MiniCheckT5.evidence_chunk_size, MiniCheckT5.evidence_chunk_unit) == (500, "words")
-    assert (FactCGVerifier.evidence_chunk_size, FactCGVerifier.evidence_chunk_unit) == (550, "words")
+def test_authors_chunk_sizes():
+    assert MiniCheckClassifier.evidence_chunk_size == 400  # tokens of the checker's tokenizer
+    assert MiniCheckT5.evidence_chunk_size == 500  # whitespace words
+    assert FactCGVerifier.evidence_chunk_size == 550  # NLTK word tokens
 
 
 @pytest.mark.parametrize("arch", ["roberta-large", "flan-t5-large"])
-def test_long_evidence_is_clipped_never_the_claim(checkpoints, arch):
-    """Evidence past the window (RoBERTa's 512 positions) is cut to fit; the claim stays whole at the end."""
+def test_a_row_past_the_window_is_cut_from_the_right_as_the_authors_tokenizer_call_cuts_it(checkpoints, arch):
+    """A one-sentence chunk longer than the window (RoBERTa's 512 positions) keeps its start; the claim,
+    at the end, is what the right truncation drops, as MiniCheck's ``tokenizer(..., truncation=True)``."""
     from transformers import AutoTokenizer
 
     verifier = build_verifier(
         verifier_config({"name": "minicheck", "model_path": str(checkpoints[arch]), "device": "cpu"})
     )
     claim = "Bolt Mills is headquartered in Lima."
-    long_evidence = " ".join([EVIDENCE] * 400)  # ~8k tokens
-    rows, owners = verifier.encode([(long_evidence, claim)])
-    assert owners == [0] and len(rows[0]["input_ids"]) <= verifier.max_input_tokens
-    assert len(rows[0]["input_ids"]) > verifier.max_input_tokens - 8  # the window is used, not wasted
-    text = AutoTokenizer.from_pretrained(checkpoints[arch]).decode(rows[0]["input_ids"], skip_special_tokens=False)
-    assert text.rstrip("</s>").rstrip().endswith(claim)
-    assert len(verifier.score([(long_evidence, claim)])) == 1
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    text=st.text(alphabet=st.sampled_from(list('Bolt Mills is in Lima. 1999?!\n"é')), max_size=200),
-    max_tokens=st.integers(min_value=0, max_value=80),
-)
-def test_clip_to_tokens_is_the_longest_fitting_prefix(roberta_tokenizer, text, max_tokens):
-    clipped = clip_to_tokens(roberta_tokenizer, text, max_tokens)
-    count = len(roberta_tokenizer(text, add_special_tokens=False)["input_ids"])
-    assert text.startswith(clipped)
-    if count <= max_tokens:
-        assert clipped == text
-    else:
-        offsets = roberta_tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-        assert clipped == text[: offsets[max_tokens - 1][1]] if max_tokens else clipped == ""
-
-
-@pytest.fixture(scope="module")
-def roberta_tokenizer(checkpoints):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(checkpoints["roberta-large"])
+    run_on = "It " + " ".join(["was founded in Lima"] * 600) + "."
+    chunks, owners = verifier.evidence_windows([(run_on, claim)])
+    assert chunks == [(run_on, claim)] and owners == [0]  # one sentence: one chunk, however long
+    rows, _ = verifier.encode(chunks)
+    assert len(rows[0]["input_ids"]) == verifier.max_input_tokens
+    text = AutoTokenizer.from_pretrained(checkpoints[arch]).decode(rows[0]["input_ids"], skip_special_tokens=True)
+    assert "Bolt Mills" not in text
+    assert len(verifier.score([(run_on, claim)])) == 1
 
 
 def test_wrong_checkpoints_are_named(tmp_path, checkpoints):
@@ -166,28 +145,8 @@ def test_config_names_defaults_and_placement():
     assert VerifierConfig(name="minicheck", model_path="x", max_length=10).ignored_options() == ["max_length"]
 
 
-@pytest.mark.parametrize(
-    "case, row_tokens",
-    [
-        ("minicheck-roberta", 512),
-        ("minicheck-flan-t5", 762),
-        ("factcg", 827),
-    ],
-)
-def test_long_evidence_is_scored_in_windows_of_the_authors_chunk(checkpoints, case, row_tokens):
-    """A 3,000-word evidence: windows of about the authors' chunk, each row within it, best window counts."""
-    name, arch, cls, _, _ = CASES[case]
-    verifier = build_verifier(verifier_config({"name": name, "model_path": str(checkpoints[arch]), "device": "cpu"}))
-    assert verifier.max_row_tokens == row_tokens == cls.default_row_tokens()
-    claim = "Bolt Mills is headquartered in Lima."
-    evidence = " ".join(f"Sentence {i} says the river in Peru was founded in {1900 + i % 100}." for i in range(300))
-    windows, owners = verifier.evidence_windows([(evidence, claim)])
-    assert len(windows) > 3 and set(owners) == {0}
-    rows, _ = verifier.encode(windows)
-    assert max(len(row["input_ids"]) for row in rows) <= row_tokens + 2  # a token either side of a window's edge
-    whole = build_verifier(
-        verifier_config({"name": name, "model_path": str(checkpoints[arch]), "device": "cpu", "max_row_tokens": 0})
-    )
-    assert whole.evidence_windows([(evidence, claim)])[0] == [(evidence, claim)]  # 0: the paper's whole evidence
-    # Scored as its best window (each window scored as it is, not windowed again).
-    assert verifier.score([(evidence, claim)])[0] == pytest.approx(max(whole.score(windows)), abs=1e-5)
+def test_row_windows_are_not_options_of_the_fact_checkers():
+    """max_row_tokens and long_evidence size HHEM's rows; MiniCheck and FactCG chunk as their authors do."""
+    config = VerifierConfig(name="factcg", max_row_tokens=0, long_evidence="top_k")
+    assert config.ignored_options() == ["long_evidence", "max_row_tokens"]
+    assert "max_row_tokens" not in config.backend_options()

@@ -405,7 +405,7 @@ def test_a_20k_token_evidence_is_scored_in_windows_within_a_fixed_memory_bound(t
     from fspo.verifiers.hhem import HHEMVerifier
 
     checkpoint, _ = tiny_hhem
-    verifier = HHEMVerifier(model_path=str(checkpoint), device="cpu", max_tokens_per_batch=2048)
+    verifier = HHEMVerifier(model_path=str(checkpoint), device="cpu", max_tokens_per_batch=2048, max_row_tokens=512)
     sentences, evidence = EVIDENCE.split(". "), ""
     i = 0
     while len(verifier.tokenizer(evidence)["input_ids"]) < 20_000:

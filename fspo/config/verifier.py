@@ -22,6 +22,7 @@ from fspo.config.vocabulary import (
     LONG_EVIDENCE,
     MODEL_BACKENDS,
     PLACEMENTS,
+    ROW_WINDOW_BACKENDS,
     VERIFIER_DTYPES,
     VERIFIER_NAMES,
     ConfigError,
@@ -52,9 +53,9 @@ class VerifierConfig(BaseConfig):
     )
     threshold: float = _option(
         0.5,
-        "A step is supported (+1) when its score >= threshold, else -1; a NaN score "
-        "(unverifiable) labels 0. Part of the verifier's calibration: measure it with "
-        "`fspo verify --labelled`.",
+        "A step is supported (+1) when its score >= threshold (minicheck, factcg: > threshold, as their "
+        "authors label), else -1; a NaN score (unverifiable) labels 0. Part of the verifier's calibration: "
+        "measure it with `fspo verify --labelled`.",
     )
     evidence_top_k: Optional[int] = _option(
         None,
@@ -120,18 +121,19 @@ class VerifierConfig(BaseConfig):
     max_row_tokens: Optional[int] = _option(
         None,
         "Most model tokens in one verifier row (prompt + evidence + step); a longer evidence is cut into "
-        "overlapping windows that fit and the step scores as its best window. Bounds the verifier's memory "
-        "per row (T5 attention grows with the square of the length) at the cost of E / (0.75 W) rows per "
-        "pair for an evidence of E tokens and windows of W. null = 512 (minicheck, factcg: their authors' chunk "
-        "plus room for the step); 0 = whole evidence (the paper's).",
-        MODEL_BACKENDS,
+        "overlapping windows that fit and the step scores as its best window. null: hhem = 3072, the longest "
+        "row whose T5 attention fits the verifier's 1.5 GB activation budget beside vLLM (evidence past ~3,000 "
+        "tokens is windowed; shorter is scored whole, as Vectara's predict() and the paper do), nli/embedding = "
+        "512; 0 = always the whole evidence (memory grows with the square of the longest). minicheck and "
+        "factcg do not take it: they score their authors' sentence chunks.",
+        ROW_WINDOW_BACKENDS,
     )
     long_evidence: Optional[str] = _option(
         None,
         "How an evidence past max_row_tokens is verified: chunks (every window, best one counts) or top_k "
         "(the step's evidence_top_k best sentences, 5 if unset, windowed if still too long: fewer rows, "
         "may drop the supporting sentence). null = chunks.",
-        MODEL_BACKENDS,
+        ROW_WINDOW_BACKENDS,
     )
     trust_remote_code: Optional[bool] = _option(
         None,

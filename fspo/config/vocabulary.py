@@ -15,6 +15,12 @@ class ConfigError(ValueError):
 VERIFIER_NAMES = ("lexical", "embedding", "hhem", "nli", "llm_judge", "minicheck", "factcg")
 # The backends that load a model (weights on disk or the hub); lexical and llm_judge load none.
 MODEL_BACKENDS = ("hhem", "nli", "embedding", "minicheck", "factcg")
+# The model backends whose rows take fspo.verifier.max_row_tokens and long_evidence; minicheck and factcg
+# cut evidence into their authors' sentence chunks instead (fspo.verifiers.chunking).
+ROW_WINDOW_BACKENDS = ("hhem", "nli", "embedding")
+# The backends whose authors label a pair supported when its score is strictly above the threshold
+# (MiniCheck's and FactCG's `prob > 0.5`); the others label score >= threshold.
+STRICT_THRESHOLD_BACKENDS = ("minicheck", "factcg")
 # The hub model a model backend loads when fspo.verifier.model_path is null (embedding: a packaged folder).
 DEFAULT_MODELS = {
     "hhem": "vectara/hallucination_evaluation_model",

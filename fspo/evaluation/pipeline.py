@@ -142,7 +142,7 @@ def supported_step_rate(records: Sequence[dict], verifier, threshold: float = SU
     """Share of verifiable reasoning steps that the evidence supports, over evidence-carrying records.
 
     Every (evidence, step) pair goes to the verifier in one `score` call so model backends can batch them.
-    A step is supported when its score is >= `threshold`; a NaN score (unverifiable) counts in neither part.
+    A step is supported when its score is >= `threshold` (> for the backends whose authors label so); a NaN score (unverifiable) counts in neither part.
 
     Returns:
         ``{"supported_step_rate", "supported_steps", "verified_steps", "unverifiable_steps"}``; the rate is NaN
@@ -157,7 +157,7 @@ def supported_step_rate(records: Sequence[dict], verifier, threshold: float = SU
             pairs += [(evidence, step.text) for step in reasoning_steps(response)]
     verdicts = (
         verdicts_from_scores(  # the rule training labels steps by
-            [float(s) for s in verifier.score(pairs)], threshold
+            [float(s) for s in verifier.score(pairs)], threshold, verifier.strict_threshold
         )
         if pairs
         else []

@@ -87,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
         "--threshold",
         type=float,
         default=None,
-        help="score >= threshold is SUPPORTED (default: the backend's calibrated threshold, as training "
+        help="score >= threshold is SUPPORTED (minicheck, factcg: >, as their authors label; default: the backend's calibrated threshold, as training "
         f"uses it: {', '.join(f'{n} {t}' for n, t in CALIBRATED_THRESHOLDS.items())}, else {DEFAULT_THRESHOLD})",
     )
     parser.add_argument("--evidence-key", default="evidence", help="the key of each row's evidence (default evidence)")
@@ -182,10 +182,11 @@ def build_checked_verifier(config: dict):
     return build_verifier(settings)
 
 
-def verdict(score: float, threshold: float) -> str:
+def verdict(score: float, threshold: float, strict: bool = False) -> str:
+    """A step's verdict as training labels it (``strict``: supported only above the threshold)."""
     if math.isnan(score):
         return "UNVERIFIABLE"
-    return "SUPPORTED" if score >= threshold else "UNSUPPORTED"
+    return "SUPPORTED" if (score > threshold if strict else score >= threshold) else "UNSUPPORTED"
 
 
 def missing_model_path(path: str | None) -> str | None:
@@ -352,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         for index, step in enumerate(row_steps, 1):
             score = next(scores)
-            label = verdict(score, args.threshold)
+            label = verdict(score, args.threshold, verifier.strict_threshold)
             counts[label] += 1
             if args.json:
                 print(

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from fspo.coalesce import Coalescer
+from fspo.config.vocabulary import STRICT_THRESHOLD_BACKENDS
 from fspo.verifiers.text import top_k_evidence
 
 UNVERIFIABLE = math.nan
@@ -43,6 +44,12 @@ class Verifier(ABC):
 
     name: str = "verifier"
     threshold: float = 0.5  # score >= threshold counts as supported (set from fspo.verifier.threshold)
+
+    @property
+    def strict_threshold(self) -> bool:
+        """True where the backend's authors label supported only strictly above the threshold (MiniCheck's
+        and FactCG's ``prob > 0.5``): a score equal to the threshold is then unsupported."""
+        return self.name in STRICT_THRESHOLD_BACKENDS
 
     @abstractmethod
     def score(self, pairs: Sequence[Pair]) -> list[float]:

@@ -2,7 +2,9 @@
 
 Every sequence of a training step is tokenized once, sorted by length (longest first, so an OOM shows
 up on the first micro-batch) and grouped so that each micro-batch's padded size
-``longest length x rows`` stays within ``max_tokens_per_batch``.
+``longest length x rows`` stays within ``max_tokens_per_batch`` and, when a backend gives one, its
+attention size ``longest length^2 x rows`` within ``max_attention_cells`` (eager attention keeps
+``rows x heads x L x L`` tensors: with long rows that term, not the token count, bounds the memory).
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ logger = logging.getLogger(__name__)
 Features = Mapping[str, Sequence[int]]  # one tokenized sequence: input_ids (+ token_type_ids)
 
 
-def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Groups sequence indices into micro-batches of at most ``max_tokens`` padded tokens.
+def plan_micro_batches(
+    lengths: Sequence[int], max_tokens: int, max_attention_cells: int | None = None
+) -> list[list[int]]:
+    """Groups sequence indices into micro-batches of at most ``max_tokens`` padded tokens and, if given,
+    at most ``max_attention_cells`` padded ``rows x width^2``.
 
-    Indices are taken longest first; a sequence longer than the budget gets a micro-batch of its own.
+    Indices are taken longest first; a sequence longer than a budget gets a micro-batch of its own.
     Every index appears exactly once.
     """
     if max_tokens < 1:
@@ -31,7 +36,9 @@ def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int
     for i in order:
         # Longest first: the first index of a batch fixes its padded width.
         width = lengths[current[0]] if current else lengths[i]
-        if current and width * (len(current) + 1) > max_tokens:
+        rows = len(current) + 1
+        over_cells = max_attention_cells is not None and width * width * rows > max_attention_cells
+        if current and (width * rows > max_tokens or over_cells):
             batches.append(current)
             current = []
         current.append(i)
@@ -75,8 +82,10 @@ def run_batched(
     pad_token_id: int,
     device: torch.device | str,
     max_tokens_per_batch: int,
+    max_attention_cells: int | None = None,
 ) -> list[torch.Tensor]:
-    """Runs ``forward`` over all ``rows`` in token-budget micro-batches; returns one CPU result per row.
+    """Runs ``forward`` over all ``rows`` in token-budget micro-batches (:func:`plan_micro_batches`); returns
+    one CPU result per row.
 
     On out-of-memory a micro-batch is split in half and retried (down to one row, which re-raises).
     """
@@ -106,6 +115,6 @@ def run_batched(
         for row, i in enumerate(indices):
             results[i] = output[row]
 
-    for indices in plan_micro_batches(lengths, max_tokens_per_batch):
+    for indices in plan_micro_batches(lengths, max_tokens_per_batch, max_attention_cells):
         run(indices)
     return results  # type: ignore[return-value]

@@ -1,21 +1,27 @@
-"""Shared plumbing of the document-level fact checkers (MiniCheck, FactCG): one text per (evidence, claim).
+"""Shared plumbing of the document-level fact checkers (MiniCheck, FactCG): one text per (chunk, claim).
 
 These checkers were trained on one input string that holds the evidence and the claim in a fixed
 layout (a template), not on a tokenizer's sentence pair, and read the support probability as class 1
-of their output. A backend gives its template and window; :class:`TemplateVerifier` renders and
-clips, :class:`TemplateClassifierVerifier` scores a sequence classifier.
+of their output. A backend gives its template, its window and its authors' chunking
+(:mod:`fspo.verifiers.chunking`); :class:`TemplateVerifier` does the rest as the authors' inference
+code does:
 
-Long evidence: each checker's authors split a document into chunks of whole sentences
-(``evidence_chunk_size`` units of ``evidence_chunk_unit``) and score a pair as its best chunk. Here the
-shared windows of :mod:`fspo.verifiers.model_base` do that: unless ``max_row_tokens`` is given, a row
-holds one chunk of the authors' size (words converted at ``TOKENS_PER_WORD``) plus room for the prompt
-and the step (:meth:`TemplateVerifier.default_row_tokens`). ``encode`` still clips an evidence that
-would not fit the model's window beside the claim to its first tokens (never the claim), so that a
-position table (RoBERTa's 512) is never overrun when windows are off (``max_row_tokens=0``).
+- every evidence is cut into its authors' chunks of whole sentences, and a pair scores as its best
+  chunk (max over chunks); an evidence with no chunk (empty or whitespace only, where the authors'
+  code raises) gives the pair no row, so it scores NaN: unverifiable, label 0, counted;
+- each row is the template filled with one chunk and the claim, tokenized with the tokenizer's special
+  tokens and truncated **from the right** at the window, as the authors' ``tokenizer(...,
+  truncation=True, max_length=...)`` does: a row that overflows loses the end of the claim, not the
+  evidence. A chunk is at most one sentence past the authors' size, so only a very long sentence (or
+  claim) reaches the window;
+- the shared token windows of :mod:`fspo.verifiers.model_base` (``max_row_tokens``, ``long_evidence``)
+  do not apply: the rows are bounded by the chunks and the window.
 """
 
 from __future__ import annotations
 
+from abc import abstractmethod
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import torch
@@ -24,15 +30,9 @@ from fspo.verifiers.base import Pair
 from fspo.verifiers.batching import Features
 from fspo.verifiers.model_base import ModelVerifier
 
-
-def clip_to_tokens(tokenizer, text: str, max_tokens: int) -> str:
-    """The longest prefix of ``text`` that is at most ``max_tokens`` of ``tokenizer``'s tokens (no specials)."""
-    if max_tokens <= 0:
-        return ""
-    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-    if len(offsets) <= max_tokens:
-        return text
-    return text[: offsets[max_tokens - 1][1]]
+# Evidences whose chunks a verifier keeps: a prompt's evidence comes back with each of its rollouts and
+# steps, and FactCG's chunking (Punkt, then NLTK word tokens per sentence) takes ~0.25 s per 1,000 words.
+CHUNK_CACHE_SIZE = 1024
 
 
 def escape_braces(text: str) -> str:
@@ -48,49 +48,65 @@ def position_limit(config, window: int) -> int:
 
 
 class TemplateVerifier(ModelVerifier):
-    """A model verifier whose row is one text rendered from (evidence, claim) by ``self.template``.
+    """A model verifier whose row is one text rendered from (chunk, claim) by ``self.template``.
 
     Subclasses set ``self.model``, ``self.tokenizer``, ``self.template`` (a ``str.format`` string with
     ``{evidence}`` and ``{claim}``) and ``self.max_input_tokens`` (the window, special tokens included),
-    implement ``forward``, and set as class attributes the authors' evidence chunks:
-    ``evidence_chunk_size`` units of ``evidence_chunk_unit`` (``tokens`` of the checker's tokenizer, or
-    ``words``), which size the shared windows (:meth:`default_row_tokens`).
+    and implement ``forward`` and ``chunk`` (the authors' chunks of one evidence).
+
+    Args:
+        device, dtype, max_tokens_per_batch, evidence_top_k, cache_size: see
+            [`~fspo.verifiers.model_base.ModelVerifier`].
     """
 
-    evidence_chunk_size: int
-    evidence_chunk_unit: str
-    # Model tokens per whitespace word of English text for these checkers' vocabularies (RoBERTa's BPE,
-    # DeBERTa-v3's and T5's SentencePiece: 1.2-1.4), to turn a chunk of words into a window of tokens.
-    TOKENS_PER_WORD = 1.3
-    # Row tokens beyond the evidence chunk: the template and a reasoning step (~25 tokens, up to ~100).
-    ROW_ALLOWANCE = 112
-
-    def __init__(self, *, max_row_tokens: int | None = None, **kwargs):
+    def __init__(
+        self,
+        *,
+        device: str = "auto",
+        dtype: str = "float32",
+        max_tokens_per_batch: int = 16384,
+        evidence_top_k: int | None = None,
+        cache_size: int = 0,
+    ):
         super().__init__(
-            max_row_tokens=self.default_row_tokens() if max_row_tokens is None else max_row_tokens, **kwargs
+            device=device,
+            dtype=dtype,
+            max_tokens_per_batch=max_tokens_per_batch,
+            max_row_tokens=None,
+            evidence_top_k=evidence_top_k,
+            cache_size=cache_size,
         )
+        self._chunk_cache: OrderedDict[str, list[str]] = OrderedDict()
 
-    @classmethod
-    def default_row_tokens(cls) -> int:
-        """Tokens per row when ``max_row_tokens`` is not given: the authors' chunk beside a step."""
-        chunk = cls.evidence_chunk_size
-        if cls.evidence_chunk_unit == "words":
-            chunk = round(chunk * cls.TOKENS_PER_WORD)
-        return chunk + cls.ROW_ALLOWANCE
+    @abstractmethod
+    def chunk(self, evidence: str) -> list[str]:
+        """The authors' chunks of ``evidence``; none for an evidence without a sentence."""
 
     def render(self, evidence: str, claim: str) -> str:
         return self.template.format(evidence=evidence, claim=claim)
 
+    def evidence_windows(self, pairs: Sequence[Pair]) -> tuple[list[Pair], list[int]]:
+        """One (chunk, claim) pair per chunk of each pair's evidence, and the index of its pair."""
+        chunks = {evidence: self._cached_chunks(evidence) for evidence in dict.fromkeys(e for e, _ in pairs)}
+        chunked, owners = [], []
+        for index, (evidence, claim) in enumerate(pairs):
+            for chunk in chunks[evidence]:
+                chunked.append((chunk, claim))
+                owners.append(index)
+        return chunked, owners
+
+    def _cached_chunks(self, evidence: str) -> list[str]:
+        if evidence in self._chunk_cache:
+            self._chunk_cache.move_to_end(evidence)
+            return self._chunk_cache[evidence]
+        chunks = self._chunk_cache[evidence] = self.chunk(evidence)
+        if len(self._chunk_cache) > CHUNK_CACHE_SIZE:
+            self._chunk_cache.popitem(last=False)
+        return chunks
+
     def encode(self, pairs: Sequence[Pair]) -> tuple[list[Features], list[int]]:
-        texts, overheads = [], {}
-        for evidence, claim in pairs:
-            if claim not in overheads:
-                overheads[claim] = len(self.tokenizer(self.render("", claim))["input_ids"])
-            # At least a quarter of the window stays evidence: an overlong claim is cut by the truncation below.
-            budget = max(self.max_input_tokens - overheads[claim], self.max_input_tokens // 4)
-            texts.append(self.render(clip_to_tokens(self.tokenizer, evidence, budget), claim))
-        # Re-tokenizing at the clip point may shift a token: truncation keeps the window a hard limit.
-        ids = self.tokenizer(texts, truncation=True, max_length=self.max_input_tokens)["input_ids"]
+        texts = [self.render(evidence, claim) for evidence, claim in pairs]
+        ids = self.tokenizer(texts, truncation=True, max_length=self.max_input_tokens)["input_ids"] if texts else []
         return [{"input_ids": row} for row in ids], list(range(len(pairs)))
 
 

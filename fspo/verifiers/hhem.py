@@ -9,11 +9,24 @@ How HHEM-2.1-Open scores a (premise, hypothesis) pair, as published:
     special tokens (a trailing ``</s>``), no truncation (T5's relative positions take any length);
   - the score is ``softmax(logits[:, 0, :])[:, 1]``: the first token's (the literal ``<pad>``) class-1
     ("consistent") probability. Weights are published in float32.
+
+Here the whole premise goes in one row, as Vectara's ``predict()`` (and the FSPO paper) score it, up to
+``HHEM_MAX_ROW_TOKENS`` (3,072) tokens per row: T5's eager attention keeps three ``heads x L x L`` fp32
+tensors per row while a layer runs (the position bias plus mask, the scores, their softmax), 144 bytes
+per ``L^2`` for HHEM's 12 heads, and 3,072 is the longest row (in steps of 256) whose tensors fit the
+verifier's 1.5 GB activation budget beside vLLM (``VERIFIER_ACTIVATION_BYTES``: 1.36 GB at 3,072; a
+4,096-token row would take 2.4 GB). Micro-batches of long rows are bounded the same way
+(``max_attention_cells``: one 3,072-token row, ten 1k-token rows). **Departure**: a row past the cap,
+an evidence of more than about 3,000 tokens (~2,300 English words) beside a 25-token step, is cut into
+overlapping windows and scores as its best window (``fspo.verifiers.model_base``); Vectara's code would
+run it whole. ``max_row_tokens=0`` lifts the cap (memory then grows with the square of the longest
+evidence).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Sequence
 
@@ -24,11 +37,23 @@ from fspo.config.vocabulary import DEFAULT_MODELS, HHEM_FOUNDATION
 from fspo.preflight import check_verifier, has_tokenizer_files
 from fspo.verifiers.base import Pair
 from fspo.verifiers.batching import Features
-from fspo.verifiers.model_base import ModelVerifier
+from fspo.verifiers.model_base import VERIFIER_ACTIVATION_BYTES, ModelVerifier, attention_cells
 
 logger = logging.getLogger(__name__)
 
 HHEM_MODEL = DEFAULT_MODELS["hhem"]
+# flan-t5-base's attention heads (HHEM's foundation), for the row cap below.
+HHEM_HEADS = 12
+ROW_CAP_STEP = 256
+
+
+def longest_row_within(cells: int, step: int = ROW_CAP_STEP) -> int:
+    """The longest row length, a multiple of ``step``, whose ``L x L`` attention fits in ``cells``."""
+    return int(math.isqrt(cells) // step * step)
+
+
+# fspo.verifier.max_row_tokens' default for hhem: rows up to here are scored whole (see the module doc).
+HHEM_MAX_ROW_TOKENS = longest_row_within(attention_cells(VERIFIER_ACTIVATION_BYTES, HHEM_HEADS, torch.float32))
 HHEM_PROMPT = "<pad> Determine if the hypothesis is true given the premise?\n\nPremise: {text1}\n\nHypothesis: {text2}"
 
 
@@ -122,8 +147,10 @@ class HHEMVerifier(ModelVerifier):
         tokenizer_path: tokenizer to use; default: the checkpoint's own, else ``config.foundation``.
         trust_remote_code: run the checkpoint's own code (default, as published); ``False`` loads its
             weights into transformers' ``T5ForTokenClassification`` instead.
+        max_row_tokens: rows longer than this are windowed (default ``HHEM_MAX_ROW_TOKENS``, the memory
+            cap; ``0``: every premise whole, as Vectara's ``predict()``).
         **kwargs: device, dtype (``float32`` by default, as published), max_tokens_per_batch,
-            evidence_top_k, cache_size (see [`~fspo.verifiers.model_base.ModelVerifier`]).
+            long_evidence, evidence_top_k, cache_size (see [`~fspo.verifiers.model_base.ModelVerifier`]).
     """
 
     name = "hhem"
@@ -133,12 +160,15 @@ class HHEMVerifier(ModelVerifier):
         model_path: str = HHEM_MODEL,
         tokenizer_path: str | None = None,
         trust_remote_code: bool = True,
+        max_row_tokens: int | None = HHEM_MAX_ROW_TOKENS,
         **kwargs,
     ):
-        super().__init__(**kwargs)
+        super().__init__(max_row_tokens=max_row_tokens, **kwargs)
         self.model, self.tokenizer, self.prompt = load_hhem(
             model_path, tokenizer_path, self.dtype, self.device, trust_remote_code
         )
+        heads = getattr(self.model, "t5", self.model).config.num_heads
+        self.max_attention_cells = attention_cells(VERIFIER_ACTIVATION_BYTES, heads, self.dtype)
 
     def encode(self, pairs: Sequence[Pair]) -> tuple[list[Features], list[int]]:
         texts = [self.prompt.format(text1=evidence, text2=claim) for evidence, claim in pairs]

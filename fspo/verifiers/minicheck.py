@@ -1,20 +1,25 @@
 """MiniCheck (Tang, Laban & Durrett, EMNLP 2024): sentence-level fact checkers against a grounding document.
 
-How the published checkpoints score a (document, claim) pair (github.com/Liyan06/MiniCheck, reimplemented
-from its description):
+How the published checkpoints score a (document, claim) pair (github.com/Liyan06/MiniCheck,
+``minicheck/inference.py``; re-implemented from what it does, not copied):
 
 - ``lytang/MiniCheck-RoBERTa-Large`` and ``lytang/MiniCheck-DeBERTa-v3-Large``: 2-way sequence
-  classifiers; the input is one text, ``document + tokenizer.eos_token + claim`` (``</s>`` for RoBERTa,
-  ``[SEP]`` for DeBERTa-v3), tokenized with the tokenizer's special tokens, at most 512 (RoBERTa) or
-  2048 (DeBERTa-v3) tokens; support = ``softmax(logits)[1]``. Documents are cut into chunks of whole
-  sentences of about 400 tokens of the checker's tokenizer.
+  classifiers; the input is one text, ``chunk + tokenizer.eos_token + claim`` (``</s>`` for RoBERTa,
+  ``[SEP]`` for DeBERTa-v3), tokenized with the tokenizer's special tokens and truncated from the right
+  at 512 (RoBERTa) or 2048 (DeBERTa-v3) tokens; support = ``softmax(logits)[1]``. Chunks: the
+  document's sentences (NLTK Punkt, line by line) packed up to 400 tokens of the checker's tokenizer.
 - ``lytang/MiniCheck-Flan-T5-Large``: a ``T5ForConditionalGeneration`` read at its first decoding step;
-  the input is ``"predict: " + document + "</s>" + claim`` (at most 2048 tokens, the tokenizer's ``</s>``
-  appended), the decoder gets the start token (id 0), and support is the softmax over the logits of
-  token ids 3 ("unsupported") and 209 ("supported"), class 1. Chunks of about 500 whitespace words.
+  the input is ``"predict: " + chunk + "</s>" + claim`` (truncated from the right at 2048 tokens, the
+  tokenizer's ``</s>`` appended), the decoder gets the start token (id 0), and support is the softmax
+  over the logits of token ids 3 ("unsupported") and 209 ("supported"), class 1. Chunks: sentences
+  packed up to 500 whitespace words.
 
-Every variant scores a pair as its best-supporting chunk (max over chunks) with a 0.5 threshold.
-:func:`build_minicheck` picks the variant from the checkpoint's ``model_type``.
+Chunks are joined and whitespace-normalised as the authors do (:func:`fspo.verifiers.chunking.minicheck_chunks`),
+so even a one-chunk document is scored as its normalised text (sentences re-joined with single
+spaces); a pair scores as its best chunk (max over chunks). The authors' label is ``prob > 0.5``
+(:data:`fspo.config.vocabulary.STRICT_THRESHOLD_BACKENDS`). An empty or whitespace-only document
+(where their code raises) scores NaN: unverifiable. :func:`build_minicheck` picks the variant from the
+checkpoint's ``model_type``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from fspo.config.vocabulary import DEFAULT_MODELS
+from fspo.verifiers.chunking import minicheck_chunks, whitespace_word_counts
 from fspo.verifiers.fact_checker import (
     TemplateClassifierVerifier,
     TemplateVerifier,
@@ -47,13 +53,12 @@ class MiniCheckClassifier(TemplateClassifierVerifier):
     Args:
         model_path: checkpoint directory or hub id (a ``roberta`` or ``deberta-v2`` sequence classifier).
         tokenizer_path: default ``model_path``.
-        **kwargs: device, dtype, max_tokens_per_batch, max_row_tokens (default: the authors' chunk, see
-            ``TemplateVerifier.default_row_tokens``), long_evidence, evidence_top_k, cache_size.
+        **kwargs: device, dtype, max_tokens_per_batch, evidence_top_k, cache_size.
     """
 
     name = "minicheck"
+    # The authors' chunk: tokens of the checker's tokenizer, each sentence counted alone.
     evidence_chunk_size = 400
-    evidence_chunk_unit = "tokens"
 
     def __init__(self, model_path: str = MINICHECK_DEBERTA, tokenizer_path: str | None = None, **kwargs):
         super().__init__(**kwargs)
@@ -67,6 +72,16 @@ class MiniCheckClassifier(TemplateClassifierVerifier):
         self.max_input_tokens = position_limit(self.model.config, CLASSIFIER_WINDOWS[model_type])
         self.template = "{evidence}" + escape_braces(self.tokenizer.eos_token) + "{claim}"
 
+    def chunk(self, evidence: str) -> list[str]:
+        return minicheck_chunks(evidence, self.evidence_chunk_size, self._token_counts)
+
+    def _token_counts(self, sentences: list[str]) -> list[int]:
+        """Tokens of each sentence alone, no special tokens, capped at the window (as the authors count)."""
+        encoded = self.tokenizer(
+            sentences, add_special_tokens=False, truncation=True, max_length=self.max_input_tokens
+        )["input_ids"]
+        return [len(ids) for ids in encoded]
+
 
 class MiniCheckT5(TemplateVerifier):
     """MiniCheck-Flan-T5-Large: support probability from the first decoding step (see the module doc).
@@ -74,13 +89,12 @@ class MiniCheckT5(TemplateVerifier):
     Args:
         model_path: checkpoint directory or hub id of a ``T5ForConditionalGeneration``.
         tokenizer_path: default ``model_path``.
-        **kwargs: device, dtype, max_tokens_per_batch, max_row_tokens (default: the authors' chunk, see
-            ``TemplateVerifier.default_row_tokens``), long_evidence, evidence_top_k, cache_size.
+        **kwargs: device, dtype, max_tokens_per_batch, evidence_top_k, cache_size.
     """
 
     name = "minicheck"
+    # The authors' chunk: whitespace words.
     evidence_chunk_size = 500
-    evidence_chunk_unit = "words"
 
     def __init__(self, model_path: str = MINICHECK_FLAN_T5, tokenizer_path: str | None = None, **kwargs):
         super().__init__(**kwargs)
@@ -96,6 +110,9 @@ class MiniCheckT5(TemplateVerifier):
         self.max_input_tokens = T5_WINDOW
         self.template = escape_braces(T5_PREFIX) + "{evidence}" + escape_braces(self.tokenizer.eos_token) + "{claim}"
         self.label_token_ids = torch.tensor(T5_LABEL_TOKEN_IDS, device=self.device)
+
+    def chunk(self, evidence: str) -> list[str]:
+        return minicheck_chunks(evidence, self.evidence_chunk_size, whitespace_word_counts)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         start = torch.full(

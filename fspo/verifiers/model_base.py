@@ -14,7 +14,8 @@ A backend subclasses :class:`ModelVerifier` and implements ``encode(pairs) -> (r
    ``heads x L x L`` fp32 tensors per row); the cost is more rows: about ``E / (0.75 W)`` windows of
    ``W`` tokens for an evidence of ``E`` tokens, each repeating the prompt and the claim;
 3. ``encode`` the windowed pairs, run ``forward`` in token-budget micro-batches
-   (:func:`~fspo.verifiers.batching.run_batched`), and take each pair's best row.
+   (:func:`~fspo.verifiers.batching.run_batched`; a backend with quadratic attention memory also
+   bounds ``rows x width^2`` by ``max_attention_cells``), and take each pair's best row.
 
 A new backend gets the windowing by construction: it only has to encode the pairs it is given. One
 whose rows are already bounded (``embedding`` embeds sentences) sets ``windows_evidence = False``.
@@ -40,6 +41,10 @@ from fspo.verifiers.batching import (
     run_batched,
 )
 from fspo.verifiers.text import top_k_evidence
+
+# Activation memory a colocated verifier may take per micro-batch beside vLLM and the actor on one GPU
+# (benchmarks/recipe_memory.py budgets the same 1.5 GB).
+VERIFIER_ACTIVATION_BYTES = 1.5e9
 
 # long_evidence=top_k with evidence_top_k unset: sentences kept from an evidence past max_row_tokens.
 LONG_EVIDENCE_TOP_K = 5
@@ -113,6 +118,13 @@ def best_row_scores(owners: Sequence[int], values: Sequence[float], pairs: int) 
     return [math.nan if score == float("-inf") else score for score in scores]
 
 
+def attention_cells(budget_bytes: float, heads: int, dtype: torch.dtype, tensors: int = 3) -> int:
+    """How many ``L x L`` cells per head fit ``budget_bytes`` when eager attention keeps ``tensors``
+    ``(rows, heads, L, L)`` tensors of ``dtype`` alive at once (T5: the position bias plus mask, the scores
+    and their softmax, kept while a layer runs)."""
+    return int(budget_bytes // (tensors * heads * torch.finfo(dtype).bits // 8))
+
+
 def plan_windows(length: int, window: int, overlap: int) -> list[tuple[int, int]]:
     """Token windows ``[start, end)`` that cover ``range(length)``, each at most ``window`` long.
 
@@ -150,6 +162,8 @@ class ModelVerifier(PairPipeline):
 
     # False for a backend whose rows never hold a whole evidence (embedding: one sentence per row).
     windows_evidence: bool = True
+    # Most padded rows x width^2 in one micro-batch (None: the token budget alone); see attention_cells.
+    max_attention_cells: int | None = None
 
     def __init__(
         self,
@@ -232,6 +246,7 @@ class ModelVerifier(PairPipeline):
             pad_token_id=self.pad_token_id,
             device=self.device,
             max_tokens_per_batch=self.max_tokens_per_batch,
+            max_attention_cells=self.max_attention_cells,
         )
         pair_of_row = [window_owners[owner] for owner in owners]
         return best_row_scores(pair_of_row, [float(value) for value in outputs], len(pairs))
@@ -239,5 +254,7 @@ class ModelVerifier(PairPipeline):
     def micro_batches(self, pairs: Sequence[Pair]) -> list[dict[str, torch.Tensor]]:
         """The padded micro-batches [`score`] would run for ``pairs`` (deduplicated): for benchmarks."""
         rows, _ = self.encode(self.evidence_windows(list(dict.fromkeys(self.prepare(pairs))))[0])
-        plan = plan_micro_batches([len(r["input_ids"]) for r in rows], self.max_tokens_per_batch)
+        plan = plan_micro_batches(
+            [len(r["input_ids"]) for r in rows], self.max_tokens_per_batch, self.max_attention_cells
+        )
         return [pad_features([rows[i] for i in idx], self.pad_token_id, self.device) for idx in plan]
