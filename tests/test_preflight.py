@@ -315,6 +315,20 @@ def test_only_set_hugging_face_variables_are_passed_and_never_the_token(environ)
             assert all(line.startswith("fspo: ") and "\n" not in line for line in lines)
 
 
+def test_a_run_that_joins_a_cluster_is_told_from_one_that_starts_its_own(monkeypatch):
+    """Only a Ray the run starts inherits the driver's token; a joined cluster's nodes use their own."""
+    from fspo.main import joined_cluster
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    config = OmegaConf.create({"ray_kwargs": {"ray_init": {"address": None}}})
+    assert joined_cluster(config) is None
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert joined_cluster(config) == "10.0.0.1:6379"
+    config.ray_kwargs.ray_init.address = "10.0.0.2:6379"
+    assert joined_cluster(config) == "10.0.0.2:6379"
+    assert "their node's (HF_TOKEN where `ray start` ran" in describe({}, True, "10.0.0.2:6379")[0]
+
+
 def test_a_token_never_travels_in_a_runtime_env():
     from fspo.hub_env import with_env_vars
     from fspo.main import FSPOTaskRunner
