@@ -7,7 +7,10 @@ for HHEM, the ``google/flan-t5-base`` config and tokenizer its remote code loads
 Hugging Face cache or the hub with the user's token, and raises :class:`~fspo.config.vocabulary.ConfigError` with
 one line naming the fix: the path, ``HF_TOKEN``, the model's terms on its hub page, or the command that
 pre-downloads it. Hub requests are single HEADs with a short timeout (``HF_HUB_ETAG_TIMEOUT``, 10 s by
-default); ``HF_HUB_OFFLINE`` makes it a cache-only check, as it does for the loaders.
+default); ``HF_HUB_OFFLINE`` makes it a cache-only check, as it does for the loaders, and a hub that cannot
+be reached, is down (5xx) or rate-limits (429) leaves a complete cache to serve, as the loaders do. The
+training run's config checks (:mod:`fspo.config_checks`), the dry run and every verifier server
+(:func:`check_verifier`) resolve through this module, so each accepts the same models.
 
 ``FSPO_PREFLIGHT=0`` skips it (e.g. a dry run that validates a cluster's config from a laptop).
 """
