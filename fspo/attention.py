@@ -1,11 +1,11 @@
-"""The FSDP actor's attention implementation when flash-attn is not installed.
+"""The FSDP models' attention implementation (actor, reference, critic) when flash-attn is not installed.
 
 verl loads the policy with ``attn_implementation="flash_attention_2"`` unless
 ``actor_rollout_ref.model.override_config.attn_implementation`` says otherwise, and fails at worker start
 when the ``flash_attn`` package is missing. flash-attn has no wheel on PyPI (only a source package whose
 build imports torch and compiles CUDA for a long time), so ``scripts/setup.sh`` installs a prebuilt wheel
 only where one matches the machine and otherwise leaves it out. This module makes such an install run:
-the actor falls back to PyTorch's ``sdpa``, which needs no extra package.
+the actor (and the critic a GAE run trains) falls back to PyTorch's ``sdpa``, which needs no extra package.
 
 Remove-padding is turned off with it. verl's remove-padding path packs a micro-batch into one row with
 ``attention_mask=None`` and restarting ``position_ids`` (``verl.workers.engine.fsdp.transformer_impl``), for
@@ -14,7 +14,10 @@ ids as a dense block-diagonal mask over the whole packed row (``masking_utils.fi
 correct, but quadratic in the micro-batch's total tokens, more compute and memory than the padded batch it
 replaces. Ulysses sequence parallelism only exists on the flash path (verl patches
 ``_flash_attention_forward``), so it has no fallback. The un-padding helpers themselves
-(``verl.utils.attention_utils``) already fall back to plain torch without flash-attn.
+(``verl.utils.attention_utils``) already fall back to plain torch without flash-attn. Whatever the
+attention, verl's log-probs (``verl.utils.torch_functional.logprobs_from_logits``) lose flash-attn's fused
+Triton cross-entropy without the package and take ``logprobs_from_logits_v2``: a Python loop with one
+``logsumexp`` (``log_softmax`` in bf16) per token of the micro-batch.
 """
 
 from __future__ import annotations
@@ -28,15 +31,45 @@ from omegaconf import DictConfig, OmegaConf
 
 from fspo.config.vocabulary import ConfigError
 
-# verl's default for the FSDP actor and reference (verl.workers.config.model.HFModelConfig).
+# verl's default for every FSDP model: actor, reference and critic (verl.workers.config.model.HFModelConfig).
 VERL_DEFAULT_ATTENTION = "flash_attention_2"
 FALLBACK_ATTENTION = "sdpa"
 # The package each flash implementation imports in transformers.
 FLASH_ATTENTION_MODULES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
 
-ATTENTION_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
-REMOVE_PADDING_KEY = "actor_rollout_ref.model.use_remove_padding"
-ULYSSES_KEY = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+
+@dataclass(frozen=True)
+class ModelRole:
+    """A model verl loads with its own ``HFModelConfig``: where its model block and Ulysses sizes are."""
+
+    name: str
+    model: str  # the config node of its HFModelConfig
+    ulysses_keys: tuple[str, ...]  # the deprecated key and the engine's; the larger applies
+
+    @property
+    def attention_key(self) -> str:
+        return f"{self.model}.override_config.attn_implementation"
+
+    @property
+    def remove_padding_key(self) -> str:
+        return f"{self.model}.use_remove_padding"
+
+
+ACTOR = ModelRole(
+    "actor",
+    "actor_rollout_ref.model",  # the reference policy loads the same block
+    (
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+        "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
+    ),
+)
+CRITIC = ModelRole(
+    "critic", "critic.model", ("critic.ulysses_sequence_parallel_size", "critic.fsdp.ulysses_sequence_parallel_size")
+)
+
+ATTENTION_KEY = ACTOR.attention_key
+REMOVE_PADDING_KEY = ACTOR.remove_padding_key
+ULYSSES_KEY = ACTOR.ulysses_keys[0]
 
 
 class AttentionUnavailable(ConfigError):
@@ -45,7 +78,7 @@ class AttentionUnavailable(ConfigError):
 
 @dataclass(frozen=True)
 class AttentionFallback:
-    """Config overrides that let the actor run without flash-attn, and the one line that says so."""
+    """Config overrides that let a model run without flash-attn, and the one line that says so."""
 
     overrides: dict[str, object] = field(default_factory=dict)
     warning: str = ""
@@ -67,15 +100,17 @@ def attention_fallback(
     ulysses_sp_size: int,
     device: str,
     is_importable: Callable[[str], bool] = importable,
+    role: ModelRole = ACTOR,
 ) -> AttentionFallback | None:
-    """Decide whether the actor must leave flash attention, and how.
+    """Decide whether ``role``'s model must leave flash attention, and how.
 
     Args:
-        requested: ``override_config.attn_implementation`` as the user set it, ``None`` for verl's default.
-        use_remove_padding: ``actor_rollout_ref.model.use_remove_padding``.
-        ulysses_sp_size: the actor's Ulysses sequence-parallel size.
+        requested: its ``override_config.attn_implementation`` as the user set it, ``None`` for verl's default.
+        use_remove_padding: its ``use_remove_padding``.
+        ulysses_sp_size: its Ulysses sequence-parallel size.
         device: ``trainer.device`` (only CUDA uses flash-attn; the CPU preset already asks for sdpa).
         is_importable: tells whether a package imports (injected so the decision is testable anywhere).
+        role: the model (the actor, whose block the reference shares, or the critic).
 
     Returns:
         ``None`` when the configured implementation can run; otherwise the overrides to apply.
@@ -91,44 +126,50 @@ def attention_fallback(
         return None
     if requested is not None:
         raise AttentionUnavailable(
-            f"{ATTENTION_KEY}={requested} needs the `{module}` package, which does not import here; "
-            f"install its wheel for this torch/CUDA/Python, or set {ATTENTION_KEY}={FALLBACK_ATTENTION}"
+            f"{role.attention_key}={requested} needs the `{module}` package, which does not import here; "
+            f"install its wheel for this torch/CUDA/Python, or set {role.attention_key}={FALLBACK_ATTENTION}"
         )
     if ulysses_sp_size > 1:
         raise AttentionUnavailable(
-            f"{ULYSSES_KEY}={ulysses_sp_size} needs flash-attn (verl's sequence parallelism patches "
-            f"flash attention only), which is not installed; install a flash-attn wheel or set it to 1"
+            f"{role.name}'s Ulysses sequence parallelism ({' / '.join(role.ulysses_keys)}={ulysses_sp_size}) needs "
+            "flash-attn (verl's sequence parallelism patches flash attention only), which is not installed; "
+            "install a flash-attn wheel or set it to 1"
         )
-    overrides: dict[str, object] = {ATTENTION_KEY: FALLBACK_ATTENTION}
+    overrides: dict[str, object] = {role.attention_key: FALLBACK_ATTENTION}
     padding_note = ""
     if use_remove_padding:
-        overrides[REMOVE_PADDING_KEY] = False
-        padding_note = f" and {REMOVE_PADDING_KEY}=false (packed rows under sdpa need a dense mask)"
+        overrides[role.remove_padding_key] = False
+        padding_note = f" and {role.remove_padding_key}=false (packed rows under sdpa need a dense mask)"
     return AttentionFallback(
         overrides=overrides,
         warning=(
-            f"fspo: flash-attn is not installed, so the actor falls back to {ATTENTION_KEY}={FALLBACK_ATTENTION}"
-            f"{padding_note}; slower at long responses (scripts/setup.sh names the flash-attn wheel for this machine)"
+            f"fspo: flash-attn is not installed, so the {role.name} falls back to {role.attention_key}="
+            f"{FALLBACK_ATTENTION}{padding_note}; slower, most at long responses (README, 'Without flash-attn'; "
+            "scripts/setup.sh names the flash-attn wheel for this machine)"
         ),
     )
 
 
-def apply_attention_fallback(config: DictConfig) -> None:
-    """Apply :func:`attention_fallback` to a trainer config in place, printing its warning.
+def apply_attention_fallback(config: DictConfig, with_critic: bool = False) -> None:
+    """Apply :func:`attention_fallback` to the actor's model (and, ``with_critic``, the critic's: GAE or
+    ``critic.enable``) of a trainer config in place, printing one warning per model that changes.
 
     Call it before ``OmegaConf.resolve``: verl's ``actor.use_remove_padding`` interpolates the model's.
 
     Runs on the driver, which checks its own install: the Ray workers are assumed to share it (one image
     or one virtualenv across nodes), as verl's own setup assumes.
     """
-    fallback = attention_fallback(
-        requested=OmegaConf.select(config, ATTENTION_KEY),
-        use_remove_padding=bool(OmegaConf.select(config, REMOVE_PADDING_KEY, default=False)),
-        ulysses_sp_size=int(OmegaConf.select(config, ULYSSES_KEY, default=1) or 1),
-        device=str(OmegaConf.select(config, "trainer.device", default="cuda")),
-    )
-    if fallback is None:
-        return
-    for key, value in fallback.overrides.items():
-        OmegaConf.update(config, key, value, force_add=True)
-    print(fallback.warning, file=sys.stderr, flush=True)
+    device = str(OmegaConf.select(config, "trainer.device", default="cuda"))
+    for role in (ACTOR, CRITIC) if with_critic else (ACTOR,):
+        fallback = attention_fallback(
+            requested=OmegaConf.select(config, role.attention_key),
+            use_remove_padding=bool(OmegaConf.select(config, role.remove_padding_key, default=False)),
+            ulysses_sp_size=max(int(OmegaConf.select(config, key, default=1) or 1) for key in role.ulysses_keys),
+            device=device,
+            role=role,
+        )
+        if fallback is None:
+            continue
+        for key, value in fallback.overrides.items():
+            OmegaConf.update(config, key, value, force_add=True)
+        print(fallback.warning, file=sys.stderr, flush=True)

@@ -24,7 +24,7 @@ from fspo.config.fspo_config import FSPOConfig, fspo_config
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
 from fspo.cpu.compute import startup_line
 from fspo.data.check import scan_file
-from fspo.preflight import preflight, preflight_requested
+from fspo.preflight import MODEL_FILES, ModelNeed, preflight, preflight_requested, resolve_local
 from fspo.verifiers.placement import resolve_verifier_placement
 
 ACTOR_PARAM_DTYPE = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"
@@ -38,25 +38,13 @@ def _as_list(value) -> list[str]:
     return [str(value)]
 
 
-def check_model_path(path: str) -> None:
+def check_model_path(path: str, key: str = "actor_rollout_ref.model.path") -> None:
+    """``key`` names a model: a complete local folder, or a hub id. Whether a hub id can be had (from the
+    HF cache, under ``HF_HUB_OFFLINE`` too, or from the hub) is the preflight's to say, in the dry run and
+    the run alike (:func:`fspo.preflight.resolve`)."""
     if not path:
-        raise ConfigError("actor_rollout_ref.model.path is not set: give a Hugging Face model directory or hub id")
-    local = Path(os.path.expanduser(path))
-    if local.exists():
-        if not (local / "config.json").exists():
-            raise ConfigError(
-                f"actor_rollout_ref.model.path={path} has no config.json: point it at a Hugging Face model "
-                "directory (a merged checkpoint's huggingface/ folder, or a downloaded model)"
-            )
-        return
-    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
-    looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "~", "/"))
-    if offline or not looks_like_hub_id:
-        raise ConfigError(
-            f"actor_rollout_ref.model.path={path} does not exist"
-            + (" (and HF_HUB_OFFLINE is set, so it cannot be a hub id)" if offline else "")
-            + ": give an existing model directory or an `org/name` hub id"
-        )
+        raise ConfigError(f"{key} is not set: give a Hugging Face model directory or hub id")
+    resolve_local(ModelNeed(key, path, MODEL_FILES, f"hf download {path}"))
 
 
 def uses_fspo_scorer(config: DictConfig) -> bool:
@@ -172,20 +160,94 @@ def check_dataclasses(config: DictConfig) -> None:
             raise ConfigError(f"{path} does not validate as {node.get('_target_')}: {error}") from error
 
 
+def uses_critic(config: DictConfig) -> bool:
+    """Whether the run trains a critic (GAE, or ``critic.enable``), as verl decides it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # need_critic warns when the critic is off, which is the usual case
+        return need_critic(config)
+
+
+# What each of verl's checkpoint engines imports beyond the `gpu` extra (verl/checkpoint_engine/*.py), and how
+# to install it. cupy's wheel is per CUDA major: "{cuda}" becomes torch's (13 for verl[vllm]'s torch 2.11).
+CHECKPOINT_ENGINE_PACKAGES = {
+    "nccl": "cupy (`pip install cupy-cuda{cuda}x`)",
+    "delta_sharded": "cupy (`pip install cupy-cuda{cuda}x`)",
+    "nixl": "nixl and cupy (`pip install nixl cupy-cuda{cuda}x`)",
+    "mooncake": "Mooncake's transfer engine (`pip install mooncake-transfer-engine`)",
+    "kimi_ckpt_engine": "Kimi's checkpoint-engine (`pip install checkpoint-engine`)",
+}
+CHECKPOINT_ENGINE_KEY = "actor_rollout_ref.rollout.checkpoint_engine.backend"
+VERL_VLLM_CUDA = "13"  # the CUDA of the torch verl[vllm] pins (2.11.0 from PyPI), for a driver without it
+
+
+def checkpoint_engine_needs(backend: str) -> str | None:
+    """What verl's checkpoint engine ``backend`` needs installed, for this torch's CUDA (None: unknown backend)."""
+    import torch
+
+    needs = CHECKPOINT_ENGINE_PACKAGES.get(backend)
+    return needs and needs.format(cuda=(torch.version.cuda or VERL_VLLM_CUDA).split(".")[0])
+
+
+def checkpoint_engine_problem(backend: str) -> str | None:
+    """Why verl's checkpoint engine ``backend`` cannot start here (None: it can), naming what to install.
+
+    verl imports each engine module in ``verl.checkpoint_engine`` and registers only those whose
+    transport package imports; the workers are assumed to share the driver's install.
+    """
+    from verl.checkpoint_engine import CheckpointEngineRegistry
+
+    try:
+        CheckpointEngineRegistry.get(backend)
+    except ValueError as error:
+        if (needs := checkpoint_engine_needs(backend)) is None:
+            return f"{CHECKPOINT_ENGINE_KEY}={backend} is not one of verl's checkpoint engines ({error})"
+        return f"{CHECKPOINT_ENGINE_KEY}={backend} needs {needs}, which the `gpu` extra does not install"
+    return None
+
+
 def check_trainer_mode(config: DictConfig) -> None:
     """``trainer.v1.trainer_mode`` must be one FSPO builds a trainer for, and one the platform can run.
 
     ``separate_async`` serves rollouts from a standalone pool of accelerators that receives weights
-    through an NCCL-class checkpoint engine; the CPU backend has neither.
+    through a checkpoint engine other than ``naive`` (verl's ``SeparateAsyncTrainer`` asserts it), each
+    of which needs a transport package the ``gpu`` extra lacks; the CPU backend has neither. verl's other
+    asserts of the mode (a rollout pool, the sync step dividing the batch) fail inside a Ray actor: here
+    they are one line before Ray starts.
     """
     v1 = config.trainer.get("v1") or {}
     mode = v1.get("trainer_mode", "sync")
     if mode not in TRAINER_MODES:
         raise ConfigError(f"trainer.v1.trainer_mode={mode} is unknown to FSPO; use one of {', '.join(TRAINER_MODES)}")
-    if config.trainer.get("device") == "cpu" and mode == "separate_async":
+    if mode != "separate_async":
+        return
+    if config.trainer.get("device") == "cpu":
         raise ConfigError(
             "trainer.v1.trainer_mode=separate_async needs a standalone rollout pool of GPUs and an NCCL-class "
             "checkpoint engine, which a CPU run has not; use sync or colocate_async on CPU"
+        )
+    why = "trainer.v1.trainer_mode=separate_async"
+    backend = str(OmegaConf.select(config, CHECKPOINT_ENGINE_KEY, default="naive"))
+    if backend == "naive":
+        raise ConfigError(
+            f"{why} sends weights to its rollout pool through a checkpoint engine other than naive: set "
+            f"{CHECKPOINT_ENGINE_KEY}=nccl and install {checkpoint_engine_needs('nccl')} "
+            "on every node (the `gpu` extra does not), or use sync or colocate_async"
+        )
+    if problem := checkpoint_engine_problem(backend):
+        raise ConfigError(f"{why}: {problem} (on every node), or use sync or colocate_async")
+    rollout = config.actor_rollout_ref.rollout
+    if not (rollout.get("nnodes") or 0) > 0 or not (rollout.get("n_gpus_per_node") or 0) > 0:
+        raise ConfigError(
+            f"{why} serves rollouts from a pool of its own: set actor_rollout_ref.rollout.nnodes and "
+            "actor_rollout_ref.rollout.n_gpus_per_node (both > 0)"
+        )
+    sync_step = OmegaConf.select(config, "trainer.v1.separate_async.parameter_sync_step")
+    mini_batch = config.actor_rollout_ref.actor.ppo_mini_batch_size
+    if config.data.train_batch_size != sync_step * mini_batch:
+        raise ConfigError(
+            f"{why} needs data.train_batch_size = trainer.v1.separate_async.parameter_sync_step x "
+            f"actor_rollout_ref.actor.ppo_mini_batch_size, got {config.data.train_batch_size} != {sync_step} x "
+            f"{mini_batch}"
         )
 
 
@@ -223,10 +285,7 @@ def check_advantage_estimator(config: DictConfig, check_files: bool = True) -> N
             f"actor_rollout_ref.rollout.n={n}: set rollout.n >= 2 (the paper: 8), or use an estimator without "
             "groups (reinforce_plus_plus, remax, gae)"
         )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # need_critic warns when the critic is off, which is the usual case
-        critic = need_critic(config)
-    if not critic:
+    if not uses_critic(config):
         return
     path = OmegaConf.select(config, "critic.model.path")
     why = "trains a value model (the critic)" if estimator == "gae" else "has critic.enable=true"
@@ -240,10 +299,7 @@ def check_advantage_estimator(config: DictConfig, check_files: bool = True) -> N
             f"{path or 'not set'} (verl's placeholder): {fix}"
         )
     if check_files:
-        try:
-            check_model_path(str(path))
-        except ConfigError as error:
-            raise ConfigError(str(error).replace("actor_rollout_ref.model.path", "critic.model.path")) from None
+        check_model_path(str(path), "critic.model.path")
 
 
 def validate(config: DictConfig, check_files: bool = True) -> FSPOConfig:
@@ -259,7 +315,8 @@ def validate(config: DictConfig, check_files: bool = True) -> FSPOConfig:
     under ``fspo.require_evidence``), in the dry run for the files that exist. Returns the resolved block.
     """
     auto_set_device(config)
-    apply_attention_fallback(config)  # sdpa without flash-attn; before resolving, so interpolations follow
+    # sdpa without flash-attn; before resolving, so interpolations follow
+    apply_attention_fallback(config, with_critic=uses_critic(config))
     OmegaConf.resolve(config)
     settings = fspo_config(config)  # the fspo block's types and ranges, before anything reads it
     if check_files:

@@ -23,7 +23,7 @@ from fspo.cpu import cpu_mode_requested
 from fspo.cpu.compute import register_dtype_resolver
 from fspo.cpu.plugin import STATE as cpu_plugin_state
 from fspo.data.templates import register_chat_template_resolver
-from fspo.hub_env import describe, hub_env_vars, with_env_vars
+from fspo.hub_env import describe, driver_has_token, hub_env_vars, with_env_vars
 from fspo.trainer import fspo_trainer_class
 
 # verl's platform name for CUDA GPUs (verl.plugin.platform: "nvidia").
@@ -76,13 +76,22 @@ class FSPOTaskRunner(TaskRunnerV1.__ray_actor_class__):  # main_ppo exports it a
 def run(config: DictConfig) -> None:
     """Validate ``config`` and train. Raises :class:`fspo.config.vocabulary.ConfigError` on bad input."""
     validate(config)
-    run_ppo(config, task_runner_class=with_env_vars(FSPOTaskRunner, forwarded_hub_env()))
+    env = forwarded_hub_env(joined_cluster(config))
+    run_ppo(config, task_runner_class=with_env_vars(FSPOTaskRunner, env))
 
 
-def forwarded_hub_env() -> dict[str, str]:
-    """The Hugging Face variables every Ray process gets (:mod:`fspo.hub_env`), named on stderr."""
+def joined_cluster(config: DictConfig) -> str | None:
+    """The address of the Ray cluster ``run_ppo`` joins (``ray_kwargs.ray_init.address`` or ``RAY_ADDRESS``);
+    None when it starts its own, whose processes inherit this one's environment."""
+    address = OmegaConf.select(config, "ray_kwargs.ray_init.address", default=None)
+    return str(address) if address not in (None, "", "null", "None") else os.environ.get("RAY_ADDRESS") or None
+
+
+def forwarded_hub_env(cluster: str | None = None) -> dict[str, str]:
+    """The Hugging Face variables every Ray process gets (:mod:`fspo.hub_env`), named on stderr with where
+    the token comes from (it never travels through Ray)."""
     env = hub_env_vars()
-    if line := describe(env):
+    for line in describe(env, driver_has_token(), cluster):
         print(line, file=sys.stderr, flush=True)
     return env
 
@@ -99,7 +108,7 @@ def _hydra_main(config: DictConfig) -> None:
             # not exist yet (data is often built on the cluster), everything else is checked.
             validate(config, check_files=False)
             print(OmegaConf.to_yaml(config))
-            forwarded_hub_env()
+            forwarded_hub_env(joined_cluster(config))
             print("fspo: dry run OK (FSPO_DRY_RUN=1): the config resolves and validates", file=sys.stderr)
             return
         run(config)

@@ -7,7 +7,10 @@ for HHEM, the ``google/flan-t5-base`` config and tokenizer its remote code loads
 Hugging Face cache or the hub with the user's token, and raises :class:`~fspo.config.vocabulary.ConfigError` with
 one line naming the fix: the path, ``HF_TOKEN``, the model's terms on its hub page, or the command that
 pre-downloads it. Hub requests are single HEADs with a short timeout (``HF_HUB_ETAG_TIMEOUT``, 10 s by
-default); ``HF_HUB_OFFLINE`` makes it a cache-only check, as it does for the loaders.
+default); ``HF_HUB_OFFLINE`` makes it a cache-only check, as it does for the loaders, and a hub that cannot
+be reached, is down (5xx) or rate-limits (429) leaves a complete cache to serve, as the loaders do. The
+training run's config checks (:mod:`fspo.config_checks`), the dry run and every verifier server
+(:func:`check_verifier`) resolve through this module, so each accepts the same models.
 
 ``FSPO_PREFLIGHT=0`` skips it (e.g. a dry run that validates a cluster's config from a laptop).
 """
@@ -68,13 +71,16 @@ class ModelNeed:
     remote_code: bool = False  # also the modules its config.json's auto_map names
 
 
-def _env_true(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+# The values huggingface_hub takes for true (huggingface_hub.constants.ENV_VARS_TRUE_VALUES).
+HUB_TRUE_VALUES = ("1", "ON", "YES", "TRUE")
 
 
 def hub_offline() -> bool:
-    """``HF_HUB_OFFLINE`` (or transformers' older ``TRANSFORMERS_OFFLINE``), read now, as huggingface_hub does."""
-    return _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE")
+    """Whether huggingface_hub in a process started now would be offline: read now, by its rule (its
+    ``constants.HF_HUB_OFFLINE``, fixed at import): ``HF_HUB_OFFLINE`` when set to anything, else
+    transformers' older ``TRANSFORMERS_OFFLINE``; ``HF_HUB_OFFLINE=0`` wins over ``TRANSFORMERS_OFFLINE=1``."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE")
+    return value is not None and value.upper() in HUB_TRUE_VALUES
 
 
 def preflight_requested() -> bool:
@@ -140,6 +146,12 @@ def hub_cache_dir(cache_dir: str | None = None) -> str:
     return str(cache_dir or constants.HF_HUB_CACHE)
 
 
+def hub_is_down(status: int) -> bool:
+    """Whether an HTTP status from the hub is an outage or a rate limit (5xx, 429) rather than an answer
+    about the repo and the token (401, 403, 404): the loaders fall back to the HF cache on the former."""
+    return status >= 500 or status == 429
+
+
 class HubProbe:
     """One HEAD request per hub repo (its config.json), remembering an unreachable endpoint so that a
     run with several hub models waits for the network once."""
@@ -154,7 +166,8 @@ class HubProbe:
 
     def problem(self, repo_id: str, filename: str = "config.json") -> tuple[str, str] | None:
         """None if the hub serves ``filename`` of ``repo_id`` to this token; else ``(kind, detail)`` with
-        kind one of ``gated``, ``not_found``, ``no_file``, ``refused``, ``unreachable``."""
+        kind one of ``gated``, ``not_found``, ``no_file``, ``refused``, ``unreachable`` (no connection, a
+        timeout, or an outage: 5xx or 429)."""
         import httpx
         from huggingface_hub import get_hf_file_metadata, hf_hub_url
         from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
@@ -171,15 +184,20 @@ class HubProbe:
         except EntryNotFoundError:
             return "no_file", filename
         except HfHubHTTPError as error:
-            status = error.response.status_code if error.response is not None else "?"
-            return "refused", f"HTTP {status}"
+            status = error.response.status_code if error.response is not None else None
+            if status is None or not hub_is_down(status):
+                return "refused", f"HTTP {status or '?'}"
+            # An outage or rate limit says nothing about this repo: huggingface_hub loads from the cache then.
+            self.unreachable = f"it answers HTTP {status}"
         except (httpx.TransportError, OSError) as error:  # DNS, no route, refused connection, timeout
             self.unreachable = f"{type(error).__name__}: {error}"
         return ("unreachable", self.unreachable) if self.unreachable else None
 
 
-def resolve(need: ModelNeed, probe: HubProbe, cache_dir: str | None = None) -> str:
-    """Where ``need`` will load from (a folder, the cache or the hub); raises ConfigError naming the fix."""
+def resolve_local(need: ModelNeed) -> str | None:
+    """Where ``need`` loads from when it is not a hub id (a complete local folder, or a remote filesystem
+    URL verl copies); None for a hub id. Raises ConfigError for a path that cannot load. Reads no cache
+    and asks no hub: the config checks of every run use it, the preflight then resolves hub ids."""
     if "://" in need.ref:  # hdfs:// and kin: verl copies it to local disk in each worker
         return need.ref
     local = Path(os.path.expanduser(need.ref))
@@ -193,6 +211,13 @@ def resolve(need: ModelNeed, probe: HubProbe, cache_dir: str | None = None) -> s
         return str(local)
     if not looks_like_hub_id(need.ref):
         raise ConfigError(f"{need.key}={need.ref} does not exist: fix the path (a Hugging Face model folder or hub id)")
+    return None
+
+
+def resolve(need: ModelNeed, probe: HubProbe, cache_dir: str | None = None) -> str:
+    """Where ``need`` will load from (a folder, the cache or the hub); raises ConfigError naming the fix."""
+    if (local := resolve_local(need)) is not None:
+        return local
     snapshot = cached_snapshot(need.ref, cache_dir)
     cached_missing = missing_files(snapshot, need) if snapshot else None
     cache = hub_cache_dir(cache_dir)

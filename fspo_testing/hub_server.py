@@ -4,7 +4,8 @@ It answers the requests huggingface_hub makes to resolve and download a model re
 revision/<rev>`` (repo info), ``/api/models/<repo>/tree/<rev>`` (the file list), ``HEAD``/``GET``
 ``/<repo>/resolve/<rev>/<file>`` (metadata and content), with the hub's error codes: ``RepoNotFound``
 (401), ``GatedRepo`` (401 without a token, 403 with a token not granted access) and ``EntryNotFound``
-(404). Point huggingface_hub at it with ``HF_ENDPOINT`` (read at import: set it for a subprocess) or an
+(404). ``outage`` (e.g. 503, or 429) makes it answer every request with that status, as the hub does when
+it is down or rate-limiting. Point huggingface_hub at it with ``HF_ENDPOINT`` (read at import: set it for a subprocess) or an
 ``endpoint=`` argument.
 """
 
@@ -21,13 +22,22 @@ from urllib.parse import unquote, urlparse
 class StandInHub:
     """Serves ``repos`` (hub id -> folder); ``gated`` repos only to a Bearer token in ``granted``.
 
-    Use as a context manager; ``endpoint`` is its root URL and ``requests`` the paths it was asked for.
+    Use as a context manager; ``endpoint`` is its root URL, ``requests`` the paths it was asked for and
+    ``calls`` each request as ``(method, path, bearer token or "")``.
     """
 
-    def __init__(self, repos: dict[str, str | Path], gated: set[str] = frozenset(), granted: set[str] = frozenset()):
+    def __init__(
+        self,
+        repos: dict[str, str | Path],
+        gated: set[str] = frozenset(),
+        granted: set[str] = frozenset(),
+        outage: int | None = None,
+    ):
         self.repos = {repo: Path(folder) for repo, folder in repos.items()}
         self.gated, self.granted = set(gated), set(granted)
+        self.outage = outage
         self.requests: list[str] = []
+        self.calls: list[tuple[str, str, str]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
 
@@ -60,18 +70,22 @@ class StandInHub:
                     self.wfile.write(body)
 
             def _error(self, status: int, code: str, head: bool):
-                self._send(status, json.dumps({"error": code}).encode(), {"X-Error-Code": code}, head)
+                headers = {"X-Error-Code": code} if code else {}
+                self._send(status, json.dumps({"error": code or "unavailable"}).encode(), headers, head)
 
             def _route(self, head: bool):
                 path = unquote(urlparse(self.path).path)
                 hub.requests.append(path)
+                token = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+                hub.calls.append(("HEAD" if head else "GET", path, token))
+                if hub.outage:
+                    return self._error(hub.outage, "", head)
                 api = path.startswith("/api/models/")
                 parts = path.removeprefix("/api/models/" if api else "/").split("/")
                 repo, rest = "/".join(parts[:2]), parts[2:]
                 if repo not in hub.repos:
                     return self._error(401, "RepoNotFound", head)
                 if repo in hub.gated:
-                    token = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
                     if token not in hub.granted:
                         return self._error(403 if token else 401, "GatedRepo", head)
                 folder, commit = hub.repos[repo], hub.commit(repo)

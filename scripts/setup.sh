@@ -64,18 +64,22 @@ PY
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
   target="gpu${extras:+,$extras}"
   pip_install project -e ".[${target}]"
-  # The wheel's URL, or nothing; its one line (which wheel, or why none) goes to stderr.
+  # The wheel's requirement line (URL and sha256), or nothing; its one line (which wheel, or why none) goes to stderr.
   if [ -n "$dry_run" ]; then
     PYTHONPATH="$PWD" python -m fspo.cli.flash_attn_wheel --report "$dry_run/project.json" > "$dry_run/flash-attn.txt"
   else
-    flash_attn_url="$(python -m fspo.cli.flash_attn_wheel)"
-    if [ -n "$flash_attn_url" ]; then
+    flash_attn_requirement="$(python -m fspo.cli.flash_attn_wheel)"
+    if [ -n "$flash_attn_requirement" ]; then
       # --no-deps: its only other requirement, einops, comes with vLLM, and torch must stay as pinned.
-      if ! python -m pip install --quiet --no-deps "flash-attn @ $flash_attn_url" \
+      # --require-hashes: pip installs the file only if it has the sha256 pyproject.toml lists for its URL.
+      flash_attn_requirements="$(mktemp)"
+      echo "$flash_attn_requirement" > "$flash_attn_requirements"
+      if ! python -m pip install --quiet --no-deps --require-hashes -r "$flash_attn_requirements" \
           || ! python -c "import flash_attn" 2>/dev/null; then
         python -m pip uninstall --quiet --yes flash-attn 2>/dev/null || true
         echo "fspo: flash-attn: the wheel did not install or load; going without it (the recipes fall back to sdpa)" >&2
       fi
+      rm -f "$flash_attn_requirements"
     fi
   fi
 else

@@ -1,4 +1,4 @@
-"""fspo.attention: the actor's attention implementation where flash-attn is not installed."""
+"""fspo.attention: the actor's and the critic's attention implementation where flash-attn is not installed."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from fspo.attention import (
-    ATTENTION_KEY,
+    ACTOR,
+    CRITIC,
     FALLBACK_ATTENTION,
     FLASH_ATTENTION_MODULES,
-    REMOVE_PADDING_KEY,
     AttentionUnavailable,
     apply_attention_fallback,
     attention_fallback,
@@ -34,14 +34,15 @@ REPO = Path(__file__).resolve().parent.parent
     ulysses_sp_size=st.integers(1, 8),
     device=st.sampled_from(["cuda", "cpu", "npu"]),
     installed=st.sets(st.sampled_from(sorted(FLASH_ATTENTION_MODULES.values()))),
+    role=st.sampled_from([ACTOR, CRITIC]),
 )
 def test_the_fallback_leaves_flash_attention_only_where_it_cannot_run(
-    requested, use_remove_padding, ulysses_sp_size, device, installed
+    requested, use_remove_padding, ulysses_sp_size, device, installed, role
 ):
     implementation = requested or "flash_attention_2"
     needed = FLASH_ATTENTION_MODULES.get(implementation)
     runs_as_configured = device != "cuda" or needed is None or needed in installed
-    args = (requested, use_remove_padding, ulysses_sp_size, device, installed.__contains__)
+    args = (requested, use_remove_padding, ulysses_sp_size, device, installed.__contains__, role)
     if runs_as_configured:
         assert attention_fallback(*args) is None
         return
@@ -50,13 +51,14 @@ def test_the_fallback_leaves_flash_attention_only_where_it_cannot_run(
         with pytest.raises(AttentionUnavailable) as error:
             attention_fallback(*args)
         assert isinstance(error.value, ConfigError)  # the driver's exit 2, one line
-        assert "\n" not in str(error.value)
+        assert "\n" not in str(error.value) and role.model.split(".")[0] in str(error.value)
         return
     fallback = attention_fallback(*args)
-    assert fallback.overrides[ATTENTION_KEY] == FALLBACK_ATTENTION
-    assert fallback.overrides.get(REMOVE_PADDING_KEY, False) is False  # never turned on under sdpa
-    assert (REMOVE_PADDING_KEY in fallback.overrides) == use_remove_padding  # and not added when off
-    assert "\n" not in fallback.warning and FALLBACK_ATTENTION in fallback.warning
+    assert fallback.overrides[role.attention_key] == FALLBACK_ATTENTION
+    assert set(fallback.overrides) <= {role.attention_key, role.remove_padding_key}  # this model's keys only
+    assert fallback.overrides.get(role.remove_padding_key, False) is False  # never turned on under sdpa
+    assert (role.remove_padding_key in fallback.overrides) == use_remove_padding  # and not added when off
+    assert "\n" not in fallback.warning and FALLBACK_ATTENTION in fallback.warning and role.name in fallback.warning
     assert ("use_remove_padding=false" in fallback.warning) == use_remove_padding
 
 
@@ -109,9 +111,43 @@ def test_a_gpu_recipe_dry_run_without_flash_attn_says_so_in_one_line_and_runs_sd
     )
     assert process.returncode == 0, process.stderr[-3000:]
     lines = [line for line in process.stderr.splitlines() if "flash-attn" in line]
-    assert len(lines) == 1 and lines[0].startswith("fspo: flash-attn is not installed"), lines
+    assert len(lines) == 1 and lines[0].startswith("fspo: flash-attn is not installed, so the actor"), lines
     config = yaml.safe_load("\n".join(line for line in process.stdout.splitlines() if not line.startswith("[")))
     model = config["actor_rollout_ref"]["model"]
     assert model["override_config"]["attn_implementation"] == FALLBACK_ATTENTION
     assert model["use_remove_padding"] is False
     assert config["actor_rollout_ref"]["actor"]["use_remove_padding"] is False
+
+
+def test_a_gae_dry_run_without_flash_attn_runs_the_critic_on_sdpa_too(tmp_path):
+    """The critic is an FSDP model of its own (critic.model), with verl's flash_attention_2 default."""
+    if importable("flash_attn"):
+        pytest.skip("flash-attn is installed: nothing falls back")
+    from fspo_testing.tiny_model import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "model")  # verl reads the critic's config.json when it checks the critic
+    env = {**os.environ, "FSPO_DRY_RUN": "1", "FSPO_PREFLIGHT": "0", "PYTHON": sys.executable, "MODEL_PATH": str(model)}
+    process = subprocess.run(
+        [
+            "bash",
+            str(REPO / "recipes" / "run_qwen2.5_7b_instruct.sh"),
+            "algorithm.adv_estimator=gae",
+            f"critic.model.path={model}",
+            "critic.ppo_micro_batch_size_per_gpu=1",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert process.returncode == 0, process.stderr[-3000:]
+    lines = [line for line in process.stderr.splitlines() if "flash-attn" in line]
+    assert len(lines) == 2, lines
+    for line, role in zip(lines, (ACTOR, CRITIC)):
+        assert line.startswith(
+            f"fspo: flash-attn is not installed, so the {role.name} falls back to {role.attention_key}=sdpa"
+        )
+    config = yaml.safe_load("\n".join(line for line in process.stdout.splitlines() if not line.startswith("[")))
+    for model in (config["actor_rollout_ref"]["model"], config["critic"]["model"]):
+        assert model["override_config"]["attn_implementation"] == FALLBACK_ATTENTION
+        assert model["use_remove_padding"] is False

@@ -120,7 +120,48 @@ def test_an_unknown_trainer_mode_is_named():
 
     with pytest.raises(ConfigError, match="trainer.v1.trainer_mode=fully_async is unknown to FSPO; use one of sync"):
         check_trainer_mode(OmegaConf.create({"trainer": {"device": "cuda", "v1": {"trainer_mode": "fully_async"}}}))
-    check_trainer_mode(OmegaConf.create({"trainer": {"device": "cuda", "v1": {"trainer_mode": "separate_async"}}}))
+    for mode in ("sync", "colocate_async"):
+        check_trainer_mode(OmegaConf.create({"trainer": {"device": "cuda", "v1": {"trainer_mode": mode}}}))
+
+
+@pytest.mark.parametrize(
+    "backend, message",
+    [
+        (
+            None,
+            "sends weights to its rollout pool through a checkpoint engine other than naive: set "
+            "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl and install cupy (`pip install cupy-cuda13x`)",
+        ),
+        (
+            "nccl",
+            "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl needs cupy (`pip install cupy-cuda13x`), "
+            "which the `gpu` extra does not install (on every node), or use sync or colocate_async",
+        ),
+        ("mooncake", "backend=mooncake needs Mooncake's transfer engine (`pip install mooncake-transfer-engine`)"),
+    ],
+)
+def test_separate_async_on_gpus_names_the_checkpoint_engine_package_it_lacks(backend, message):
+    """verl's SeparateAsyncTrainer asserts a checkpoint engine other than naive, and each of those imports a
+    transport package (cupy for nccl) that the `gpu` extra does not bring: refused before Ray starts."""
+    import os
+
+    if backend in (None, "nccl"):
+        try:
+            import cupy  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            pytest.skip("cupy is installed here")
+    env = {**os.environ, "FSPO_DRY_RUN": "1", "FSPO_PREFLIGHT": "0"}
+    overrides = ["actor_rollout_ref.model.path=x/y", "data.train_files=later.parquet", "platform=gpu"]
+    overrides += ["trainer.v1.trainer_mode=separate_async"]
+    if backend:
+        overrides.append(f"actor_rollout_ref.rollout.checkpoint_engine.backend={backend}")
+    result = run_main(*overrides, env=env)
+    assert result.returncode == 2, result.stderr[-2000:]
+    last = [line for line in result.stderr.splitlines() if line.startswith("fspo: ")][-1]
+    assert last.startswith("fspo: trainer.v1.trainer_mode=separate_async") and message in last, last
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -157,6 +157,38 @@ def test_an_unreachable_hub_with_a_complete_cache_passes(hhem_cache, online):
     assert "snapshots" in resolve(foundation, HubProbe(CLOSED_PORT), cache_dir=str(hhem_cache["cache"]))
 
 
+@pytest.mark.parametrize("status", [500, 502, 503, 504, 429])
+def test_a_hub_outage_or_rate_limit_falls_back_to_a_complete_cache(hhem_cache, tmp_path, online, status):
+    # huggingface_hub loads from the cache when the hub answers 5xx or 429; a fully cached run must start.
+    foundation = need(HHEM_FOUNDATION, (("config.json",),) + TOKENIZER_FILES)
+    with StandInHub({}, outage=status) as hub:
+        probe = HubProbe(hub.endpoint, token="hf_granted")
+        assert "snapshots" in resolve(foundation, probe, cache_dir=str(hhem_cache["cache"]))
+        with pytest.raises(ConfigError) as error:  # not cached: the download command, not "check HF_TOKEN"
+            resolve(need("Qwen/Qwen2.5-7B-Instruct"), probe, cache_dir=str(tmp_path))
+        assert hub.requests == [f"/{HHEM_FOUNDATION}/resolve/main/config.json"]  # the outage is asked about once
+    message = str(error.value)
+    assert f"cannot reach the hub at {hub.endpoint} (it answers HTTP {status})" in message
+    assert "`hf download Qwen/Qwen2.5-7B-Instruct`" in message and "HF_TOKEN" not in message
+
+
+def test_an_hhem_server_restarted_during_an_outage_passes_its_check(hhem_cache):
+    """Each HHEM server checks its weights on its node with the same function (load_hhem -> check_verifier):
+    a server Ray restarts while the hub answers 503 finds the cached HHEM and foundation."""
+    code = (
+        "from fspo.config.verifier import VerifierConfig\n"
+        "from fspo.preflight import check_verifier\n"
+        "print(check_verifier(VerifierConfig(name='hhem')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN")}
+    with StandInHub({}, outage=503) as hub:
+        env.update(HF_ENDPOINT=hub.endpoint, HF_HUB_CACHE=str(hhem_cache["cache"]), PYTHONPATH=str(REPO))
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("snapshots") == 2
+    assert ("HEAD", f"/{HHEM_MODEL}/resolve/main/config.json", "") in hub.calls  # it asked the hub first
+
+
 def test_the_hub_says_gated_not_found_or_not_a_model(hhem_cache, tmp_path, online):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -264,41 +296,70 @@ ENV_NAME = st.from_regex(r"[A-Z][A-Z0-9_]{0,15}", fullmatch=True) | st.sampled_f
 
 
 @given(st.dictionaries(ENV_NAME, st.text(max_size=5)))
-def test_only_set_hugging_face_variables_are_passed(environ):
+def test_only_set_hugging_face_variables_are_passed_and_never_the_token(environ):
     env = hub_env_vars(environ)
     assert env == {
         k: v
         for k, v in environ.items()
         if v
-        and (
-            k.startswith("HF_")
-            or k in ("HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_CACHE")
-        )
+        and (k.startswith("HF_") or k in ("HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_CACHE"))
+        and k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
     }
-    line = describe(env)
-    assert (line is None) == (not env)
-    assert line is None or all(
-        value not in line.removeprefix("fspo: passing ") for value in env.values() if len(value) > 3
-    )
+    for has_token in (False, True):
+        for cluster in (None, "10.0.0.1:6379"):
+            lines = describe(env, has_token, cluster)
+            # The variables by name only, then where the token comes from: the same words whatever it is.
+            passing = [f"fspo: passing {', '.join(sorted(env))} to every Ray process"] if env else []
+            assert lines == passing + describe({}, has_token, cluster)
+            assert (len(describe({}, has_token, cluster)) == 1) == has_token
+            assert all(line.startswith("fspo: ") and "\n" not in line for line in lines)
 
 
-def test_a_stored_login_token_is_passed_as_hf_token(tmp_path, monkeypatch):
-    (tmp_path / "token").write_text("hf_stored_login")
+def test_a_run_that_joins_a_cluster_is_told_from_one_that_starts_its_own(monkeypatch):
+    """Only a Ray the run starts inherits the driver's token; a joined cluster's nodes use their own."""
+    from fspo.main import joined_cluster
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    config = OmegaConf.create({"ray_kwargs": {"ray_init": {"address": None}}})
+    assert joined_cluster(config) is None
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert joined_cluster(config) == "10.0.0.1:6379"
+    config.ray_kwargs.ray_init.address = "10.0.0.2:6379"
+    assert joined_cluster(config) == "10.0.0.2:6379"
+    assert "their node's (HF_TOKEN where `ray start` ran" in describe({}, True, "10.0.0.2:6379")[0]
+
+
+def test_a_token_never_travels_in_a_runtime_env():
+    from fspo.hub_env import with_env_vars
+    from fspo.main import FSPOTaskRunner
+
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        with pytest.raises(ValueError, match=f"{name} must not travel in a Ray runtime env"):
+            with_env_vars(FSPOTaskRunner, {"HF_HOME": "/h", name: "hf_x"})
+
+
+def test_a_stored_login_token_stays_in_its_file(tmp_path, monkeypatch):
+    from fspo.hub_env import driver_has_token
+
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
     from huggingface_hub import constants
 
-    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "token"))  # where `hf auth login` wrote it
-    assert hub_env_vars()["HF_TOKEN"] == "hf_stored_login"
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "token"))  # where `hf auth login` writes it
+    assert not driver_has_token()
+    (tmp_path / "token").write_text("hf_stored_login")
+    assert driver_has_token() and "hf_stored_login" not in str(hub_env_vars())
 
 
-def test_the_task_runners_children_get_the_variables_the_driver_set_after_ray_started(tmp_path):
-    """A node's raylet does not have the driver's environment: only the runtime env carries it."""
+def test_the_workers_of_a_ray_the_driver_starts_inherit_its_token_and_the_runtime_env_its_settings(tmp_path):
+    """The token reaches a local cluster's workers through the environment Ray's processes inherit from
+    the driver; the other settings (which a cluster started elsewhere lacks) through the runtime env."""
     script = tmp_path / "child_env.py"
     script.write_text(
         "import os, ray\n"
         "from fspo.hub_env import with_env_vars\n"
         "ray.init(num_cpus=2, include_dashboard=False, logging_level='ERROR', log_to_driver=False)\n"
+        "os.environ['HF_ENDPOINT'] = 'http://set-after-ray-started'\n"
         "@ray.remote(num_cpus=0)\n"
         "class Child:\n"
         "    def env(self):\n"
@@ -308,21 +369,21 @@ def test_the_task_runners_children_get_the_variables_the_driver_set_after_ray_st
         "    def run(self):\n"
         "        return ray.get(Child.remote().env.remote())\n"
         "print('plain', ray.get(Runner.remote().run.remote()))\n"
-        "runner = with_env_vars(Runner, {'HF_ENDPOINT': 'http://mirror', 'HF_TOKEN': 'hf_x'})\n"
+        "runner = with_env_vars(Runner, {'HF_ENDPOINT': 'http://mirror'})\n"
         "print('with', ray.get(runner.remote().run.remote()))\n"
         "ray.shutdown()\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("HF_ENDPOINT", "HF_TOKEN")}
     done = subprocess.run(
         [sys.executable, str(script)],
-        env={**env, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"},
+        env={**env, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "HF_TOKEN": "hf_from_the_driver"},
         capture_output=True,
         text=True,
         timeout=180,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "plain (None, None)" in done.stdout
-    assert "with ('http://mirror', 'hf_x')" in done.stdout
+    assert "plain (None, 'hf_from_the_driver')" in done.stdout
+    assert "with ('http://mirror', 'hf_from_the_driver')" in done.stdout
 
 
 # --- platform=gpu from a machine without a GPU ---------------------------------------------------
@@ -407,11 +468,26 @@ def test_the_recipe_dry_run_passes_with_a_local_hhem_folder_and_a_cached_foundat
     assert "models--google--flan-t5-base" in found[0]
     passing = [line for line in fspo_lines(process) if line.startswith("fspo: passing ")]
     assert len(passing) == 1 and passing[0].endswith(" to every Ray process")
-    assert {"HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_TOKEN"} <= set(
-        passing[0].split(" ", 2)[2].split(" to ")[0].split(", ")
+    passed = set(passing[0].split(" ", 2)[2].split(" to ")[0].split(", "))
+    assert {"HF_HUB_CACHE", "HF_HUB_OFFLINE"} <= passed and "HF_TOKEN" not in passed
+    assert "fspo: the Hugging Face token reaches Ray's processes through this process's environment" in fspo_lines(
+        process
     )
     assert "hf_secret_value_42" not in process.stdout + process.stderr  # not in the printed config either
     assert "VERL_PLATFORM: nvidia" in process.stdout  # platform=gpu from this GPU-less machine
+
+
+def test_the_recipe_dry_run_passes_during_a_hub_outage_with_everything_cached(policy, tmp_path):
+    from fspo_testing.tiny_model import build_tiny_hhem_cache, put_in_hub_cache
+
+    cache = build_tiny_hhem_cache(tmp_path)["cache"]
+    put_in_hub_cache(cache, "Qwen/Qwen2.5-7B-Instruct", policy)  # the recipe's default MODEL_PATH, cached
+    with StandInHub({}, outage=503) as hub:
+        process, _ = dry_run_recipe(HF_HUB_CACHE=str(cache), HF_ENDPOINT=hub.endpoint)
+    assert process.returncode == 0, process.stderr[-2000:]
+    assert any(path.endswith("/resolve/main/config.json") for path in hub.requests), "it did not ask the hub"
+    found = [line for line in fspo_lines(process) if line.startswith("fspo: models found:")]
+    assert len(found) == 1 and found[0].count("snapshots") == 3  # policy, HHEM, HHEM's foundation
 
 
 def test_the_recipe_dry_run_names_a_missing_foundation_offline(policy, tmp_path):
@@ -426,6 +502,34 @@ def test_the_recipe_dry_run_names_a_missing_foundation_offline(policy, tmp_path)
         "hhem` into the cache this node reads (HF_HOME / HF_HUB_CACHE), or point the key at a local folder"
     )
     assert "Traceback" not in process.stderr
+
+
+OFFLINE_VALUE = st.none() | st.sampled_from(["", "0", "1", "true", "TRUE", "on", "Yes", "no", " 1", "2"])
+
+
+@given(OFFLINE_VALUE, OFFLINE_VALUE)
+def test_offline_is_read_as_huggingface_hub_reads_it(hub_offline_value, transformers_offline_value):
+    """``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` as huggingface_hub reads them when it is imported
+    (``HF_HUB_OFFLINE=0`` wins over ``TRANSFORMERS_OFFLINE=1``)."""
+    import importlib
+
+    from huggingface_hub import constants
+
+    from fspo.preflight import hub_offline
+
+    saved = {name: os.environ.get(name) for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    try:
+        for name, value in zip(saved, (hub_offline_value, transformers_offline_value)):
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
+        assert hub_offline() == importlib.reload(constants).HF_HUB_OFFLINE
+    finally:
+        for name, value in saved.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
+        importlib.reload(constants)
 
 
 def test_fspo_preflight_0_skips_the_check(monkeypatch):

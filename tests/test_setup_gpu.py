@@ -20,12 +20,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fspo.cli.flash_attn_wheel import (
+    SHA256,
     TorchBuild,
     listed_wheels,
     major_minor,
     pick_wheel,
     python_tag,
     reported_torch_build,
+    requirement,
+    wheel_machine,
     wheel_python_tag,
 )
 
@@ -35,13 +38,17 @@ cuda_majors = st.sampled_from(["11", "12", "13"])
 torch_versions = st.sampled_from(["2.8", "2.9", "2.10", "2.11"])
 python_tags = st.sampled_from(["cp310", "cp311", "cp312"])
 abis = st.booleans()
+machines = st.sampled_from(["x86_64", "aarch64"])
+platform_tags = st.sampled_from(["linux_{}", "manylinux_2_28_{}", "manylinux2014_{}"])
 
 
 @st.composite
 def wheel_entries(draw) -> dict:
     tag = draw(python_tags)
+    platform = draw(platform_tags).format(draw(machines))
     return {
-        "url": f"https://example.org/w/flash_attn-2.8.3-{tag}-{tag}-linux_x86_64.whl",
+        "url": f"https://example.org/w/flash_attn-2.8.3-{tag}-{tag}-{platform}.whl",
+        "sha256": draw(st.from_regex(SHA256, fullmatch=True)),
         "cuda": draw(cuda_majors),
         "torch": draw(torch_versions),
         "cxx11abi": draw(abis),
@@ -49,18 +56,44 @@ def wheel_entries(draw) -> dict:
 
 
 @given(
-    build=st.builds(TorchBuild, cuda=cuda_majors, torch=torch_versions, python=python_tags, cxx11abi=abis | st.none()),
+    build=st.builds(
+        TorchBuild,
+        cuda=cuda_majors,
+        torch=torch_versions,
+        python=python_tags,
+        cxx11abi=abis | st.none(),
+        machine=machines,
+    ),
     wheels=st.lists(wheel_entries(), max_size=6),
 )
-def test_a_wheel_is_picked_only_for_the_build_it_was_compiled_for(build, wheels):
-    url = pick_wheel(build, wheels)
+def test_a_wheel_is_picked_only_for_the_build_and_cpu_it_was_compiled_for(build, wheels):
+    picked = pick_wheel(build, wheels)
     fits = [
-        w["url"]
+        w
         for w in wheels
         if (w["cuda"], w["torch"], wheel_python_tag(w["url"])) == (build.cuda, build.torch, build.python)
+        and w["url"].endswith(f"{build.machine}.whl")
         and build.cxx11abi in (None, w["cxx11abi"])
     ]
-    assert url == (fits[0] if fits else None)
+    assert picked == (fits[0] if fits else None)
+    if picked:  # installed only with its file's hash
+        assert requirement(picked) == f"flash-attn @ {picked['url']} --hash=sha256:{picked['sha256']}"
+
+
+def test_an_aarch64_node_never_gets_an_x86_64_wheel_and_a_wheel_without_a_hash_is_not_installed():
+    x86 = {
+        "url": "https://h/flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl",
+        "sha256": "a" * 64,
+        "cuda": "13",
+        "torch": "2.11",
+        "cxx11abi": True,
+    }
+    assert pick_wheel(TorchBuild("13", "2.11", "cp312", True, "aarch64"), [x86]) is None
+    assert pick_wheel(TorchBuild("13", "2.11", "cp312", True, "x86_64"), [x86]) == x86
+    assert wheel_machine("flash_attn-2.8.3-cp312-cp312-manylinux_2_28_aarch64.whl") == "aarch64"
+    for sha256 in (None, "", "A" * 64, "a" * 63):
+        with pytest.raises(ValueError, match="has no sha256"):
+            requirement({**x86, "sha256": sha256})
 
 
 def test_wheel_file_names_and_versions_are_read_as_pip_writes_them():
@@ -89,17 +122,41 @@ def test_the_listed_wheels_are_wheels_for_a_gpu_python():
     assert wheels, "pyproject.toml lists no flash-attn wheel"
     for wheel in wheels:
         assert wheel_python_tag(wheel["url"]) in {"cp310", "cp311", "cp312"}, wheel["url"]
-        assert wheel["url"].endswith("linux_x86_64.whl") and set(wheel) == {"url", "cuda", "torch", "cxx11abi"}
+        assert wheel_machine(wheel["url"]) in {"x86_64", "aarch64"}, wheel["url"]
+        assert set(wheel) == {"url", "sha256", "cuda", "torch", "cxx11abi"}
+        assert requirement(wheel).endswith(f" --hash=sha256:{wheel['sha256']}")  # a hash pip can check
 
 
 def _pinned_by_verl_vllm(verl_requires: list[str]) -> dict[str, str]:
     """``name -> version`` for each ``name==version; extra == "vllm"`` in verl's metadata."""
     pins = {}
-    for requirement in verl_requires:
-        match = re.fullmatch(r"([A-Za-z0-9_.-]+)==([^;\s]+)\s*;\s*extra\s*==\s*['\"]vllm['\"]", requirement.strip())
+    for line in verl_requires:
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+)==([^;\s]+)\s*;\s*extra\s*==\s*['\"]vllm['\"]", line.strip())
         if match:
             pins[match.group(1).lower()] = match.group(2)
     return pins
+
+
+def test_the_cpu_install_pins_the_transformers_the_gpu_install_resolves():
+    """One pin, in the project's dependencies: the version verl[vllm] pins for the GPU install. This install
+    (the CPU one, CI's) has it, so the tests run HHEM's remote code, chat templates and Qwen3 on it."""
+    import importlib.metadata
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the TOML reader pip vendors
+        from pip._vendor import tomli as tomllib
+
+    pins = _pinned_by_verl_vllm(importlib.metadata.requires("verl"))
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = [
+        requirement
+        for requirements in (project["dependencies"], *project["optional-dependencies"].values())
+        for requirement in requirements
+        if re.match(r"transformers\b", requirement)
+    ]
+    assert declared == [f"transformers=={pins['transformers']}"]
+    assert importlib.metadata.version("transformers") == pins["transformers"], "reinstall: pip install -e ."
 
 
 @pytest.mark.network
@@ -158,8 +215,9 @@ def test_the_gpu_install_resolves_to_wheels_without_a_gpu(tmp_path):
 
     assert reported_torch_build(report, python_tag()) is not None, "the GPU branch resolved a torch without CUDA"
     picked = (out / "flash-attn.txt").read_text().strip()
-    if picked:
-        assert wheel_python_tag(picked) == python_tag() and picked.endswith(".whl")
+    if picked:  # "flash-attn @ URL --hash=sha256:HEX"
+        url = picked.split(" @ ", 1)[1].split(" --hash=")[0]
+        assert wheel_python_tag(url) == python_tag() and url.endswith(".whl") and " --hash=sha256:" in picked
         assert "prebuilt for" in flash_lines[0]
     else:
         assert "installing without it" in flash_lines[0]

@@ -5,7 +5,9 @@ kernels for a long time, and a built wheel only loads into the exact (CUDA major
 CPython, C++ ABI) it was compiled against, none of which its file name's tags say. ``scripts/setup.sh``
 therefore installs one only from the list in ``pyproject.toml`` (``[[tool.fspo.flash-attn-wheels]]``)
 and only where all four match; elsewhere it goes without and the recipes fall back to ``sdpa``
-(:mod:`fspo.attention`).
+(:mod:`fspo.attention`). A wheel is also built for one CPU architecture (its file name's platform tag:
+an aarch64 node, e.g. a GH200, never gets an x86-64 wheel), and each listed URL carries the sha256 of the
+file, which pip checks (``--require-hashes``) before installing it.
 
 Standard library only: the set-up dry run calls it in a virtualenv where nothing is installed.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import re
 import sys
 from dataclasses import dataclass
@@ -32,16 +35,29 @@ class TorchBuild:
         torch: torch's ``major.minor``, e.g. ``"2.11"``.
         python: the CPython tag, e.g. ``"cp312"``.
         cxx11abi: torch's ``_GLIBCXX_USE_CXX11_ABI``; ``None`` where torch is not installed yet (a dry run).
+        machine: the CPU architecture, as a wheel's platform tag ends: ``"x86_64"``, ``"aarch64"``.
     """
 
     cuda: str
     torch: str
     python: str
     cxx11abi: bool | None
+    machine: str = "x86_64"
 
     def describe(self) -> str:
         abi = "C++11 ABI unknown before install" if self.cxx11abi is None else f"cxx11abi={self.cxx11abi}"
-        return f"CUDA {self.cuda}, torch {self.torch}, {self.python}, {abi}"
+        return f"CUDA {self.cuda}, torch {self.torch}, {self.python}, {abi}, {self.machine}"
+
+
+# CPU architectures as wheel platform tags end (``linux_x86_64``, ``manylinux_2_28_aarch64``).
+MACHINES = ("x86_64", "aarch64", "ppc64le", "s390x", "armv7l", "i686")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def this_machine() -> str:
+    """This machine's CPU architecture as a wheel's platform tag names it (``arm64`` is ``aarch64`` on Linux)."""
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
 def python_tag(version_info=sys.version_info) -> str:
@@ -62,22 +78,41 @@ def wheel_python_tag(url: str) -> str:
     return parts[-3]
 
 
-def pick_wheel(build: TorchBuild, wheels: list[dict]) -> str | None:
-    """The URL of the first listed wheel made for ``build``, or ``None``.
+def wheel_machine(url: str) -> str:
+    """The CPU architecture of a wheel's platform tag (``...-linux_x86_64.whl`` -> ``x86_64``)."""
+    name = url.rsplit("/", 1)[-1]
+    wheel_python_tag(name)  # a wheel file name, or ValueError
+    tag = name[: -len(".whl")].split("-")[-1]
+    for machine in MACHINES:
+        if tag.endswith(machine):
+            return machine
+    raise ValueError(f"no CPU architecture in the platform tag of {name}")
 
-    Each entry of ``wheels`` has ``url``, ``cuda``, ``torch`` and ``cxx11abi``; its CPython comes from the
-    file name. An unknown ABI (``build.cxx11abi is None``) matches either, so that a dry run can say what
-    the install would pick.
+
+def pick_wheel(build: TorchBuild, wheels: list[dict]) -> dict | None:
+    """The first listed wheel made for ``build`` (its entry), or ``None``.
+
+    Each entry of ``wheels`` has ``url``, ``sha256``, ``cuda``, ``torch`` and ``cxx11abi``; its CPython and
+    CPU architecture come from the file name. An unknown ABI (``build.cxx11abi is None``) matches either,
+    so that a dry run can say what the install would pick.
     """
     for wheel in wheels:
         if (
             str(wheel["cuda"]) == build.cuda
             and str(wheel["torch"]) == build.torch
             and wheel_python_tag(wheel["url"]) == build.python
+            and wheel_machine(wheel["url"]) == build.machine
             and (build.cxx11abi is None or bool(wheel["cxx11abi"]) == build.cxx11abi)
         ):
-            return wheel["url"]
+            return wheel
     return None
+
+
+def requirement(wheel: dict) -> str:
+    """The pip requirement line that installs ``wheel`` only if its file has the listed sha256."""
+    if not SHA256.fullmatch(str(wheel.get("sha256", ""))):
+        raise ValueError(f"{wheel['url']} has no sha256 (64 lowercase hex digits) in pyproject.toml")
+    return f"flash-attn @ {wheel['url']} --hash=sha256:{wheel['sha256']}"
 
 
 def installed_torch_build() -> TorchBuild | None:
@@ -91,6 +126,7 @@ def installed_torch_build() -> TorchBuild | None:
         torch=major_minor(torch.__version__),
         python=python_tag(),
         cxx11abi=bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+        machine=this_machine(),
     )
 
 
@@ -103,7 +139,13 @@ def reported_torch_build(report: dict, python: str) -> TorchBuild | None:
         cuda = {m.group(1) for r in metadata.get("requires_dist", []) if (m := _NVIDIA_LIBRARY.match(r))}
         if len(cuda) != 1:
             return None
-        return TorchBuild(cuda=cuda.pop(), torch=major_minor(metadata["version"]), python=python, cxx11abi=None)
+        return TorchBuild(
+            cuda=cuda.pop(),
+            torch=major_minor(metadata["version"]),
+            python=python,
+            cxx11abi=None,
+            machine=this_machine(),
+        )
     return None
 
 
@@ -118,8 +160,8 @@ def listed_wheels(pyproject: Path) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m fspo.cli.flash_attn_wheel",
-        description="Print the URL of the prebuilt flash-attn wheel for this machine's torch (nothing if none); "
-        "one line on stderr says which, or that the install goes without.",
+        description="Print the pip requirement line (URL and sha256) of the prebuilt flash-attn wheel for this "
+        "machine's torch and CPU (nothing if none); one line on stderr says which, or that the install goes without.",
     )
     parser.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"))
     parser.add_argument("--report", type=Path, help="a pip --dry-run --report file: torch as it would be installed")
@@ -132,16 +174,21 @@ def main(argv: list[str] | None = None) -> int:
     if build is None:
         print("fspo: flash-attn: torch is not a CUDA build here; installing without it", file=sys.stderr)
         return 0
-    url = pick_wheel(build, listed_wheels(args.pyproject))
-    if url is None:
+    wheel = pick_wheel(build, listed_wheels(args.pyproject))
+    if wheel is None:
         print(
             f"fspo: flash-attn: no prebuilt wheel for {build.describe()}; installing without it "
             "(the recipes fall back to sdpa)",
             file=sys.stderr,
         )
         return 0
-    print(f"fspo: flash-attn: {url.rsplit('/', 1)[-1]}, prebuilt for {build.describe()}", file=sys.stderr)
-    print(url)
+    try:
+        line = requirement(wheel)
+    except ValueError as error:
+        print(f"fspo: flash-attn: {error}; installing without it (the recipes fall back to sdpa)", file=sys.stderr)
+        return 0
+    print(f"fspo: flash-attn: {wheel['url'].rsplit('/', 1)[-1]}, prebuilt for {build.describe()}", file=sys.stderr)
+    print(line)
     return 0
 
 
