@@ -32,4 +32,4 @@ LORA_1GPU_OVERRIDES=(
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4   # GUESS
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4       # GUESS
 )
-fspo_launch "${FSPO_GPU_OVERRIDES[@]}" "${LORA_1GPU_OVERRIDES[@]}" "$@"
+fspo_launch "${FSPO_GPU_OVERRIDES[@]}" "${LORA_1GPU_OVERRIDES[@]}" "${FSPO_QWEN3_THINKING_VALIDATION[@]}" "$@"

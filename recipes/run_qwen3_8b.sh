@@ -17,4 +17,4 @@ QWEN3_THINKING_OVERRIDES=(
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4   # GUESS
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4       # GUESS
 )
-fspo_launch "${FSPO_GPU_OVERRIDES[@]}" "${QWEN3_THINKING_OVERRIDES[@]}" "$@"
+fspo_launch "${FSPO_GPU_OVERRIDES[@]}" "${QWEN3_THINKING_OVERRIDES[@]}" "${FSPO_QWEN3_THINKING_VALIDATION[@]}" "$@"
