@@ -123,7 +123,7 @@ for stale in [*path.glob("*.safetensors"), *path.glob("*.safetensors.index.json"
     stale.unlink()
 merged.save_pretrained(path)
 print(
-    f"folded the LoRA adapter (r={adapter['r']}, lora_alpha={adapter['lora_alpha']}, {len(folded)} layers of "
+    f"folded the LoRA adapter (r={adapter['r']}, lora_alpha={adapter['lora_alpha']}, {len(folded)} modules: "
     f"{', '.join(sorted(adapter['target_modules']))}) into the base weights: the model is the trained policy, "
     f"stored as {stored_dtype}; lora_adapter/ keeps the adapter alone (for serving base + adapter)"
 )

@@ -167,7 +167,7 @@ def test_merged_lora_model_is_the_base_plus_the_trained_adapter(lora_twin):
     import torch
     from safetensors.torch import load_file
 
-    assert "folded the LoRA adapter (r=64, lora_alpha=32, 14 layers of" in lora_twin["merge_log"]
+    assert "folded the LoRA adapter (r=64, lora_alpha=32, 14 modules: " in lora_twin["merge_log"]
     merged = state_dict(lora_twin["merged"])
     base = state_dict(lora_twin["base"])
     adapter = load_file(lora_twin["merged"] / "lora_adapter" / "adapter_model.safetensors")
