@@ -9,7 +9,11 @@
 #   OUTPUT_DIR [eval_out]    predictions/, results.{md,json,csv,png}
 #   PROMPT_FORMAT []         qwen-base | qwen-instruct | llama-instruct | chatml-think (empty: the model's own template)
 #   AIME_SAMPLES [16]        pass@1 on AIME is averaged over this many samples at TEMPERATURE
-#   TEMPERATURE [0.6] TOP_P [0.95] MAX_NEW_TOKENS [2048] BATCH_SIZE [256 with vLLM, else 8]
+#   RECIPE []                the recipe that trained the models (a name in recipes/ or a path): MAX_NEW_TOKENS
+#                            defaults to its data.max_response_length (4096 for the Qwen3 recipes), so the
+#                            evaluation generates as long as training did
+#   TEMPERATURE [0.6] TOP_P [0.95] MAX_NEW_TOKENS [RECIPE's response length, else 2048 (the paper recipes')]
+#   BATCH_SIZE [256 with vLLM, else 8]
 #   VERIFIER []              e.g. hhem: also report the supported step rate of the reasoning
 #   JUDGE [] JUDGE_MODEL []  an OpenAI-compatible server (and its model name): LLM-judge TruthfulQA / HalluQA
 #                            answers (fspo evaluate --judge; more --judge-* options after --)
@@ -26,6 +30,14 @@ fi
 DATA_DIR=${DATA_DIR:-data}
 BENCHMARKS=${BENCHMARKS:-"gsm8k math500 aime2024 aime2025 truthfulqa halueval halluqa"}
 OUTPUT_DIR=${OUTPUT_DIR:-eval_out}
+if [[ -z "${MAX_NEW_TOKENS:-}" && -n "${RECIPE:-}" ]]; then
+  recipe=$RECIPE
+  [[ -f "$recipe" ]] || recipe="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/recipes/$RECIPE"
+  [[ -f "$recipe" ]] || { echo "RECIPE=$RECIPE: no such recipe (a name in recipes/ or a path)" >&2; exit 2; }
+  MAX_NEW_TOKENS=$(FSPO_PRINT_OVERRIDE=data.max_response_length MODEL_PATH=${MODEL_PATH:-unused} bash "$recipe") \
+    || { echo "RECIPE=$RECIPE: could not read its data.max_response_length; set MAX_NEW_TOKENS" >&2; exit 2; }
+  echo "evaluate/run.sh: generating up to $MAX_NEW_TOKENS new tokens, $(basename "$recipe")'s data.max_response_length" >&2
+fi
 if python -c "import vllm" 2>/dev/null; then default_batch=256; else default_batch=8; fi
 common=(--temperature "${TEMPERATURE:-0.6}" --top-p "${TOP_P:-0.95}" --max-new-tokens "${MAX_NEW_TOKENS:-2048}"
         --batch-size "${BATCH_SIZE:-$default_batch}")

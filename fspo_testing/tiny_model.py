@@ -213,6 +213,51 @@ def build_tiny_model(
     return output_dir
 
 
+def build_tiny_llama(output_dir: str | Path, seed: int = 0) -> Path:
+    """A tiny random Llama causal LM (Llama-3.1's architecture: ``LlamaForCausalLM``, llama3 RoPE scaling).
+
+    No Llama-3 tokenizer is available offline here; it takes Qwen's real byte-level BPE tokenizer with the
+    Llama-3 instruct chat template (``fspo.data.templates``' ``llama-instruct``, what Llama-3.1-Instruct's own
+    template renders for a user turn).
+    """
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from fspo.data.templates import chat_template
+
+    output_dir = Path(output_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))
+    tokenizer.chat_template = chat_template("llama-instruct")
+    end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 1024,
+        },
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=end_of_turn,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = end_of_turn
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    return output_dir
+
+
 def reasoning_response(row: dict) -> str:
     """The target response for a synthetic row: its gold facts as reasoning, then the answer."""
     facts = " ".join(row["extra_info"]["gold_facts"])

@@ -20,6 +20,8 @@
 #   PYTHON            interpreter running fspo.main              [.venv/bin/python if set up, else python]
 #   RAY_ADDRESS       an existing Ray cluster to join (ray.init reads it); unset = start a local one
 #   FSPO_DRY_RUN=1    resolve, validate and print the config, start nothing (read by fspo.main)
+#   FSPO_PRINT_OVERRIDE=KEY   print the value the recipe (and its arguments) give KEY, the last one as Hydra
+#                     keeps it, and start nothing; e.g. data.max_response_length (read by evaluate/run.sh)
 
 set -euo pipefail
 
@@ -46,6 +48,10 @@ fspo_launch() {
     : "${MODEL_PATH:?set MODEL_PATH to a Hugging Face model directory or hub id}"
     : "${EXPERIMENT:?set EXPERIMENT (the run name)}"
     local ckpt_dir=${CKPT_DIR:-checkpoints/${PROJECT}/${EXPERIMENT}}
+    if [[ -n "${FSPO_PRINT_OVERRIDE:-}" ]]; then
+        fspo_print_override "$FSPO_PRINT_OVERRIDE" "$@"
+        return
+    fi
     cd "$FSPO_REPO_ROOT"
     set -x
     exec "$PYTHON" -m fspo.main \
@@ -61,6 +67,23 @@ fspo_launch() {
         trainer.save_freq="$SAVE_FREQ" \
         trainer.test_freq="$TEST_FREQ" \
         "$@"
+}
+
+# fspo_print_override KEY OVERRIDE... : print the last value given to KEY (Hydra keeps the last); fail if none.
+fspo_print_override() {
+    local key=$1 value="" found=0 arg
+    shift
+    for arg in "$@"; do
+        if [[ "${arg#+}" == "$key="* ]]; then
+            value=${arg#*=}
+            found=1
+        fi
+    done
+    if [[ $found == 0 ]]; then
+        echo "$(basename "$0"): sets no $key (verl's default applies)" >&2
+        return 1
+    fi
+    echo "$value"
 }
 
 # The paper's FSPO setting on 8-GPU nodes (Li & Ng 2025, sec. 4 / appendix): GRPO, 8 rollouts per
@@ -101,4 +124,15 @@ FSPO_GPU_OVERRIDES=(
     fspo.verifier.placement=colocated                           # one HHEM per GPU, in verl's GPU bundles (what `auto` picks on GPUs)
     trainer.total_epochs="${TOTAL_EPOCHS:-3}"                    # GUESS
     trainer.val_before_train=true
+)
+
+# Validation sampling of Qwen3 models in thinking mode, as their model card recommends (Temperature=0.6,
+# TopP=0.95, TopK=20: "DO NOT use greedy decoding, as it can lead to performance degradation and endless
+# repetitions"). verl validates greedily by default (val_kwargs: temperature 0, do_sample false), where a
+# Qwen3 reasoning runs to the length limit without closing </think>.
+FSPO_QWEN3_THINKING_VALIDATION=(
+    actor_rollout_ref.rollout.val_kwargs.temperature=0.6
+    actor_rollout_ref.rollout.val_kwargs.top_p=0.95
+    actor_rollout_ref.rollout.val_kwargs.top_k=20
+    actor_rollout_ref.rollout.val_kwargs.do_sample=true
 )

@@ -10,6 +10,8 @@
 # parameters: their fp32 weights, gradients and Adam moments ~2 GB); the reference policy is the actor with its adapters
 # off, so no second copy of the model. vLLM loads the base weights from MODEL_PATH itself
 # (load_format=safetensors) and verl sends only the adapters after each update.
+# Validation samples as Qwen3's model card asks for thinking mode (common.sh). scripts/merge_checkpoint.sh
+# folds the adapter into the base weights, so its output is the trained policy.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen3-4B}
 EXPERIMENT=${EXPERIMENT:-fspo_qwen3_4b_lora_1gpu}
@@ -32,4 +34,4 @@ LORA_1GPU_OVERRIDES=(
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4   # GUESS
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4       # GUESS
 )
-fspo_launch "${FSPO_GPU_OVERRIDES[@]}" "${LORA_1GPU_OVERRIDES[@]}" "$@"
+fspo_launch "${FSPO_GPU_OVERRIDES[@]}" "${LORA_1GPU_OVERRIDES[@]}" "${FSPO_QWEN3_THINKING_VALIDATION[@]}" "$@"

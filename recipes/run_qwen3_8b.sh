@@ -7,6 +7,9 @@
 # data.apply_chat_template_kwargs (RLHFDataset's length filter and the agent loop's prompt ids).
 # Qwen3-*-Thinking-2507 models work unchanged: their template ends the prompt with "<think>\n", the
 # response holds only "</think>", and the reasoning is read from the response's start.
+# Validation samples as Qwen3's model card asks for thinking mode (FSPO_QWEN3_THINKING_VALIDATION in
+# common.sh: temperature 0.6, top-p 0.95, top-k 20), not greedily. Evaluate with
+# `RECIPE=run_qwen3_8b.sh evaluate/run.sh MODEL` to generate the same 4096 tokens.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen3-8B}
 EXPERIMENT=${EXPERIMENT:-fspo_qwen3_8b}
@@ -17,4 +20,4 @@ QWEN3_THINKING_OVERRIDES=(
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4   # GUESS
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4       # GUESS
 )
-fspo_launch "${FSPO_GPU_OVERRIDES[@]}" "${QWEN3_THINKING_OVERRIDES[@]}" "$@"
+fspo_launch "${FSPO_GPU_OVERRIDES[@]}" "${QWEN3_THINKING_OVERRIDES[@]}" "${FSPO_QWEN3_THINKING_VALIDATION[@]}" "$@"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -127,3 +128,32 @@ def test_the_one_gpu_recipe_is_estimated_to_fit_80_gb_and_lora_is_what_makes_it_
     assert memory.estimate(lora, 80)["peak"] < 80
     full_fine_tuning = dataclasses.replace(lora, lora_rank=0)
     assert memory.estimate(full_fine_tuning, 80)["peak"] > 80  # 4B x 16 bytes of fp32 state alone is 64 GB
+
+
+@pytest.mark.parametrize("name", QWEN3_RECIPES)
+def test_qwen3_recipes_validate_with_the_model_cards_thinking_sampling(configs, name):
+    """Not verl's greedy default: Qwen3's model card warns that greedy decoding in thinking mode repeats
+    endlessly (validation would run to the length limit without </think>)."""
+    val_kwargs = configs[name]["actor_rollout_ref"]["rollout"]["val_kwargs"]
+    assert (val_kwargs["temperature"], val_kwargs["top_p"], val_kwargs["top_k"]) == (0.6, 0.95, 20)
+    assert val_kwargs["do_sample"] is True and val_kwargs["n"] == 1
+
+
+def test_a_recipe_names_its_response_length_for_the_evaluation():
+    """evaluate/run.sh reads a recipe's data.max_response_length (RECIPE=...) the way Hydra would resolve it:
+    the last value, the recipe's own arguments included; nothing starts."""
+
+    def printed(name, *args):
+        process = subprocess.run(
+            ["bash", str(RECIPES / name), *args],
+            env={**os.environ, "FSPO_PRINT_OVERRIDE": "data.max_response_length"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert process.returncode == 0, process.stderr
+        return process.stdout.strip()
+
+    assert printed("run_qwen3_8b.sh") == printed("run_qwen3_4b_lora_1gpu.sh") == "4096"
+    assert printed("run_qwen2.5_7b_instruct.sh") == "2048"
+    assert printed("run_qwen3_8b.sh", "data.max_response_length=8192") == "8192"

@@ -11,7 +11,8 @@ CPU. This backend plays the same three roles with ``transformers``:
   one server per replica.
 - :class:`HFServerAdapter`, the :class:`~verl.workers.rollout.base.BaseRollout` living in the
   hybrid actor worker, which receives the FSDP actor's weights through verl's default
-  ``naive`` checkpoint engine and hands them to its server.
+  ``naive`` checkpoint engine and hands them to its server. A LoRA actor sends, as to vLLM, only
+  its adapter with the peft config; the server applies it to the base weights it read from disk.
 
 Select it with ``actor_rollout_ref.rollout.name=hf``. It has no OpenAI HTTP endpoint, so agent
 loops that talk HTTP to the rollout (tool agents) are not supported; the single-turn loop is.
@@ -245,6 +246,8 @@ class HFRolloutServer:
         self.stop_ids = self._stop_ids()
         self._batcher: Optional[Coalescer] = None
         self._max_batch_size = max_batch_size or int(self.config.max_num_seqs or 256)
+        # The LoRA config of the adapter applied on the base weights (None: the plain model).
+        self.adapter_config = None
 
     def _pad_id(self) -> int:
         for candidate in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id, 0):
@@ -307,22 +310,72 @@ class HFRolloutServer:
 
     # -- weights -----------------------------------------------------------------------------
 
-    async def load_weights(self, named_tensors: dict[str, torch.Tensor], global_steps: Optional[int] = None):
-        """Load the actor's (HF-named) weights; every name must be a parameter of this model."""
+    async def load_weights(
+        self,
+        named_tensors: dict[str, torch.Tensor],
+        global_steps: Optional[int] = None,
+        peft_config: Any = None,
+        base_sync_done: bool = False,
+    ):
+        """Load what the actor sends after an update, as verl's vLLM server takes it.
+
+        Without ``peft_config``: the full (HF-named) weights. With it (a LoRA actor, ``lora.merge`` off):
+        ``base_sync_done`` means ``named_tensors`` are the adapter alone (peft's names, e.g.
+        ``base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight``), applied to the base weights
+        this server read from ``model.path`` (``rollout.load_format=safetensors``); otherwise they are the
+        base weights, named as for a LoRA-wrapped model (``...q_proj.base_layer.weight``).
+        """
         started = time.time()
         async with self._coalescer().lock:  # never swap weights under a running batch
-            own = self.model.state_dict()
-            unknown = sorted(set(named_tensors) - set(own))
-            if unknown:
-                raise KeyError(f"hf rollout: actor sent weights this model does not have: {unknown[:5]}")
-            with torch.no_grad():
-                for name, tensor in named_tensors.items():
-                    own[name].copy_(tensor.to(own[name].dtype))
-            if getattr(self.model.config, "tie_word_embeddings", False):
-                self.model.tie_weights()
+            if peft_config is not None and base_sync_done:
+                self._load_adapter(named_tensors, peft_config)
+            else:
+                self._load_base(named_tensors)
         if global_steps is not None:
             self.global_steps = global_steps
         return {"loaded": len(named_tensors), "seconds": time.time() - started}
+
+    def _load_base(self, named_tensors: dict[str, torch.Tensor]) -> None:
+        if self.adapter_config is not None:
+            raise RuntimeError(
+                "hf rollout: full weights arrived after a LoRA adapter was applied; verl syncs the base once, first"
+            )
+        # verl names the base weights of LoRA-wrapped layers as peft does; the plain model has no `.base_layer`.
+        named_tensors = {name.replace(".base_layer.", "."): tensor for name, tensor in named_tensors.items()}
+        own = self.model.state_dict()
+        unknown = sorted(set(named_tensors) - set(own))
+        if unknown:
+            raise KeyError(f"hf rollout: actor sent weights this model does not have: {unknown[:5]}")
+        with torch.no_grad():
+            for name, tensor in named_tensors.items():
+                own[name].copy_(tensor.to(own[name].dtype))
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            self.model.tie_weights()
+
+    def _load_adapter(self, named_tensors: dict[str, torch.Tensor], peft_config: Any) -> None:
+        """Sample from base + adapter: wrap the model in peft's LoRA layers once, then load each new adapter."""
+        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+        config = peft_config if isinstance(peft_config, LoraConfig) else LoraConfig(**dict(peft_config))
+        if self.adapter_config is None:
+            self.model = get_peft_model(self.model, config)
+            self.model.eval()
+            self.adapter_config = config
+        elif (config.r, config.lora_alpha, config.target_modules) != (
+            self.adapter_config.r,
+            self.adapter_config.lora_alpha,
+            self.adapter_config.target_modules,
+        ):
+            raise ValueError(f"hf rollout: the actor's LoRA config changed during the run: {config}")
+        result = set_peft_model_state_dict(self.model, named_tensors)
+        if result.unexpected_keys:
+            raise KeyError(
+                f"hf rollout: actor sent adapter weights this model does not have: {result.unexpected_keys[:5]}"
+            )
+        adapter_names = {name for name, _ in self.model.named_parameters() if "lora_" in name}
+        missing = sorted(name for name in result.missing_keys if name in adapter_names)
+        if missing:
+            raise KeyError(f"hf rollout: the actor's adapter lacks weights of this model's LoRA layers: {missing[:5]}")
 
     async def set_global_steps(self, global_steps: int):
         self.global_steps = global_steps
@@ -452,12 +505,17 @@ class HFServerAdapter(_adapter_base()):
         weights: Generator[tuple[str, torch.Tensor], None, None],
         wire_format: str = "named_tensors",
         global_steps: Optional[int] = None,
+        peft_config: Any = None,
+        base_sync_done: bool = False,
         **kwargs,
     ):
+        """Forward the actor's weights to the server. A LoRA actor (``lora_rank > 0``, ``lora.merge`` off)
+        sends, as to vLLM, its adapter tensors with the ``peft_config`` (``base_sync_done=True``), and once
+        its base weights first if the rollout did not load them from disk (``load_format=dummy``)."""
         if wire_format != "named_tensors":
             raise ValueError(f"the hf rollout backend takes full named tensors, not {wire_format!r}")
         # Every rank must walk the generator: producing a full tensor is a collective.
         named = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
         server = self._server()
         if server is not None:
-            await server.load_weights.remote(named, global_steps)
+            await server.load_weights.remote(named, global_steps, peft_config, base_sync_done)

@@ -1,0 +1,120 @@
+"""Every GPU recipe's scaled-down twin: the recipe script itself, run on CPU with a tiny model of its family.
+
+A twin runs ``recipes/<recipe>`` as a user would (bash, environment, extra Hydra overrides), so every override
+the recipe sets (LoRA, Qwen3's thinking template and validation sampling, the ablations' estimator and flags)
+reaches verl. Appended after them, and so winning (Hydra keeps the last value), are only:
+
+- :data:`CPU_REPLACEMENTS`: the GPU-only settings that have a CPU path, each replaced by it;
+- :data:`TWIN_SIZES`: sizes for a tiny model and one step (batch, lengths, learning rate);
+- :data:`TWIN_REWARD`: an outcome reward that varies within every group (:mod:`fspo_testing.twin_reward`: a
+  tiny model never answers right, the datasets' scorers would give every advantage 0 and a step would change
+  nothing);
+- paths (model, data, checkpoints) from :func:`twin_env` and :func:`twin_command`.
+
+The verifier stays the recipe's HHEM, colocated as on GPUs (one server per logical GPU bundle): a tiny
+HHEM of the published layout is read from an offline HF cache (:func:`fspo_testing.tiny_model.build_tiny_hhem_cache`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# The recipe -> its model family (what the tiny model is built as).
+RECIPE_FAMILIES = {
+    "run_qwen2.5_7b_base.sh": "qwen2",
+    "run_qwen2.5_7b_instruct.sh": "qwen2",
+    "run_llama3.1_8b_instruct.sh": "llama",
+    "run_ablation_grpo.sh": "qwen2",
+    "run_ablation_grpo_factuality_reward.sh": "qwen2",
+    "run_ablation_fspo_reinforce_pp.sh": "qwen2",
+    "run_qwen3_8b.sh": "qwen3",
+    "run_qwen3_4b_lora_1gpu.sh": "qwen3",
+}
+
+# GPU-only setting -> its CPU path. Each line says what the recipe sets and why the twin cannot keep it.
+CPU_REPLACEMENTS = [
+    # The CPU preset (fspo/config/platform/cpu.yaml): gloo, FSDP2, sdpa, the fake GPU of Ray's accounting.
+    "platform=cpu",
+    # vllm -> hf (fspo.cpu.rollout): vLLM needs CUDA. LoRA adapters reach hf as they reach vLLM.
+    "actor_rollout_ref.rollout.name=hf",
+    # tensor_model_parallel_size=2 -> 1: the hf rollout is one process.
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    # use_remove_padding=true -> false: verl's unpadded path wants flash-attn's varlen kernels.
+    "actor_rollout_ref.model.use_remove_padding=false",
+]
+
+# Sizes of a twin: one step of 2 prompts on a tiny model. The recipes' sizes fit 4-8B models on 80 GB GPUs.
+TWIN_SIZES = [
+    "data.train_batch_size=2",
+    "data.max_prompt_length=192",
+    "data.max_response_length=40",
+    "actor_rollout_ref.rollout.n=4",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+    # The recipes' 1e-6 / 1e-5 move a tiny model's weights less than bf16 (the merged model's dtype) resolves.
+    "actor_rollout_ref.actor.optim.lr=1e-3",
+    "trainer.total_training_steps=1",
+    "trainer.save_freq=1",
+    "trainer.test_freq=-1",
+    "reward.num_workers=1",
+]
+
+TWIN_REWARD = [
+    f"reward.custom_reward_function.path={Path(__file__).with_name('twin_reward.py')}",
+    "reward.custom_reward_function.name=compute_score",
+]
+
+
+def build_twin_model(family: str, root: str | Path) -> Path:
+    """A tiny random model of ``family`` (``qwen2``, ``qwen3``, ``llama``) with a real tokenizer under ``root``."""
+    from fspo_testing.tiny_model import build_qwen3_model, build_tiny_llama, build_tiny_model
+
+    root = Path(root)
+    if family == "qwen3":
+        return build_qwen3_model(root / "qwen3")
+    if family == "llama":
+        return build_tiny_llama(root / "llama")
+    if family == "qwen2":
+        return build_tiny_model(root / "qwen2")
+    raise ValueError(f"no tiny model for family {family!r}")
+
+
+def twin_env(model: str | Path, train: str | Path, val: str | Path, hub_cache: str | Path) -> dict[str, str]:
+    """The environment a twin runs under: the recipe's paths pointed at tiny local files, one logical GPU."""
+    venv_bin = Path(sys.executable).parent
+    return {
+        **os.environ,
+        "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHON": sys.executable,
+        "PYTHONUNBUFFERED": "1",
+        "MODEL_PATH": str(model),
+        "TRAIN_FILES": str(train),
+        "VAL_FILES": str(val),
+        "N_GPUS_PER_NODE": "1",
+        "HF_HUB_CACHE": str(hub_cache),
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+def twin_command(recipe: str, out: str | Path, *extra: str) -> list[str]:
+    """``bash recipes/<recipe>`` with the twin's replacements, sizes, reward and output folders under ``out``."""
+    out = Path(out)
+    return [
+        "bash",
+        str(REPO / "recipes" / recipe),
+        *CPU_REPLACEMENTS,
+        *TWIN_SIZES,
+        *TWIN_REWARD,
+        f"trainer.default_local_dir={out / 'run'}",
+        f"fspo.dump_dir={out / 'dump'}",
+        # The recipe runs from the repository root: keep Hydra's run folder out of it.
+        f"hydra.run.dir={out / 'hydra'}",
+        "trainer.logger=[console,file]",
+        *extra,
+    ]
