@@ -22,6 +22,7 @@ loops that talk HTTP to the rollout (tool agents) are not supported; the single-
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import time
@@ -217,6 +218,8 @@ def generate_batch(
     running = [True] * rows
     step_ids, past = input_ids, None
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    # Only the last position's logits: over a 150k-token vocabulary the prompt's would cost more than the rest.
+    last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     for _ in range(settings.max_new_tokens):
         output = model(
             input_ids=step_ids,
@@ -224,7 +227,7 @@ def generate_batch(
             position_ids=position_ids,
             past_key_values=past,
             use_cache=True,
-            logits_to_keep=1,
+            **last_only,
         )
         past = output.past_key_values
         logits = output.logits[:, -1, :].float()
@@ -359,8 +362,17 @@ class HFRolloutServer:
         return self._batcher
 
     def _generate_group(self, settings: SamplingSettings, requests: list[tuple[list[int], Optional[int]]]):
-        prompts, seeds = [prompt for prompt, _ in requests], [seed for _, seed in requests]
-        return generate_batch(self.model, prompts, settings, self.pad_id, self.stop_ids, seeds)
+        # Rows in a fixed order (by seed, then prompt), not in the order the requests arrived: the same
+        # requests then make the same batch, to the last bit of every log-prob.
+        order = sorted(
+            range(len(requests)), key=lambda i: (requests[i][1] is None, requests[i][1] or 0, requests[i][0])
+        )
+        prompts, seeds = [requests[i][0] for i in order], [requests[i][1] for i in order]
+        results = generate_batch(self.model, prompts, settings, self.pad_id, self.stop_ids, seeds)
+        unsorted: list = [None] * len(requests)
+        for position, index in enumerate(order):
+            unsorted[index] = results[position]
+        return unsorted
 
     # -- weights -----------------------------------------------------------------------------
 
