@@ -35,6 +35,23 @@ logger = logging.getLogger(__name__)
 VALIDATION_BEGINS = "fspo: validation begins"
 
 
+def canonical_row_order(keys: Sequence[str], prompt_order: dict[str, int]) -> list[int]:
+    """The order to put a batch's rows in: by when their prompt was drawn, then by rollout and turn.
+
+    verl's V1 batch lists rows (keys ``<uid>_<rollout>_<turn>``) in the order their rollouts were stored,
+    which timing decides, and names prompts by fresh uuids, so neither is the same in two runs of a seed;
+    the order in which the prompts were drawn from the data loader (``prompt_order``: uid -> position) is.
+    A prompt missing from ``prompt_order`` comes after the others, by uid."""
+
+    def position(index: int) -> tuple:
+        uid, _, rest = keys[index].partition("_")
+        rollout, _, turn = rest.partition("_")
+        numbers = tuple(int(part) if part.isdigit() else -1 for part in (rollout, turn))
+        return (prompt_order.get(uid, len(prompt_order)), uid, *numbers, keys[index])
+
+    return sorted(range(len(keys)), key=position)
+
+
 def labels_tensor(encoded: Sequence[str], lengths: Sequence[int]) -> tuple[torch.Tensor, int]:
     """Decode each sample's run-length labels into a ``(batch, max(lengths))`` int tensor.
 
@@ -79,6 +96,7 @@ class FSPOAdvantageMixin:
         self.fspo = fspo_config(self.config)
         self.fspo_dump_dir: Optional[Path] = Path(self.fspo.dump_dir) if self.fspo.dump_dir else None
         self._fspo_step_record: Optional[dict[str, torch.Tensor]] = None
+        self._fspo_prompt_order: dict[str, int] = {}  # uid -> when the prompt was drawn (canonical_row_order)
 
     def _setup(self):
         super()._setup()
@@ -86,6 +104,20 @@ class FSPOAdvantageMixin:
         self.fspo_verifier_servers = start_servers_in_actor_pool(
             self.fspo, self.resource_pool_manager, self.config.trainer.device
         )
+
+    def _fetch_one_gen_batch(self):
+        batch = super()._fetch_one_gen_batch()
+        for uid in list(batch["uid"]):
+            self._fspo_prompt_order[uid] = len(self._fspo_prompt_order)
+        return batch
+
+    def _balance_batch(self, batch, metrics, *args, **kwargs):
+        # Same seed, same run: the rows go to the actor in the order their prompts were drawn, not in the
+        # order their rollouts happened to be stored (which changes the sums of log-probs and gradients).
+        batch.reorder(canonical_row_order(batch.keys, self._fspo_prompt_order))
+        for uid in {key.partition("_")[0] for key in batch.keys}:
+            self._fspo_prompt_order.pop(uid, None)
+        return super()._balance_batch(batch, metrics, *args, **kwargs)
 
     def on_validate_begin(self):
         # verl's V1 trainers validate silently for minutes on a CPU; this line in the log is what

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 _spec = importlib.util.spec_from_file_location(
     "fspo_vs_grpo", Path(__file__).parents[1] / "benchmarks" / "fspo_vs_grpo.py"
@@ -66,3 +69,100 @@ def test_bad_budget_exits_2(capsys):
     with pytest.raises(SystemExit) as stopped:
         bench.main(["--seeds", "0"])
     assert stopped.value.code == 2 and "--seeds, --steps and --val-rows must be at least 1" in capsys.readouterr().err
+
+
+# Student's t quantiles at 0.975 from the standard table.
+@pytest.mark.parametrize(("df", "expected"), [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (29, 2.045)])
+def test_t_quantile_matches_the_table(df, expected):
+    assert bench.t_quantile(0.975, df) == pytest.approx(expected, abs=1e-3)
+
+
+def test_t_quantile_approaches_the_normal_and_refuses_nonsense():
+    assert bench.t_quantile(0.975, 10_000) == pytest.approx(1.960, abs=1e-3)
+    assert bench.t_quantile(0.5, 3) == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError):
+        bench.t_quantile(0.975, 0)
+
+
+values_lists = st.lists(st.floats(-1, 1, allow_nan=False), min_size=2, max_size=12)
+
+
+@given(values=values_lists, scale=st.floats(0.1, 10), shift=st.floats(-5, 5))
+def test_t_interval_is_centred_on_the_mean_and_moves_with_the_data(values, scale, shift):
+    mean, low, high, n = bench.t_interval(values)
+    assert n == len(values) and low <= mean <= high
+    assert mean - low == pytest.approx(high - mean, abs=1e-9)
+    moved = bench.t_interval([scale * v + shift for v in values])
+    for this, that in zip(moved[:3], (mean, low, high)):
+        assert this == pytest.approx(scale * that + shift, abs=1e-6)
+
+
+@given(values=values_lists)
+def test_a_higher_confidence_gives_a_wider_interval(values):
+    _, low_90, high_90, _ = bench.t_interval(values, confidence=0.90)
+    _, low_95, high_95, _ = bench.t_interval(values)
+    assert low_95 <= low_90 + 1e-12 and high_90 <= high_95 + 1e-12
+
+
+def test_t_interval_covers_the_true_mean_95_percent_of_the_time():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    trials = 4000
+    covered = 0
+    for _ in range(trials):
+        _, low, high, _ = bench.t_interval(list(rng.normal(0.3, 0.1, size=3)))
+        covered += low <= 0.3 <= high
+    assert 0.935 <= covered / trials <= 0.965
+
+
+def test_t_interval_of_one_or_no_value_has_no_bounds():
+    mean, low, high, n = bench.t_interval([0.2])
+    assert (mean, n) == (0.2, 1) and math.isnan(low) and math.isnan(high)
+    assert bench.t_interval([])[3] == 0
+
+
+def test_paired_differences_pair_arms_by_seed_and_skip_missing_figures():
+    results = [
+        _run("fspo", 0, 0.4, 0.1),
+        _run("grpo", 0, 0.3, 0.4),
+        _run("fspo", 1, 0.6, 0.3),
+        _run("grpo", 1, 0.3, None),  # no closed reasoning: no hallucinated-step rate
+        _run("fspo", 2, 0.4, 0.2),
+        _run("grpo", 2, 0.5, 0.2),
+    ]
+    assert bench.paired_differences(results, "fspo", "grpo", "hallucinated_step_rate") == [
+        (0, pytest.approx(-0.3)),
+        (2, pytest.approx(0.0)),
+    ]
+    rows = bench.comparisons(results)
+    assert [(r["arm"], r["figure"], r["seeds"]) for r in rows] == [
+        ("fspo", "hallucinated_step_rate", 2),
+        ("fspo", "answer_f1", 3),
+    ]  # no factuality-reward arm ran
+    f1 = rows[1]
+    assert f1["per_seed"] == {0: pytest.approx(0.1), 1: pytest.approx(0.3), 2: pytest.approx(-0.1)}
+    assert f1["mean"] == pytest.approx(0.1)
+    half = 4.3027 * 0.2 / math.sqrt(3)  # t(0.975, 2) x sd / sqrt(n)
+    assert (f1["low"], f1["high"]) == (pytest.approx(0.1 - half, abs=1e-4), pytest.approx(0.1 + half, abs=1e-4))
+    table = bench.comparison_table(rows)
+    assert "| fspo − grpo | answer F1 | +0.100 | [-0.397, +0.597] | 3 | no |" in table
+    per_seed = bench.per_seed_table(results)
+    assert "| 1 | grpo | 0.300 | n/a |" in per_seed and per_seed.count("base model") == 3
+
+
+def test_a_float32_result_is_kept_and_one_of_another_dtype_is_trained_again(tmp_path, monkeypatch):
+    args = bench._parser().parse_args(["--output-dir", str(tmp_path)])
+    done = tmp_path / "fspo" / "seed0"
+    done.mkdir(parents=True)
+    kept = {**_run("fspo", 0, 0.4, 0.1), "dtype": "float32"}
+    (done / "result.json").write_text(json.dumps(kept))
+    assert bench.run_once("fspo", 0, args, tmp_path / "model", clock=0.0) == kept
+
+    def train(*_args, **_kwargs):
+        raise RuntimeError("trains")
+
+    monkeypatch.setattr(bench, "train", train)
+    (done / "result.json").write_text(json.dumps(_run("fspo", 0, 0.4, 0.1)))  # measured in bf16, before dtypes
+    with pytest.raises(RuntimeError, match="trains"):
+        bench.run_once("fspo", 0, args, tmp_path / "model", clock=0.0)

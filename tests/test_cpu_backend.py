@@ -6,12 +6,16 @@ import asyncio
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fspo.coalesce import Coalescer
+from fspo.cpu.agent_loop import sample_seed
 from fspo.cpu.patches import normalise_backend
-from fspo.cpu.rollout import SamplingSettings, generate_batch, left_pad, sampling_settings, trim_at_stop
+from fspo.cpu.rollout import SamplingSettings, generate_batch, left_pad, sampling_settings
 
 
 def test_plugin_loads_and_verl_picks_the_cpu_platform():
@@ -70,12 +74,10 @@ def test_sampling_settings_follow_verls_vllm_server_budget():
         sampling_settings({}, 192, 128, 64, 192)
 
 
-def test_left_pad_and_trim():
+def test_left_pad():
     ids, mask = left_pad([[5, 6, 7], [8]], pad_id=0)
     assert ids.tolist() == [[5, 6, 7], [0, 0, 8]]
     assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
-    assert trim_at_stop([1, 2, 9, 3], {9}) == ([1, 2, 9], True)
-    assert trim_at_stop([1, 2], {9}) == ([1, 2], False)
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +98,64 @@ def test_batched_generation_matches_one_by_one_when_greedy(tiny_lm):
         single, _ = generate_batch(tiny_lm, [prompt], settings, pad_id=0, stop_ids=set())[0]
         assert tokens == single
         assert len(logprobs) == len(tokens) and all(lp <= 0 for lp in logprobs)
+
+
+PROMPTS = [[100, 200, 300, 5, 6], [400], [500, 600], [7, 8, 9, 10, 11, 12, 13, 14]]
+SEEDS = [11, 22, 33, 44]
+
+
+def test_a_seeded_request_samples_the_same_alone_in_a_batch_and_in_any_order(tiny_lm):
+    # Each row draws from its own generator: batch-mates, their order and the left padding they
+    # cause leave a row's tokens as they are (float32; its log-probs agree to rounding).
+    settings = SamplingSettings(max_new_tokens=12, temperature=1.0, logprobs=True)
+    batched = generate_batch(tiny_lm, PROMPTS, settings, 0, set(), SEEDS)
+    reordered = generate_batch(tiny_lm, PROMPTS[::-1], settings, 0, set(), SEEDS[::-1])[::-1]
+    for prompt, seed, (tokens, logprobs), (tokens_reordered, _) in zip(PROMPTS, SEEDS, batched, reordered):
+        ((alone, alone_logprobs),) = generate_batch(tiny_lm, [prompt], settings, 0, set(), [seed])
+        assert tokens == alone == tokens_reordered
+        assert torch.allclose(torch.tensor(logprobs), torch.tensor(alone_logprobs), atol=1e-4)
+    # Another seed, other tokens; the global generator is not what a seeded row samples from.
+    torch.manual_seed(0)
+    other = generate_batch(tiny_lm, PROMPTS, settings, 0, set(), [seed + 1 for seed in SEEDS])
+    assert all(mine[0] != theirs[0] for mine, theirs in zip(batched, other))
+    torch.manual_seed(1)
+    assert generate_batch(tiny_lm, PROMPTS, settings, 0, set(), SEEDS) == batched
+
+
+def test_a_response_ends_at_its_first_stop_token_and_rows_stop_on_their_own(tiny_lm):
+    settings = SamplingSettings(max_new_tokens=10, temperature=1.0)
+    free = generate_batch(tiny_lm, PROMPTS, settings, 0, set(), SEEDS)
+    stop = free[0][0][2]  # row 0 samples it third
+    stopped = generate_batch(tiny_lm, PROMPTS, settings, 0, {stop}, SEEDS)
+    for (tokens, _), (full, _) in zip(stopped, free):
+        expected = full[: full.index(stop) + 1] if stop in full else full
+        assert tokens == expected and tokens.count(stop) <= 1
+    assert stopped[0][0][-1] == stop
+
+
+MESSAGES = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["system", "user"]), "content": st.text()}))
+
+
+@given(
+    run_seed=st.integers(0, 2**31),
+    step=st.integers(0, 10**6),
+    index=st.integers(0, 10**6),
+    rollout=st.integers(0, 255),
+    prompt=MESSAGES,
+)
+def test_sample_seed_is_a_fixed_63_bit_function_of_the_rollouts_identity(run_seed, step, index, rollout, prompt):
+    seed = sample_seed(run_seed, step, index, rollout, prompt)
+    assert 0 <= seed < 2**63
+    # verl hands the messages over as a numpy array of dicts: the same prompt, the same seed.
+    assert sample_seed(run_seed, step, index, rollout, np.array(prompt, dtype=object)) == seed
+    others = {
+        sample_seed(run_seed + 1, step, index, rollout, prompt),
+        sample_seed(run_seed, step + 1, index, rollout, prompt),
+        sample_seed(run_seed, step, index + 1, rollout, prompt),
+        sample_seed(run_seed, step, index, rollout + 1, prompt),
+        sample_seed(run_seed, step, index, rollout, [*prompt, {"role": "user", "content": "?"}]),
+    }
+    assert seed not in others and len(others) == 5
 
 
 def _actor_logits(model, prompt, tokens):

@@ -16,7 +16,7 @@ from fspo.evidence import evidence_text
 from fspo.reward_extra_info import encode_labels, rows_labels_and_stats, step_metrics
 from fspo.steps import reasoning_steps
 from fspo.token_labels import step_labels_for_response, verdicts_from_scores
-from fspo.trainer import FSPOTrainer, fspo_trainer_class, labels_tensor
+from fspo.trainer import FSPOTrainer, canonical_row_order, fspo_trainer_class, labels_tensor
 
 
 def test_evidence_text_accepts_strings_lists_and_rejects_missing():
@@ -25,6 +25,37 @@ def test_evidence_text_accepts_strings_lists_and_rejects_missing():
     assert evidence_text({"evidence": np.array(["A is B."], dtype=object)}) == "A is B."
     for missing in ({}, {"evidence": float("nan")}, {"evidence": None}, {"evidence": ""}, None, "text"):
         assert evidence_text(missing) == ""
+
+
+@given(
+    groups=st.lists(st.integers(1, 4), min_size=1, max_size=6),
+    data=st.data(),
+)
+def test_canonical_row_order_is_the_draw_order_whatever_order_the_rows_were_stored_in(groups, data):
+    # Two runs of a seed: the same prompts drawn in the same order, under other uuids, their rollouts
+    # stored in another order. Both batches go to the actor in the same order of (prompt, rollout).
+    def batch(uids):
+        keys = [f"{uid}_{rollout}_0" for uid, count in zip(uids, groups) for rollout in range(count)]
+        return data.draw(st.permutations(keys))
+
+    one, other = ([f"{run}-{i:x}" for i in range(len(groups))] for run in ("a0b1", "ffe2"))
+    stored_one, stored_other = batch(one), batch(other)
+    ordered = [
+        [keys[i] for i in canonical_row_order(keys, {uid: n for n, uid in enumerate(uids)})]
+        for keys, uids in ((stored_one, one), (stored_other, other))
+    ]
+    assert sorted(ordered[0]) == sorted(stored_one)  # a permutation of the batch
+    as_positions = [
+        [(uids.index(key.split("_")[0]), key.split("_")[1]) for key in keys]
+        for keys, uids in zip(ordered, (one, other))
+    ]
+    assert as_positions[0] == as_positions[1] == sorted(as_positions[0], key=lambda p: (p[0], int(p[1])))
+
+
+def test_canonical_row_order_puts_unknown_prompts_last_by_uid():
+    keys = ["zz_0_0", "b_1_0", "aa_0_0", "b_0_0", "b_10_0", "b_2_0"]
+    order = canonical_row_order(keys, {"b": 0})
+    assert [keys[i] for i in order] == ["b_0_0", "b_1_0", "b_2_0", "b_10_0", "aa_0_0", "zz_0_0"]
 
 
 def test_verdicts_from_scores():

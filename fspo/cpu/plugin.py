@@ -21,12 +21,14 @@ def _activate() -> None:
     from verl.plugin.platform import PlatformRegistry
 
     from fspo.cpu import CPU_PLATFORM, patches
+    from fspo.cpu.agent_loop import register as register_agent_loop
     from fspo.cpu.platform import PlatformCPU
     from fspo.cpu.rollout import register as register_rollout
 
     PlatformRegistry.register(platform=CPU_PLATFORM)(PlatformCPU)
     patches.apply()
     register_rollout()
+    register_agent_loop()
 
 
 def load() -> None:

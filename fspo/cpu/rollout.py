@@ -5,8 +5,10 @@ CPU. This backend plays the same three roles with ``transformers``:
 
 - :class:`HFRolloutServer`, a Ray actor that serves token-in/token-out ``generate`` requests.
   Requests that arrive together are generated together: the server gathers whatever is queued,
-  groups it by sampling parameters and runs one left-padded batched ``model.generate`` per
-  group (temperature, top-p, top-k, repetition penalty, log-probs of the sampled tokens).
+  groups it by sampling parameters and decodes each group as one left-padded batch (temperature,
+  top-p, top-k, repetition penalty, log-probs of the sampled tokens). A request that carries a
+  ``seed`` (vLLM's per-request seed; :mod:`fspo.cpu.agent_loop` sends one per rollout) samples from
+  its own generator, so its tokens do not depend on its batch-mates or on when it arrived.
 - :class:`HFReplica`, the :class:`~verl.workers.rollout.replica.RolloutReplica` that launches
   one server per replica.
 - :class:`HFServerAdapter`, the :class:`~verl.workers.rollout.base.BaseRollout` living in the
@@ -21,6 +23,7 @@ loops that talk HTTP to the rollout (tool agents) are not supported; the single-
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import time
@@ -149,15 +152,38 @@ def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch
     return input_ids, attention_mask
 
 
-def trim_at_stop(tokens: list[int], stop_ids: set[int]) -> tuple[list[int], bool]:
-    """Cut a generated row after its first stop token (kept, as vLLM keeps EOS).
+def row_generator(seed: Optional[int]) -> Optional[torch.Generator]:
+    """The generator one request samples from: its own, seeded with the request's ``seed`` (vLLM's
+    per-request ``SamplingParams.seed``), or None (torch's global generator) for a request without one."""
+    if seed is None:
+        return None
+    generator = torch.Generator()
+    generator.manual_seed(int(seed) % 2**63)
+    return generator
 
-    Returns the tokens and whether a stop token ended them.
-    """
-    for position, token in enumerate(tokens):
-        if token in stop_ids:
-            return tokens[: position + 1], True
-    return tokens, False
+
+def _score_processors(settings: SamplingSettings) -> list:
+    """The logits processors ``transformers.generate`` applies, in its order: repetition penalty, then
+    (when sampling) temperature, top-k, top-p."""
+    from transformers.generation.logits_process import (
+        RepetitionPenaltyLogitsProcessor,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    processors: list = []
+    if settings.repetition_penalty != 1.0:
+        processors.append(RepetitionPenaltyLogitsProcessor(settings.repetition_penalty))
+    if settings.greedy:
+        return processors
+    if settings.temperature != 1.0:
+        processors.append(TemperatureLogitsWarper(settings.temperature))
+    if settings.top_k > 0:
+        processors.append(TopKLogitsWarper(settings.top_k))
+    if settings.top_p < 1.0:
+        processors.append(TopPLogitsWarper(settings.top_p))
+    return processors
 
 
 @torch.no_grad()
@@ -167,46 +193,75 @@ def generate_batch(
     settings: SamplingSettings,
     pad_id: int,
     stop_ids: set[int],
+    seeds: Optional[list[Optional[int]]] = None,
 ) -> list[tuple[list[int], Optional[list[float]]]]:
-    """One left-padded batched ``generate`` for prompts sharing ``settings``.
+    """Sample a response to each prompt; the prompts share ``settings`` and one left-padded batch.
 
-    Returns, per prompt, the response token ids (up to and including the first stop token) and,
-    if asked, each sampled token's log-probability. With ``processed_logprobs`` (verl's default, as
-    its vLLM server is started) that is the log-softmax of the scores sampled from: the logits after
-    repetition penalty, temperature and top-k/top-p filtering, so at temperature T it is what verl's
-    actor computes from ``logits / T``. With ``raw_logprobs`` it is the log-softmax of the logits.
+    Each row draws its tokens from its own generator (:func:`row_generator` of its entry in ``seeds``),
+    so what a request samples does not depend on which requests share its batch or in which order they
+    came: one batched forward per token, then one draw per row. (``transformers.generate`` samples every
+    row from torch's one global generator, which is why this is a loop of its own.) Left padding with the
+    attention mask and position ids leaves a row's logits what they are alone up to float rounding.
+
+    Returns, per prompt, the response token ids (up to and including the first stop token) and, if asked,
+    each sampled token's log-probability. With ``processed_logprobs`` (verl's default, as its vLLM server
+    is started) that is the log-softmax of the scores sampled from: the logits after repetition penalty,
+    temperature and top-k/top-p filtering, so at temperature T it is what verl's actor computes from
+    ``logits / T``. With ``raw_logprobs`` it is the log-softmax of the logits.
     """
+    rows = len(prompts)
+    generators = [row_generator(seed) for seed in (seeds or [None] * rows)]
     input_ids, attention_mask = left_pad(prompts, pad_id)
-    kwargs: dict[str, Any] = dict(
-        max_new_tokens=settings.max_new_tokens,
-        do_sample=not settings.greedy,
-        pad_token_id=pad_id,
-        eos_token_id=sorted(stop_ids) or None,
-        repetition_penalty=settings.repetition_penalty,
-        return_dict_in_generate=True,
-        output_logits=settings.logprobs and settings.logprobs_mode == "raw_logprobs",
-        output_scores=settings.logprobs and settings.logprobs_mode == "processed_logprobs",
-    )
-    if not settings.greedy:
-        kwargs.update(temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k)
-    else:
-        # Unset the model's own sampling defaults so greedy decoding raises no warnings.
-        kwargs.update(temperature=None, top_p=None, top_k=None)
-    output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-    generated = output.sequences[:, input_ids.shape[1] :]
-    logprob_rows = None
-    if settings.logprobs:
-        # (batch, new_tokens, vocab) processed scores (filtered tokens at -inf) or raw logits ->
-        # log-prob of each sampled token.
-        steps = output.scores if settings.logprobs_mode == "processed_logprobs" else output.logits
-        logits = torch.stack(steps, dim=1).float()
-        logprob_rows = torch.log_softmax(logits, dim=-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)
-    results = []
-    for row in range(len(prompts)):
-        tokens, _ = trim_at_stop(generated[row].tolist(), stop_ids)
-        logprobs = logprob_rows[row, : len(tokens)].tolist() if logprob_rows is not None else None
-        results.append((tokens, logprobs))
-    return results
+    processors = _score_processors(settings)
+    seen = input_ids  # the tokens a repetition penalty looks at (padding included, as in `generate`)
+    responses: list[list[int]] = [[] for _ in range(rows)]
+    logprobs: list[list[float]] = [[] for _ in range(rows)]
+    running = [True] * rows
+    step_ids, past = input_ids, None
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    # Only the last position's logits: over a 150k-token vocabulary the prompt's would cost more than the rest.
+    last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    for _ in range(settings.max_new_tokens):
+        output = model(
+            input_ids=step_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past,
+            use_cache=True,
+            **last_only,
+        )
+        past = output.past_key_values
+        logits = output.logits[:, -1, :].float()
+        scores = logits
+        for processor in processors:
+            scores = processor(seen, scores)
+        if settings.greedy:
+            chosen = scores.argmax(dim=-1)
+        else:
+            probs = torch.softmax(scores, dim=-1)
+            chosen = torch.full((rows,), pad_id, dtype=torch.long)
+            for row in range(rows):
+                if running[row]:
+                    chosen[row] = torch.multinomial(probs[row], 1, generator=generators[row])[0]
+        if settings.logprobs:
+            source = scores if settings.logprobs_mode == "processed_logprobs" else logits
+            picked = torch.log_softmax(source, dim=-1).gather(-1, chosen[:, None])[:, 0].tolist()
+        for row in range(rows):
+            if not running[row]:
+                continue
+            token = int(chosen[row])
+            responses[row].append(token)
+            if settings.logprobs:
+                logprobs[row].append(picked[row])
+            running[row] = token not in stop_ids
+        if not any(running):
+            break
+        chosen = chosen.masked_fill(~torch.tensor(running), pad_id)  # finished rows are fed padding
+        step_ids = chosen[:, None]
+        seen = torch.cat([seen, step_ids], dim=-1)
+        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((rows, 1))], dim=-1)
+        position_ids = position_ids[:, -1:] + 1
+    return [(tokens, logprobs[row] if settings.logprobs else None) for row, tokens in enumerate(responses)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,7 +274,8 @@ class HFRolloutServer:
 
     ``generate`` calls go through a :class:`~fspo.coalesce.Coalescer` keyed by sampling settings:
     the rollouts of a training step (``batch_size * n`` requests, sent at once by the agent loop)
-    are decoded together in one left-padded batched ``generate`` per distinct setting.
+    are decoded together in one left-padded batch per distinct setting (:func:`generate_batch`),
+    each row drawing from the generator of its request's ``seed``.
     """
 
     def __init__(self, config, model_config, replica_rank: int = 0, max_batch_size: int = 0):
@@ -291,7 +347,10 @@ class HFRolloutServer:
             self.config.max_model_len or (self.config.prompt_length + self.config.response_length),
             self.config.logprobs_mode or "processed_logprobs",
         )
-        [(tokens, logprobs)], _ = await self._coalescer().submit([prompt_ids], key=settings)
+        seed = sampling_params.get("seed")
+        [(tokens, logprobs)], _ = await self._coalescer().submit(
+            [(prompt_ids, None if seed is None else int(seed))], key=settings
+        )
         return TokenOutput(
             token_ids=tokens,
             log_probs=logprobs,
@@ -305,8 +364,18 @@ class HFRolloutServer:
             self._batcher = Coalescer(self._generate_group, window_s=0.05, max_items=self._max_batch_size)
         return self._batcher
 
-    def _generate_group(self, settings: SamplingSettings, prompts: list[list[int]]):
-        return generate_batch(self.model, prompts, settings, self.pad_id, self.stop_ids)
+    def _generate_group(self, settings: SamplingSettings, requests: list[tuple[list[int], Optional[int]]]):
+        # Rows in a fixed order (by seed, then prompt), not in the order the requests arrived: the same
+        # requests then make the same batch, to the last bit of every log-prob.
+        order = sorted(
+            range(len(requests)), key=lambda i: (requests[i][1] is None, requests[i][1] or 0, requests[i][0])
+        )
+        prompts, seeds = [requests[i][0] for i in order], [requests[i][1] for i in order]
+        results = generate_batch(self.model, prompts, settings, self.pad_id, self.stop_ids, seeds)
+        unsorted: list = [None] * len(requests)
+        for position, index in enumerate(order):
+            unsorted[index] = results[position]
+        return unsorted
 
     # -- weights -----------------------------------------------------------------------------
 

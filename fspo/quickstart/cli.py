@@ -56,7 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--steps", type=int, default=12, help="training steps (default 12: about 11 minutes on 2 CPU cores)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the data loader and the rollouts")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the synthetic questions, the data order and every rollout's sampling (same seed, same run)",
+    )
     parser.add_argument(
         "--output-dir",
         type=Path,
