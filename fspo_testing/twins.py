@@ -6,7 +6,7 @@ reaches verl. Appended after them, and so winning (Hydra keeps the last value), 
 
 - :data:`CPU_REPLACEMENTS`: the GPU-only settings that have a CPU path, each replaced by it;
 - :data:`TWIN_SIZES`: sizes for a tiny model and one step (batch, lengths, learning rate);
-- :data:`TWIN_REWARD`: an outcome reward that varies within every group (:mod:`fspo_testing.twin_reward`: a
+- :data:`TWIN_REWARD`: an outcome reward that varies within every group (:mod:`fspo_testing.varied_reward`: a
   tiny model never answers right, the datasets' scorers would give every advantage 0 and a step would change
   nothing);
 - paths (model, data, checkpoints) from :func:`twin_env` and :func:`twin_command`.
@@ -66,7 +66,7 @@ TWIN_SIZES = [
 ]
 
 TWIN_REWARD = [
-    f"reward.custom_reward_function.path={Path(__file__).with_name('twin_reward.py')}",
+    f"reward.custom_reward_function.path={Path(__file__).with_name('varied_reward.py')}",
     "reward.custom_reward_function.name=compute_score",
 ]
 

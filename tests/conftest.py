@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -58,8 +57,10 @@ def grpo_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def varied_reward_overrides() -> list[str]:
-    """Score rollouts with tests/varied_reward.py (a reward that varies within every group)."""
-    path = Path(__file__).parent / "varied_reward.py"
+    """Score rollouts with fspo_testing/varied_reward.py (a reward that varies within every group)."""
+    from fspo_testing import varied_reward
+
+    path = varied_reward.__file__
     # No step reward: it would tie the reward to the labels (unsupported -> lower reward -> already
     # negative advantage), leaving the flip nothing to do.
     return [
