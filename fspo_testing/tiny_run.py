@@ -7,6 +7,7 @@ Everything is built locally (no download).
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 
@@ -58,3 +59,15 @@ def tiny_run_overrides(setup: dict, out: str | Path, steps: int) -> list[str]:
         f"trainer.default_local_dir={out / 'ckpt'}",
         f"fspo.dump_dir={out / 'dump'}",
     ]
+
+
+def run_logged(
+    command: list[str], env: dict[str, str], log: Path, timeout: int, cwd: Path
+) -> subprocess.CompletedProcess:
+    """Run ``command`` in ``cwd``, keep its output in ``log``, and fail the test with the output's end if it fails."""
+    process = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    log.write_text(f"$ {' '.join(command)}\n--- stdout\n{process.stdout}\n--- stderr\n{process.stderr}")
+    assert process.returncode == 0, f"{command[:2]} exited {process.returncode}; end of output:\n" + (
+        process.stdout[-3000:] + "\n" + process.stderr[-6000:]
+    )
+    return process

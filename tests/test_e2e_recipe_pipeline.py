@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from fspo_testing.tiny_run import run_logged
+
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,13 +40,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _run(command: list[str], env: dict[str, str], log: Path, timeout: int) -> subprocess.CompletedProcess:
-    """Run `command`, keep its output in `log`, and fail the test with the output's end if it fails."""
-    process = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-    log.write_text(f"$ {' '.join(command)}\n--- stdout\n{process.stdout}\n--- stderr\n{process.stderr}")
-    assert process.returncode == 0, f"{command[0]} exited {process.returncode}; end of output:\n" + (
-        process.stdout[-3000:] + "\n" + process.stderr[-6000:]
-    )
-    return process
+    return run_logged(command, env, log, timeout, cwd=REPO)
 
 
 def _markdown_rows(markdown: str) -> list[list[str]]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fspo_testing.tiny_run import run_logged
 from fspo_testing.twins import RECIPE_FAMILIES, REPO, build_twin_model, twin_command, twin_env
 
 pytestmark = pytest.mark.e2e
@@ -24,12 +25,7 @@ LR = 1e-3  # fspo_testing.twins.TWIN_SIZES' learning rate
 
 
 def _run(command: list[str], env: dict[str, str], log: Path, timeout: int) -> subprocess.CompletedProcess:
-    process = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-    log.write_text(f"$ {' '.join(command)}\n--- stdout\n{process.stdout}\n--- stderr\n{process.stderr}")
-    assert process.returncode == 0, f"{command[:2]} exited {process.returncode}; end of output:\n" + (
-        process.stdout[-3000:] + "\n" + process.stderr[-6000:]
-    )
-    return process
+    return run_logged(command, env, log, timeout, cwd=REPO)
 
 
 @pytest.fixture(scope="module")
