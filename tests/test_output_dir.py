@@ -1,0 +1,186 @@
+"""The output-folder rule (fspo/output_dir.py): fspo replaces or deletes only what it wrote, follows a linked
+output folder, never replaces or writes through a link inside it, and refuses naming the path."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from fspo.atomic_file import write_text_atomically
+from fspo.output_dir import (
+    RECORD,
+    OutputConflict,
+    check_output_paths,
+    conflicts,
+    install_staged,
+    read_record,
+    staging_folder,
+)
+
+NAMES = ("a", "b", "sub", "results.md", "predictions")
+RELATIVE = st.lists(st.sampled_from(NAMES), min_size=1, max_size=3).map("/".join)
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every path under ``root`` (links not followed): a file's bytes, a link's target, a folder."""
+    seen = {}
+    for path in sorted(root.rglob("*")):
+        key = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            seen[key] = ("link", os.readlink(path))
+        elif path.is_dir():
+            seen[key] = ("folder",)
+        else:
+            seen[key] = ("file", path.read_bytes())
+    return seen
+
+
+@st.composite
+def folder_contents(draw):
+    """What a user (or an earlier fspo run) left in a folder: files, folders, links to files, folders and
+    nowhere, some of them listed in the folder's record."""
+    entries = draw(
+        st.lists(
+            st.tuples(RELATIVE, st.sampled_from(["file", "folder", "link-file", "link-folder", "link-dangling"])),
+            max_size=6,
+        )
+    )
+    owned = draw(st.lists(st.sampled_from([p for p, _ in entries] or ["a"]), max_size=3))
+    folder_owned = draw(st.lists(RELATIVE.map(lambda p: p + "/"), max_size=1))
+    return entries, owned + folder_owned
+
+
+def build(root: Path, outside: Path, entries, owned) -> None:
+    for number, (relative, kind) in enumerate(entries):
+        path = root / relative
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if kind == "file":
+                path.write_text(f"user file {number}")
+            elif kind == "folder":
+                path.mkdir(exist_ok=True)
+                (path / f"note{number}.txt").write_text(f"user note {number}")
+            elif kind == "link-file":
+                target = outside / f"target{number}.txt"
+                target.write_text(f"outside {number}")
+                path.symlink_to(target)
+            elif kind == "link-folder":
+                target = outside / f"dir{number}"
+                target.mkdir()
+                path.symlink_to(target)
+            else:
+                path.symlink_to(outside / f"missing{number}")
+        except (FileExistsError, NotADirectoryError, IsADirectoryError):
+            continue  # a path already taken by an earlier entry
+    if owned:
+        import json
+
+        root.mkdir(parents=True, exist_ok=True)
+        (root / RECORD).write_text(json.dumps({"written": {p: "earlier" for p in owned}}))
+
+
+def write_planned(root: Path, planned: list[str]) -> None:
+    """What a command does after the check passed: write each planned file, and a file in each planned folder."""
+    for relative in planned:
+        if relative.endswith("/"):
+            write_text_atomically(root / relative / "output.txt", "fspo output")
+        else:
+            write_text_atomically(root / relative, "fspo output")
+
+
+def consistent(planned: list[str]) -> bool:
+    """A command's plan: no path both a file and a folder, no file planned under a planned file."""
+    files = {p for p in planned if not p.endswith("/")}
+    folders = {p.rstrip("/") for p in planned if p.endswith("/")}
+    return not files & folders and not any(q.startswith(f + "/") for f in files for q in planned)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    contents=folder_contents(),
+    planned=st.lists(st.one_of(RELATIVE, RELATIVE.map(lambda p: p + "/")), min_size=1, max_size=4),
+)
+def test_a_command_changes_nothing_it_did_not_write(contents, planned):
+    """Property: whatever the folder holds, either the check refuses (naming a path there, nothing changed)
+    or the command writes its outputs and every file, folder and link it did not write is as it was, links'
+    targets included; and a re-run of the same command is never refused."""
+    assume(consistent(planned))
+    with tempfile.TemporaryDirectory() as scratch:
+        root, outside = Path(scratch) / "out", Path(scratch) / "outside"
+        outside.mkdir()
+        build(root, outside, *contents)
+        before, outside_before = snapshot(root) if root.exists() else {}, snapshot(outside)
+        owned_before = read_record(root)
+        try:
+            folder = check_output_paths("--output-dir", root, planned, "fspo test")
+        except OutputConflict as error:
+            assert (snapshot(root) if root.exists() else {}) == before
+            message = str(error)
+            assert message.startswith(f"--output-dir {root.resolve()}: ")
+            named = message.split(": ", 1)[1].split(" ", 1)[0]
+            assert os.path.lexists(root / named), message
+            return
+        write_planned(folder, planned)
+        after = snapshot(root)
+        for path, what in before.items():
+            if path == RECORD or any(
+                path == p.rstrip("/") or path.startswith(p.rstrip("/") + "/") for p in owned_before + planned
+            ):
+                continue
+            assert after.get(path) == what, path
+        assert snapshot(outside) == outside_before
+        # Run again: its own outputs are replaceable.
+        check_output_paths("--output-dir", root, planned, "fspo test")
+
+
+def test_conflicts_names_each_kind_of_obstacle():
+    present = {"results.md": "file", "link": "link", "notes": "file", "data": "folder", "data/*": "nonempty"}
+    assert conflicts(["results.md"], present, []) == [("results.md", "was not written by fspo")]
+    assert conflicts(["results.md"], present, ["results.md"]) == []
+    assert conflicts(["link"], present, ["link"])[0][1].startswith("is a symbolic link")
+    assert conflicts(["link/x.txt"], present, ["link/"])[0][0] == "link"
+    assert conflicts(["notes/x.txt"], present, [])[0][0] == "notes"
+    assert conflicts(["data/"], present, []) == [("data", "is a folder fspo did not write, and not empty")]
+    assert conflicts(["data/"], present, ["data/"]) == []
+    assert conflicts(["data/x.txt"], present, ["data/"]) == []
+    assert conflicts(["empty/"], {"empty": "folder"}, []) == []
+    with pytest.raises(ValueError):
+        conflicts(["../escape"], {}, [])
+
+
+def test_a_linked_output_folder_is_followed_not_replaced(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "mine.txt").write_text("user")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    folder = check_output_paths("--output-dir", link, ["results.md"], "fspo test")
+    assert folder == real.resolve()
+    write_text_atomically(folder / "results.md", "x")
+    assert link.is_symlink() and (real / "results.md").read_text() == "x" and (real / "mine.txt").read_text() == "user"
+    assert read_record(real) == ["results.md"]
+
+
+def test_install_keeps_user_files_and_drops_only_its_own_stale_ones(tmp_path):
+    target = tmp_path / "merged"
+    target.mkdir()
+    (target / "NOTES.md").write_text("mine")
+    for files in (["config.json", "model-1.safetensors", "model-2.safetensors"], ["config.json", "model.safetensors"]):
+        staging = staging_folder(target, "merge")
+        for name in files:
+            (staging / name).write_text(name)
+        install_staged(staging, target, "--target-dir", "merge")
+    assert sorted(p.name for p in target.iterdir()) == [RECORD, "NOTES.md", "config.json", "model.safetensors"]
+    (target / "NOTES.md").write_text("mine")
+    staging = staging_folder(target, "merge")
+    (staging / "NOTES.md").write_text("would replace")
+    with pytest.raises(OutputConflict, match="NOTES.md was not written by fspo"):
+        install_staged(staging, target, "--target-dir", "merge")
+    assert (target / "NOTES.md").read_text() == "mine"
+    shutil.rmtree(staging)
