@@ -325,3 +325,24 @@ def test_a_model_folder_without_config_or_a_data_file_that_is_not_parquet_is_nam
         ["--model", str(tiny_dir), "--data", str(text), "--output-dir", str(tmp_path / "o")],
         "not a parquet file",
     )
+
+
+def test_a_users_results_or_a_link_in_the_output_folder_is_refused_not_replaced(tiny_dir, bench, tmp_path, capsys):
+    """fspo.output_dir's rule: `--output-dir D` holding the user's results.md (or a link where fspo writes)
+    is refused naming it, before a model loads, and nothing in D changes; a linked D is followed."""
+    out = tmp_path / "D"
+    out.mkdir()
+    (out / "results.md").write_text("my notes")
+    argv = ["--model", f"m={tiny_dir}", "--data", str(bench), "--output-dir", str(out), "--limit", "1", *FAST]
+    assert_refused(capsys, argv, r"results\.md was not written by fspo")
+    assert sorted(p.name for p in out.iterdir()) == ["results.md"] and (out / "results.md").read_text() == "my notes"
+    (out / "results.md").unlink()
+    (out / "predictions").mkdir()
+    (out / "predictions" / "m__synth.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    assert_refused(capsys, argv, r"predictions/m__synth\.jsonl is a symbolic link")
+    assert not (tmp_path / "elsewhere.jsonl").exists()
+    (out / "predictions" / "m__synth.jsonl").unlink()
+    linked = tmp_path / "linked"
+    linked.symlink_to(out)
+    assert main([*argv[:5], str(linked), *argv[6:]]) == 0
+    assert linked.is_symlink() and (out / "results.md").is_file()

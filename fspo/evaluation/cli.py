@@ -21,16 +21,18 @@ import re
 from pathlib import Path
 
 from fspo.chat_client import ChatClient
-from fspo.cli.arguments import UsageError, check_count, check_model_dir, check_output_dir, check_probability, refuse
+from fspo.cli.arguments import UsageError, check_count, check_model_dir, check_probability, refuse
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.data.templates import PROMPT_FORMATS
 from fspo.evaluation.answer_judge import METRICS_OF_SOURCE, AnswerJudge
 from fspo.evaluation.generation import GenerationSettings, build_generator, render_prompts, vllm_available
 from fspo.evaluation.pipeline import ProvenanceError, check_rows, evaluate_model
 from fspo.evaluation.report import accumulated_results, write_results
+from fspo.output_dir import check_output_paths
 from fspo.verifier_tools.quality import calibrated_threshold
 from fspo.verifier_tools.verify import parse_option
 
+PROG = "fspo evaluate"
 SPLIT_NAMES = {"train", "test", "val", "validation", "dev"}
 # Folder names that say nothing about which model is inside: name it after its parent (global_step_N).
 GENERIC_MODEL_DIRS = {"merged", "huggingface", "hf", "actor", "model"}
@@ -55,7 +57,7 @@ def named_path(spec: str) -> tuple[str, Path]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fspo evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", action="append", required=True, type=named_path, help="model directory (repeatable)")
     parser.add_argument(
@@ -223,8 +225,19 @@ def check_arguments(args: argparse.Namespace) -> GenerationSettings:
             raise UsageError(f"{path} is not a parquet file: build the benchmark with `fspo data`")
     for _, path in args.model:
         check_model_dir("--model", path)
-    check_output_dir("--output-dir", args.output_dir)
+    check_output_paths("--output-dir", args.output_dir, output_paths(args), PROG, record=False)
     return settings
+
+
+def output_paths(args: argparse.Namespace) -> list[str]:
+    """What this run writes in ``--output-dir``: the results files and each (model, benchmark)'s predictions,
+    their provenance and the judge's verdicts (fspo.output_dir's rule holds for each)."""
+    paths = [f"results.{suffix}" for suffix in ("md", "json", "csv", "png")]
+    for model_name, _ in args.model:
+        for bench_name, _ in args.data:
+            stem = f"predictions/{model_name}__{bench_name}"
+            paths += [f"{stem}.jsonl", f"{stem}.provenance.json", f"{stem}.judgments.jsonl"]
+    return paths
 
 
 def read_benchmarks(args: argparse.Namespace) -> dict[str, list[dict]]:
@@ -291,12 +304,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError(str(error)) from None
         return evaluate(args, settings, benchmarks, verifier, judge)
     except (UsageError, ProvenanceError) as error:
-        return refuse("fspo evaluate", error)
+        return refuse(PROG, error)
 
 
 def evaluate(args: argparse.Namespace, settings: GenerationSettings, benchmarks: dict, verifier, judge) -> int:
     """Generate, score and tabulate every model on every benchmark (the arguments are checked)."""
     results: dict[str, dict[str, dict]] = {}
+    args.output_dir = check_output_paths("--output-dir", args.output_dir, output_paths(args), PROG)
     predictions_dir = args.output_dir / "predictions"
     for model_name, model_dir in args.model:
         generator = build_generator(model_dir, settings, args.backend, tensor_parallel_size=args.tensor_parallel_size)
