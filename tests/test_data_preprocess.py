@@ -502,10 +502,12 @@ def test_an_unusable_source_file_is_one_line_and_exit_2(tmp_path, capsys, name, 
 def test_a_failing_split_leaves_every_earlier_output_as_it_was(tmp_path, capsys):
     source, out = tmp_path / "src", tmp_path / "out"
     source.mkdir()
+    write_jsonl(source / "train.jsonl", [GOOD_GSM8K])
+    write_jsonl(source / "test.jsonl", [GOOD_GSM8K])
+    both = ["gsm8k", "--input", str(source), "--output-dir", str(out), "--split", "train", "--split", "test"]
+    assert data_main(both) == 0  # the earlier outputs (fspo's own, so a re-run may replace them)
     write_jsonl(source / "train.jsonl", [GOOD_GSM8K, GOOD_GSM8K])
     (source / "test.jsonl").write_text('{"question": "broken\n', encoding="utf-8")
-    write_parquet([{"old": 1}], out / "train.parquet")
-    write_parquet([{"old": 2}], out / "test.parquet")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert (
         data_main(["gsm8k", "--input", str(source), "--output-dir", str(out), "--split", "train", "--split", "test"])
@@ -514,6 +516,7 @@ def test_a_failing_split_leaves_every_earlier_output_as_it_was(tmp_path, capsys)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no new train beside an old test
     assert data_main(["gsm8k", "--input", str(source), "--output-dir", str(out), "--split", "train"]) == 0
     assert len(read_rows(out / "train.parquet")) == 2 and sorted(p.name for p in out.iterdir()) == [
+        ".fspo-outputs.json",
         "test.parquet",
         "train.parquet",
     ]

@@ -273,6 +273,25 @@ def test_verify_labelled_prints_the_quality_figures(tmp_path, capsys):
     assert chart.stat().st_size > 1000 and chart.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_verify_chart_replaces_its_own_chart_not_a_users_file_or_link(tmp_path, capsys):
+    """fspo.output_dir's rule for --chart: a re-run replaces fspo's chart; a user's image of that name, or a
+    link, is refused by name before anything is scored, and left as it was."""
+    path = _jsonl(tmp_path, [json.dumps(r) for r in ROWS])
+    charts = tmp_path / "charts"
+    charts.mkdir()
+    argv = ["verify", "--labelled", str(path), "--verifier", "lexical", "--chart"]
+    assert fspo_main([*argv, str(charts / "mine.png")]) == 0
+    assert fspo_main([*argv, str(charts / "mine.png")]) == 0  # its own chart: replaced
+    (charts / "user.png").write_bytes(b"user image")
+    (charts / "link.png").symlink_to(tmp_path / "target.png")
+    capsys.readouterr()
+    for name, why in (("user.png", "was not written by fspo"), ("link.png", "is a symbolic link")):
+        assert fspo_main([*argv, str(charts / name)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{name} {why}" in err, err
+    assert (charts / "user.png").read_bytes() == b"user image" and not (tmp_path / "target.png").exists()
+
+
 def test_verify_labelled_json_and_builtin_source(capsys):
     assert fspo_main(["verify", "--labelled", "synthetic", "--limit", "40", "--json", "--threshold", "1.0"]) == 0
     figures = json.loads(capsys.readouterr().out)

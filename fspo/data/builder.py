@@ -12,9 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fspo.cli.arguments import UsageError, check_count, check_output_dir
+from fspo.cli.arguments import UsageError, check_count
 from fspo.data.io import SourceFileError, make_row, read_hub, read_records, source_files, write_parquet
 from fspo.data.templates import PROMPT_FORMATS, build_messages, count_prompt_tokens
+from fspo.output_dir import check_output_paths
 
 
 @dataclass
@@ -184,14 +185,16 @@ def run_cli(spec: DatasetSpec, argv: list[str] | None = None) -> int:
         raise UsageError("--max-prompt-tokens needs --tokenizer (prompts are measured in tokens)")
     check_count("--size", args.size)
     check_count("--max-prompt-tokens", args.max_prompt_tokens)
-    check_output_dir("--output-dir", args.output_dir)
+    splits = args.split or spec.splits
+    planned = [f"{split}.parquet" for split in splits]
+    check_output_paths("--output-dir", args.output_dir, planned, f"fspo data {spec.name}", record=False)
     try:
         tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
     except (OSError, ValueError) as error:
         raise UsageError(f"cannot load the tokenizer {args.tokenizer!r}: {error}") from None
     # Every split is built before any is written: a failure leaves the output folder as it was.
     built = {}
-    for split in args.split or spec.splits:
+    for split in splits:
         records = load_split(spec, split, args)
         rows = build_rows(spec, records, split, args, tokenizer)
         if not rows:
@@ -200,11 +203,9 @@ def run_cli(spec: DatasetSpec, argv: list[str] | None = None) -> int:
                 f"{args.input or 'the default source'} (empty questions or answers are skipped); check --input"
             )
         built[split] = (rows, len(records))
-    staged = {
-        split: write_parquet(rows, Path(args.output_dir) / f".{split}.parquet.staged")
-        for split, (rows, _) in built.items()
-    }
+    folder = check_output_paths("--output-dir", args.output_dir, planned, f"fspo data {spec.name}")
+    staged = {split: write_parquet(rows, folder / f".{split}.parquet.staged") for split, (rows, _) in built.items()}
     for split, staged_path in staged.items():
-        path = staged_path.replace(Path(args.output_dir) / f"{split}.parquet")
+        path = staged_path.replace(folder / f"{split}.parquet")
         print(f"{spec.name} {split}: {len(built[split][0])} rows (from {built[split][1]} records) -> {path}")
     return 0

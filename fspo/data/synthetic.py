@@ -15,12 +15,12 @@ import random
 import re
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
-from fspo.cli.arguments import UsageError, check_count, check_output_dir, refuse
+from fspo.cli.arguments import UsageError, check_count, refuse
 from fspo.data.builder import Example
 from fspo.data.io import make_row, write_parquet
 from fspo.data.templates import PROMPT_FORMATS, build_messages, check_prompt_format
+from fspo.output_dir import check_output_paths
 
 DATA_SOURCE = "synthetic_multihop"
 
@@ -272,14 +272,16 @@ def main(argv: list[str] | None = None) -> int:
         check_count("--test-size", args.test_size, minimum=0)
         if not args.size and not args.test_size:
             raise UsageError("--size and --test-size are both 0: nothing to build")
-        check_output_dir("--output-dir", args.output_dir)
+        sizes = {split: size for split, size in (("train", args.size), ("test", args.test_size)) if size > 0}
+        folder = check_output_paths(
+            "--output-dir", args.output_dir, [f"{split}.parquet" for split in sizes], "fspo data synthetic"
+        )
     except UsageError as error:
         return refuse("fspo data synthetic: error", error)
-    for split, size in (("train", args.size), ("test", args.test_size)):
-        if size > 0:
-            rows = make_rows(size, args.seed, args.prompt_format, split, args.evidence_in_prompt)
-            path = write_parquet(rows, Path(args.output_dir) / f"{split}.parquet")
-            print(f"synthetic {split}: {len(rows)} rows -> {path}")
+    for split, size in sizes.items():
+        rows = make_rows(size, args.seed, args.prompt_format, split, args.evidence_in_prompt)
+        path = write_parquet(rows, folder / f"{split}.parquet")
+        print(f"synthetic {split}: {len(rows)} rows -> {path}")
     return 0
 
 

@@ -28,14 +28,17 @@ import sys
 import time
 from collections.abc import Iterable
 
+from fspo.atomic_file import replacing
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evidence import evidence_text
+from fspo.output_dir import OutputConflict, check_output_paths
 from fspo.preflight import check_verifier, looks_like_hub_id
 from fspo.steps import reasoning_span, reasoning_steps
 from fspo.verifier_tools.labelled import SOURCES, SPLITS, load_labelled
 from fspo.verifier_tools.quality import CALIBRATED_THRESHOLDS, DEFAULT_THRESHOLD, calibrated_threshold, summarise
 
 # What a reliability chart may be saved as (matplotlib picks the format from the suffix).
+PROG = "fspo verify"
 CHART_SUFFIXES = (".png", ".pdf", ".svg")
 # Verifier options exposed as flags (``--model-path`` -> ``model_path``), with their help; anything else via
 # ``--option``. Each is the fspo.verifier option of that name (fspo.config.verifier.VerifierConfig), not imported
@@ -217,8 +220,11 @@ def reliability_chart(bins: list[dict], path: str, title: str) -> None:
     axes.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean score of the bin", ylabel="share of supported claims", title=title)
     axes.legend(loc="upper left")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    try:
+        with replacing(path) as temporary:
+            figure.savefig(temporary, dpi=120)
+    finally:
+        plt.close(figure)
 
 
 def format_quality(figures: dict) -> list[str]:
@@ -277,7 +283,13 @@ def run_labelled(args) -> int:
         print(f"verifier {args.verifier} on {args.labelled}" + (f" ({args.split})" if args.labelled in SOURCES else ""))
         print("\n".join(format_quality(figures)))
     if args.chart:
-        reliability_chart(figures["reliability"], args.chart, f"{args.verifier} on {args.labelled}")
+        folder, name = os.path.split(os.path.abspath(os.path.expanduser(args.chart)))
+        try:
+            folder = check_output_paths("--chart", folder, [name], PROG)
+        except OutputConflict as error:  # the folder changed since the arguments were checked
+            print(f"{PROG}: {error}", file=sys.stderr)
+            return 2
+        reliability_chart(figures["reliability"], str(folder / name), f"{args.verifier} on {args.labelled}")
         print(f"reliability chart -> {args.chart}", file=sys.stderr)
     return 0
 
@@ -308,6 +320,10 @@ def check_arguments(args) -> str | None:
             return f"--chart {args.chart}: the folder {folder} is not writable"
         if os.path.splitext(args.chart)[1].lower() not in CHART_SUFFIXES:
             return f"--chart {args.chart}: name the image {' or '.join(CHART_SUFFIXES)}"
+        try:
+            check_output_paths("--chart", folder, [os.path.basename(args.chart)], PROG, record=False)
+        except OutputConflict as error:
+            return str(error)
     return None
 
 
