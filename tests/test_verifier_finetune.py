@@ -108,6 +108,39 @@ def test_untrained_head_is_not_already_perfect(tiny_encoder, tmp_path):
     assert torch.get_num_threads() == threads  # threads=1 held only while training
 
 
+def test_training_into_a_used_folder_keeps_the_users_files(tiny_encoder, tmp_path, capsys):
+    """fspo.output_dir's rule: a user's config.json is refused before training; a user's other files stay; a
+    re-run replaces the earlier model; a link where the weights go is refused, not written through."""
+    from fspo.output_dir import RECORD, OutputConflict
+    from fspo.verifier_tools.finetune import EXPECTED_FILES, train_cross_encoder
+
+    data = tmp_path / "claims.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n")
+    out = tmp_path / "verifier"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    argv = ["verifier", "train", "--data", str(data), "--output-dir", str(out), "--base-model", str(tiny_encoder)]
+    argv += ["--steps", "1", "--batch-size", "2", "--max-length", "64", "--threads", "1"]
+    capsys.readouterr()
+    assert fspo_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "config.json was not written by fspo" in err and err.count("\n") == 1
+    assert sorted(p.name for p in out.iterdir()) == ["config.json"]
+    (out / "config.json").unlink()
+    (out / "NOTES.md").write_text("mine")
+    assert fspo_main(argv) == 0 and fspo_main(argv) == 0
+    assert (out / "NOTES.md").read_text() == "mine" and (out / "config.json").is_file()
+    assert sorted(p.name for p in out.iterdir()) == sorted([*EXPECTED_FILES, RECORD, "NOTES.md"])  # no staging left
+    # a model the first run saved under this name is the run's own: the record lists it
+    (out / "NOTES.md").unlink()
+    with pytest.raises(OutputConflict, match="model.safetensors is a symbolic link"):
+        (out / "model.safetensors").unlink()
+        (out / "model.safetensors").symlink_to(tmp_path / "weights.safetensors")
+        pairs = [LabelledPair(r["evidence"], r["claim"], r["label"]) for r in ROWS]
+        train_cross_encoder(pairs, out, str(tiny_encoder), steps=1, batch_size=2, max_length=64, log_every=0)
+    assert not (tmp_path / "weights.safetensors").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

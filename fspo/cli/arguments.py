@@ -41,20 +41,6 @@ def check_positive_number(flag: str, value: float | None) -> None:
         raise UsageError(f"{flag} must be a finite number above 0, got {value}")
 
 
-def check_output_dir(flag: str, path: str | os.PathLike) -> None:
-    """``path`` is a folder this process can create or write into (not a file, not under a file)."""
-    path = Path(os.path.expanduser(str(path)))
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{flag} {path} is a file, not a folder: give a folder to write into")
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UsageError(f"{flag} {path}: {existing} is a file, so the folder cannot be created")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {path}: {existing} is not writable by this user")
-
-
 def check_model_dir(flag: str, path: str | os.PathLike) -> None:
     """``path`` is a Hugging Face model folder transformers can load: a readable config.json and weights.
 

@@ -18,16 +18,22 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from fspo.cli.arguments import UsageError, check_count, check_model_dir, check_output_dir, check_positive_number, refuse
+from fspo.cli.arguments import UsageError, check_count, check_model_dir, check_positive_number, refuse
+from fspo.output_dir import check_output_paths, install_staged, staging_folder
 from fspo.preflight import minilm_path
 from fspo.verifier_tools.download import main as download_main
 from fspo.verifier_tools.labelled import LabelledPair, load_labelled
 
+PROG = "fspo verifier train"
+# What save_pretrained writes for a BERT-like encoder, checked before training; the files it really wrote are
+# checked again, under the same rule, before they are moved in.
+EXPECTED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "training.json")
 ID2LABEL = {0: "unsupported", 1: "supported"}  # "supported" is one of the nli backend's entailment names
 
 
@@ -97,13 +103,14 @@ def train_cross_encoder(
     if steps < 1 or batch_size < 1:
         raise ValueError(f"steps and batch_size must be >= 1, got {steps} and {batch_size}")
     base_model = base_model or minilm_path()
+    folder = check_output_paths("--output-dir", output_dir, EXPECTED_FILES, PROG, record=False)
     previous_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
         return _train(
             pairs,
-            Path(output_dir),
+            folder,
             base_model,
             steps,
             batch_size,
@@ -182,21 +189,28 @@ def _train(
                 flush=True,
             )
             running = []
-    model.eval().save_pretrained(output_dir)
-    tokenizer.model_max_length = max_length
-    tokenizer.save_pretrained(output_dir)
-    facts = {
-        "base_model": str(base_model),
-        "pairs": len(pairs),
-        "steps": steps,
-        "batch_size": batch_size,
-        "learning_rate": learning_rate,
-        "max_length": max_length,
-        "seed": seed,
-        "seconds": round(time.time() - started, 1),
-        **provenance,
-    }
-    (output_dir / "training.json").write_text(json.dumps(facts, indent=2) + "\n")
+    # Saved beside, then moved in under fspo.output_dir's rule: a user's file of the same name is refused, not
+    # replaced, and a failed save leaves the folder as it was.
+    staging = staging_folder(output_dir, PROG)
+    try:
+        model.eval().save_pretrained(staging)
+        tokenizer.model_max_length = max_length
+        tokenizer.save_pretrained(staging)
+        facts = {
+            "base_model": str(base_model),
+            "pairs": len(pairs),
+            "steps": steps,
+            "batch_size": batch_size,
+            "learning_rate": learning_rate,
+            "max_length": max_length,
+            "seed": seed,
+            "seconds": round(time.time() - started, 1),
+            **provenance,
+        }
+        (staging / "training.json").write_text(json.dumps(facts, indent=2) + "\n")
+        install_staged(staging, output_dir, "--output-dir", PROG)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return output_dir
 
 
@@ -250,7 +264,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     check_count("--batch-size", args.batch_size)
     check_count("--threads", args.threads)
     check_positive_number("--learning-rate", args.learning_rate)
-    check_output_dir("--output-dir", args.output_dir)
+    check_output_paths("--output-dir", args.output_dir, EXPECTED_FILES, PROG, record=False)
     base_model = args.base_model or minilm_path()
     check_model_dir("--base-model", base_model)
     try:
