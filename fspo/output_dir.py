@@ -278,29 +278,26 @@ def _remove_empty_parents(folder: Path, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``check FLAG FOLDER COMMAND PATH...`` prints the resolved folder; ``install FLAG STAGING FOLDER COMMAND``
-    moves a staged output in. Exit 2 with one line on stderr when the rule refuses."""
+    """``check [--no-record] --flag=F --command=C FOLDER PATH...`` prints the resolved folder;
+    ``install --flag=F --command=C STAGING FOLDER`` moves a staged output in. Exit 2 with one line on stderr,
+    ``C: F FOLDER: ...``, when the rule refuses."""
     parser = argparse.ArgumentParser(prog="python -m fspo.output_dir", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="action", required=True)
-    check = commands.add_parser("check")
-    check.add_argument("flag")
-    check.add_argument("folder")
-    check.add_argument("command")
-    check.add_argument("paths", nargs="*")
-    check.add_argument("--no-record", action="store_true", help="check only; record nothing")
-    install = commands.add_parser("install")
-    install.add_argument("flag")
-    install.add_argument("staging", type=Path)
-    install.add_argument("folder")
-    install.add_argument("command")
+    parser.add_argument("action", choices=("check", "install"))
+    parser.add_argument("--flag", default="--output-dir", help="the option that named the folder")
+    parser.add_argument("--command", default="fspo", help="the command that writes it")
+    parser.add_argument("--no-record", action="store_true", help="check: record nothing")
+    parser.add_argument("paths", nargs="+", help="check: FOLDER PATH...; install: STAGING FOLDER")
     args = parser.parse_args(argv)
     try:
         if args.action == "check":
-            print(check_output_paths(args.flag, args.folder, args.paths, args.command, record=not args.no_record))
+            print(check_output_paths(args.flag, args.paths[0], args.paths[1:], args.command, not args.no_record))
+        elif len(args.paths) != 2:
+            parser.error("install takes STAGING FOLDER")
         else:
-            install_staged(args.staging, output_folder(args.flag, args.folder), args.flag, args.command)
+            folder = output_folder(args.flag, args.paths[1])
+            install_staged(Path(args.paths[0]), folder, args.flag, args.command)
     except OutputConflict as error:
-        print(f"{args.command}: {error}", file=sys.stderr)
+        print(f"{args.command}: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     return 0
 

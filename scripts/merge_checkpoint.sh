@@ -7,9 +7,11 @@
 # latest_checkpointed_iteration.txt). STEP defaults to the latest checkpointed step. The merged model
 # goes to RUN_DIR/global_step_N/merged unless --target-dir is given. The last line printed is the
 # merged directory, so `model=$(scripts/merge_checkpoint.sh RUN_DIR | tail -1)` works.
-# The target must be new, empty, or an earlier output of this script (marked by .fspo_merged_from):
-# anything else (a base model's folder) is refused. The merge goes to a staging folder beside the
-# target and replaces it only once the result loads; a failure leaves nothing behind.
+# The target follows fspo's output-folder rule (fspo/output_dir.py): the merge replaces only files fspo
+# wrote there (listed in .fspo-outputs.json), leaves your other files (notes, an adapter) alone, and refuses,
+# naming the file, a file of the same name it did not write (a base model's config.json) or a link; a
+# linked target folder is followed. The merge goes to a staging folder inside the target and its files
+# move in only once the result loads; a failure leaves nothing behind.
 # A LoRA run's adapter is folded into the base weights (W + lora_alpha/r * B A, with peft), so the
 # merged model is the trained policy; the adapter alone is kept in lora_adapter/.
 # Environment: PYTHON (interpreter with verl and transformers) [.venv/bin/python if set up, else python].
@@ -21,7 +23,7 @@ usage() {
 }
 
 help() {
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
 }
 
@@ -30,7 +32,10 @@ fail() {
     exit 1
 }
 
-venv_python="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/bin/python"
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv_python="$repo_root/.venv/bin/python"
+# This checkout's fspo (its output-folder rule), whichever interpreter runs it.
+export PYTHONPATH="$repo_root${PYTHONPATH:+:$PYTHONPATH}"
 if [[ -z "${PYTHON:-}" && -x "$venv_python" ]]; then PYTHON="$venv_python"; fi
 PYTHON=${PYTHON:-python}
 target_dir=""
@@ -65,14 +70,11 @@ if [[ ! -d "$actor_dir" ]]; then
     fail "no checkpoint for step $step: '$actor_dir' does not exist (steps in '$run_dir': ${available:-none})"
 fi
 target_dir=${target_dir:-$run_dir/global_step_$step/merged}
-target_dir=${target_dir%/}
 marker=.fspo_merged_from
-if [[ -e "$target_dir" && ! -d "$target_dir" ]]; then
-    fail "target '$target_dir' exists and is not a directory: pass a new or empty --target-dir"
-fi
-if [[ -d "$target_dir" && -n "$(ls -A "$target_dir")" && ! -f "$target_dir/$marker" ]]; then
-    fail "target '$target_dir' is not empty and was not written by merge_checkpoint.sh: pass a new or empty --target-dir"
-fi
+# fspo's output-folder rule, first on the files every merge writes (the files verl's merger really wrote are
+# checked again before they move in); prints the target with a link followed.
+rule=("$PYTHON" -m fspo.output_dir --flag=--target-dir --command=merge_checkpoint.sh)
+target_dir=$("${rule[@]}" check --no-record "$target_dir" config.json "$marker") || exit 1
 
 # verl's merger reads fsdp_config.json (the world size), every model_world_size_<W>_rank_<R>.pt shard and
 # huggingface/ (config, tokenizer); a checkpoint missing them would fail inside it with a traceback.
@@ -90,9 +92,12 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 fi
 [[ -f "$actor_dir/huggingface/config.json" ]] \
     || fail "'$actor_dir/huggingface' has no config.json: verl's merger needs the model config saved beside the shards"
-staging="$target_dir.merging.$$"
-trap 'rm -rf "$staging"' EXIT
-mkdir -p "$(dirname "$target_dir")"
+created_target=0
+[[ -d "$target_dir" ]] || created_target=1
+staging="$target_dir/.fspo-staging-merge.$$"
+# On failure: no staging left, and no target folder this run created.
+trap 'rm -rf "$staging"; if [[ $created_target == 1 ]]; then rmdir "$target_dir" 2>/dev/null || true; fi' EXIT
+mkdir -p "$staging"
 
 echo "merging $actor_dir -> $target_dir" >&2
 "$PYTHON" -m verl.model_merger merge --backend fsdp \
@@ -145,7 +150,8 @@ parameters = sum(p.numel() for p in model.parameters())
 print(f"loaded {config.model_type} ({parameters:,} parameters, vocab {len(tokenizer)}) from {path}")
 PY
 echo "$actor_dir" > "$staging/$marker"
-# Only an empty folder or this script's own earlier output is replaced (checked above).
-rm -rf "$target_dir"
-mv "$staging" "$target_dir"
+# The merged files replace this script's earlier ones (a file of theirs this merge lacks is deleted); a file
+# fspo did not write is never touched, and the whole merge is refused, naming it, if one would be replaced.
+"${rule[@]}" install "$staging" "$target_dir" || exit 1
+created_target=0
 echo "$target_dir"

@@ -290,7 +290,7 @@ def test_merge_refuses_a_non_empty_target_it_did_not_create(tmp_path):
     (base_model / "config.json").write_text('{"model_type": "qwen2"}')
     process = run_merge("--target-dir", str(base_model), str(tmp_path), "1")
     assert process.returncode == 1
-    assert "not empty" in process.stderr and str(base_model) in process.stderr
+    assert "config.json was not written by fspo" in process.stderr and str(base_model) in process.stderr
     assert [p.name for p in base_model.iterdir()] == ["config.json"]  # untouched
 
 
@@ -330,3 +330,58 @@ def test_a_failed_merge_leaves_nothing_behind(tmp_path):
     assert run_merge("--target-dir", str(empty_target), str(tmp_path), "1").returncode != 0
     assert empty_target.is_dir() and not any(empty_target.iterdir())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty_target", "global_step_1"]
+
+
+@pytest.fixture(scope="module")
+def world_size_1_checkpoint(tmp_path_factory):
+    """global_step_1/actor of a tiny Qwen2 as verl's FSDP saves it at world size 1 (plain tensors, one shard),
+    which verl's real merger merges."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from fspo_testing.tiny_model import build_tiny_model
+
+    root = tmp_path_factory.mktemp("merge_run")
+    model_dir = build_tiny_model(root / "model")
+    actor = root / "run" / "global_step_1" / "actor"
+    shutil.copytree(model_dir, actor / "huggingface", ignore=shutil.ignore_patterns("*.safetensors"))
+    state = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
+    torch.save(state, actor / "model_world_size_1_rank_0.pt")
+    (actor / "fsdp_config.json").write_text('{"FSDP_version": 2, "world_size": 1}')
+    return root / "run"
+
+
+def test_merge_into_a_used_target_keeps_the_users_files_and_follows_a_link(world_size_1_checkpoint, tmp_path):
+    """fspo.output_dir's rule in merge_checkpoint.sh: a merge into an earlier merge's folder replaces its own
+    files (a stale shard of its own is deleted) and keeps the user's notes and adapter folder; a linked target is followed, not replaced by a folder;
+    a user's config.json there is refused by name, before the merge, and left as it was."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "NOTES.md").write_text("mine")
+    (real / "my_adapter").mkdir()
+    (real / "my_adapter" / "adapter_config.json").write_text("{}")
+    target = tmp_path / "linked"
+    target.symlink_to(real)
+    # An earlier merge's output, moved in by the same rule the script uses (one real merge is ~20 s): its
+    # marker, and a shard this merge does not write.
+    earlier = real / ".fspo-staging-earlier"
+    earlier.mkdir()
+    (earlier / ".fspo_merged_from").write_text("an earlier step")
+    (earlier / "model-00002-of-00002.safetensors").write_text("stale")
+    rule = [sys.executable, "-m", "fspo.output_dir", "--flag=--target-dir", "--command=merge_checkpoint.sh"]
+    subprocess.run([*rule, "install", str(earlier), str(target)], check=True)
+    process = run_merge("--target-dir", str(target), str(world_size_1_checkpoint), "1")
+    assert process.returncode == 0, process.stderr
+    assert process.stdout.splitlines()[-1] == str(real.resolve())
+    assert target.is_symlink() and (real / "NOTES.md").read_text() == "mine"
+    assert not (real / "model-00002-of-00002.safetensors").exists()  # its own stale file: gone
+    assert (real / "my_adapter" / "adapter_config.json").read_text() == "{}"
+    assert (real / "config.json").is_file() and (real / ".fspo_merged_from").is_file()
+    assert not [p for p in real.iterdir() if p.name.startswith(".fspo-staging")]
+    base = tmp_path / "base_model"
+    base.mkdir()
+    (base / "config.json").write_text('{"model_type": "qwen2"}')
+    process = run_merge("--target-dir", str(base), str(world_size_1_checkpoint), "1")
+    assert process.returncode == 1 and process.stderr.count("\n") == 1
+    assert "config.json was not written by fspo" in process.stderr and "merging" not in process.stderr
+    assert [p.name for p in base.iterdir()] == ["config.json"]
