@@ -7,7 +7,10 @@ import json
 import pytest
 
 from fspo.data.io import read_rows
+from fspo.output_dir import record_outputs
+from fspo.quickstart.cli import _parser as quickstart_parser
 from fspo.quickstart.cli import main as quickstart
+from fspo.quickstart.cli import output_paths
 from fspo.quickstart.step_report import validation_samples
 
 
@@ -146,6 +149,7 @@ def test_an_output_folder_with_another_runs_checkpoint_is_refused_naming_it(tmp_
         path.write_bytes(b"")
     out = tmp_path / "out"
     (out / "fspo" / "ckpt" / "global_step_3").mkdir(parents=True)
+    record_outputs(out, output_paths(quickstart_parser().parse_args(["--output-dir", str(out)])), "fspo quickstart")
     (out / "quickstart_run.json").write_text(
         json.dumps(
             {
@@ -171,12 +175,34 @@ def test_an_output_folder_with_another_runs_checkpoint_is_refused_naming_it(tmp_
     assert (out / "fspo" / "ckpt" / "global_step_3").is_dir()  # nothing was deleted
 
 
+def test_a_users_file_or_a_link_where_the_quickstart_writes_is_refused_before_anything_runs(tmp_path, capsys):
+    """fspo.output_dir's rule: a summary.json the user put in --output-dir, or a link where a run folder goes,
+    stops the quickstart at once, naming it, and the folder is left as it was."""
+    model = _fake_model(tmp_path / "model")
+    data = [tmp_path / "train.parquet", tmp_path / "val.parquet"]
+    for path in data:
+        path.write_bytes(b"")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text("mine")
+    (out / "fspo").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    argv = ["--model", str(model), "--data", *map(str, data), "--output-dir", str(out)]
+    for expected in ("fspo is a symbolic link", "summary.json was not written by fspo"):
+        with pytest.raises(SystemExit) as stopped:
+            quickstart(argv)
+        err = capsys.readouterr().err
+        assert stopped.value.code == 2 and expected in err and err.count("\n") == 1, err
+        assert (out / "summary.json").read_text() == "mine" and not (tmp_path / "elsewhere").exists()
+        (out / "fspo").unlink(missing_ok=True)
+    assert sorted(p.name for p in out.iterdir()) == ["summary.json"]
+
+
 def test_fresh_removes_only_the_quickstarts_own_outputs(tmp_path):
     from fspo.quickstart.cli import clear_previous_run
 
     out = tmp_path / "out"
-    for folder in ("fspo/ckpt/global_step_1", "grpo/ckpt/global_step_1", "fspo/merged", "mine"):
+    for folder in ("fspo/ckpt/global_step_1", "grpo/ckpt/global_step_1", "fspo/merged", "mine/ckpt"):
         (out / folder).mkdir(parents=True)
     (out / "quickstart_run.json").write_text("{}")
     clear_previous_run(out)
-    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["fspo", "grpo", "mine"]
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["fspo", "grpo", "mine", "mine/ckpt"]

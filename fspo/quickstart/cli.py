@@ -30,6 +30,7 @@ from pathlib import Path
 from fspo.atomic_file import write_text_atomically
 from fspo.data.io import read_rows, write_parquet
 from fspo.data.synthetic import make_rows
+from fspo.output_dir import OutputConflict, check_output_paths
 from fspo.quickstart.launch import launch
 from fspo.quickstart.smollm2 import convert_smollm2
 from fspo.quickstart.step_report import step_report, validation_samples
@@ -49,10 +50,12 @@ PROMPT_FORMAT = "chatml-think"  # SmolLM2's ChatML, with the response starting i
 TRAIN_ROWS, VAL_ROWS = 512, 32
 # What the run in an output folder was started with; verl resumes any checkpoint it finds there.
 RUN_RECORD = "quickstart_run.json"
+RUN_FOLDERS = ("fspo", "grpo")  # one per training run, each wholly fspo's
+PROG = "fspo quickstart"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fspo quickstart", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--steps", type=int, default=12, help="training steps (default 12: about 11 minutes on 2 CPU cores)"
     )
@@ -447,10 +450,21 @@ def checkpoint_conflict(out: Path, identity: dict) -> str | None:
     return f"--output-dir {out} holds the checkpoint of another run ({checkpoints[-1]}: {described}), which verl would resume; {fix}"
 
 
+def output_paths(args: argparse.Namespace) -> list[str]:
+    """What a run writes in ``--output-dir`` (fspo.output_dir's rule holds for each): its record, the synthetic
+    data (without ``--data``), one folder per training run (wholly its own: logs, checkpoints, merged model),
+    the curves and the summary."""
+    runs = ["fspo/"] + (["grpo/"] if args.baseline == "grpo" else [])
+    return [RUN_RECORD, *([] if args.data else ["data/"]), *runs, "training_curves.png", "summary.json"]
+
+
 def clear_previous_run(out: Path) -> None:
-    """Delete what an earlier quickstart run left in `out` that a new one would resume or merge into."""
-    for folder in [*out.glob("*/ckpt"), *out.glob("*/merged")]:
-        shutil.rmtree(folder)
+    """Delete what an earlier quickstart run left in `out` that a new one would resume or merge into: the
+    checkpoints and merged models of its run folders, nothing else."""
+    for run in RUN_FOLDERS:
+        for folder in (out / run / "ckpt", out / run / "merged"):
+            if folder.is_dir() and not folder.is_symlink():
+                shutil.rmtree(folder)
     (out / RUN_RECORD).unlink(missing_ok=True)
 
 
@@ -460,8 +474,10 @@ def main(argv: list[str] | None = None) -> int:
     problem = input_problem(args)
     if problem:
         parser.error(problem)  # exits 2 with the usage line
-    out = args.output_dir.resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out = check_output_paths("--output-dir", args.output_dir, output_paths(args), PROG, record=False)
+    except OutputConflict as error:
+        parser.exit(2, f"{PROG}: {error}\n")
     started = time.time()
     if args.model:
         model = args.model.resolve()
@@ -477,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     conflict = checkpoint_conflict(out, identity)
     if conflict:
         parser.exit(2, f"fspo quickstart: {conflict}\n")
+    check_output_paths("--output-dir", out, output_paths(args), PROG)
     write_json(out / RUN_RECORD, identity)
     if args.data:
         train_file, val_file = (path.resolve() for path in args.data)
