@@ -5,7 +5,8 @@ revision/<rev>`` (repo info), ``/api/models/<repo>/tree/<rev>`` (the file list),
 ``/<repo>/resolve/<rev>/<file>`` (metadata and content), with the hub's error codes: ``RepoNotFound``
 (401), ``GatedRepo`` (401 without a token, 403 with a token not granted access) and ``EntryNotFound``
 (404). ``outage`` (e.g. 503, or 429) makes it answer every request with that status, as the hub does when
-it is down or rate-limiting. Point huggingface_hub at it with ``HF_ENDPOINT`` (read at import: set it for a subprocess) or an
+it is down or rate-limiting; ``silent`` makes it accept every connection and never answer (a hung proxy or
+load balancer), until it is closed. Point huggingface_hub at it with ``HF_ENDPOINT`` (read at import: set it for a subprocess) or an
 ``endpoint=`` argument.
 """
 
@@ -32,10 +33,12 @@ class StandInHub:
         gated: set[str] = frozenset(),
         granted: set[str] = frozenset(),
         outage: int | None = None,
+        silent: bool = False,
     ):
         self.repos = {repo: Path(folder) for repo, folder in repos.items()}
         self.gated, self.granted = set(gated), set(granted)
-        self.outage = outage
+        self.outage, self.silent = outage, silent
+        self._closed = threading.Event()
         self.requests: list[str] = []
         self.calls: list[tuple[str, str, str]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -46,6 +49,7 @@ class StandInHub:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._closed.set()  # silent handlers return (without answering) so the server can stop
         self._server.shutdown()
         self._server.server_close()
 
@@ -78,6 +82,10 @@ class StandInHub:
                 hub.requests.append(path)
                 token = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
                 hub.calls.append(("HEAD" if head else "GET", path, token))
+                if hub.silent:
+                    hub._closed.wait()
+                    self.close_connection = True
+                    return None
                 if hub.outage:
                     return self._error(hub.outage, "", head)
                 api = path.startswith("/api/models/")

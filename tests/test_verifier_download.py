@@ -112,3 +112,29 @@ def test_the_cli(tiny_hhem, tmp_path, capsys, monkeypatch):
     assert "does not exist: fix the path" in capsys.readouterr().err
     assert fspo_main(["verifier", "download", "nli", "--model-path", str(tiny_hhem["hhem"])]) == 2  # no tokenizer
     assert "lacks tokenizer.json or" in capsys.readouterr().err
+
+
+def test_a_hub_that_accepts_and_never_answers_ends_the_download_in_bounded_time(tmp_path):
+    """`fspo verifier download` against an endpoint that accepts the connection and never answers: snapshot_download's
+    repo_info had no timeout and waited forever; now each request is bounded by HF_HUB_ETAG_TIMEOUT and the command
+    exits 2 with one line naming the endpoint and the setting."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    with StandInHub({}, silent=True) as hub:
+        env.update(HF_ENDPOINT=hub.endpoint, HF_HUB_ETAG_TIMEOUT="1", HF_HUB_DOWNLOAD_TIMEOUT="1")
+        command = [sys.executable, "-m", "fspo.cli", "verifier", "download", "nli", "--model-path", "org/model"]
+        started = time.monotonic()
+        done = subprocess.run(
+            [*command, "--cache-dir", str(tmp_path)], env=env, capture_output=True, text=True, timeout=120
+        )
+        seconds = time.monotonic() - started
+        assert hub.calls  # it was asked, and did not answer
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"cannot reach the hub at {hub.endpoint}" in done.stderr
+    assert "no answer within 1 s; raise HF_HUB_ETAG_TIMEOUT" in done.stderr
+    assert seconds < 60, seconds

@@ -22,6 +22,7 @@ from fspo.config.vocabulary import ConfigError
 from fspo.preflight import (
     HubProbe,
     ModelNeed,
+    bound_hub_requests,
     cached_snapshot,
     hub_cache_dir,
     hub_offline,
@@ -52,6 +53,7 @@ def fetch(need: ModelNeed, cache_dir: str | None = None, probe: HubProbe | None 
         return Path(resolve(need, probe, cache_dir)), "local folder"
     before = cached_snapshot(need.ref, cache_dir)
     was_complete = before is not None and not missing_files(before, need)
+    bound_hub_requests()  # snapshot_download's repo_info and tree listing have no timeout of their own
     try:
         folder = Path(
             snapshot_download(
