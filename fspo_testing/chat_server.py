@@ -71,3 +71,38 @@ class ChatServer(ThreadingHTTPServer):
     def close(self) -> None:
         self.shutdown()
         self.server_close()
+
+
+class TricklingServer:
+    """Accepts connections and answers each request with one byte of an HTTP status line every ``interval_s``
+    seconds, never finishing (until `close`): a server that is never silent long enough for a socket
+    timeout, the case a per-read limit cannot end."""
+
+    def __init__(self, interval_s: float = 0.2):
+        import socket
+
+        self.interval_s, self._closed = interval_s, threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._trickle, args=(connection,), daemon=True).start()
+
+    def _trickle(self, connection) -> None:
+        with connection:
+            connection.recv(65536)
+            while not self._closed.wait(self.interval_s):
+                try:
+                    connection.sendall(b"H")
+                except OSError:  # the client gave up
+                    return
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()

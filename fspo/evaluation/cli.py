@@ -178,6 +178,7 @@ def build_judge(parser: argparse.ArgumentParser, args: argparse.Namespace):
             max_retries=args.judge_retries,
             max_tokens=args.judge_max_tokens,
             log_name="evaluation judge",
+            timeout_setting="--judge-timeout",
         )
         return AnswerJudge(client, max_concurrency=args.judge_concurrency)
     except ValueError as error:

@@ -78,7 +78,16 @@ class LLMJudgeVerifier(PairPipeline):
         if max_concurrency < 1:
             raise ValueError("max_concurrency >= 1 is required")
         self.client = ChatClient(
-            url, model, api_key_env, timeout_s, max_retries, backoff_s, max_tokens, temperature, log_name="llm_judge"
+            url,
+            model,
+            api_key_env,
+            timeout_s,
+            max_retries,
+            backoff_s,
+            max_tokens,
+            temperature,
+            log_name="llm_judge",
+            timeout_setting="fspo.verifier.timeout_s",
         )
         self.url, self.model = self.client.url, self.client.model
         self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="llm-judge")
