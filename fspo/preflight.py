@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig, OmegaConf
 
 from fspo.config.vocabulary import DEFAULT_MODELS, HHEM_FOUNDATION, MODEL_BACKENDS, ConfigError
+from fspo.hub_deadline import no_answer
 
 if TYPE_CHECKING:  # annotations only: the config dataclasses import verl, which `fspo verify` need not load
     from fspo.config.fspo_config import FSPOConfig
@@ -150,44 +151,6 @@ def hub_is_down(status: int) -> bool:
     """Whether an HTTP status from the hub is an outage or a rate limit (5xx, 429) rather than an answer
     about the repo and the token (401, 403, 404): the loaders fall back to the HF cache on the former."""
     return status >= 500 or status == 429
-
-
-def hub_timeout_s() -> float:
-    """Seconds a hub request without its own timeout may wait for an answer: huggingface_hub's
-    ``HF_HUB_ETAG_TIMEOUT`` (10 by default), the limit it gives its own metadata requests."""
-    from huggingface_hub import constants
-
-    return float(constants.HF_HUB_ETAG_TIMEOUT)
-
-
-def _fill_timeout(request) -> None:
-    """An httpx request hook: a request sent with no timeout at all gets ``hub_timeout_s()`` (connect, read,
-    write, pool); a request with its own timeout keeps it (downloads: ``HF_HUB_DOWNLOAD_TIMEOUT``)."""
-    timeout = request.extensions.get("timeout") or {}
-    if all(value is None for value in timeout.values()):
-        limit = hub_timeout_s()
-        request.extensions["timeout"] = {"connect": limit, "read": limit, "write": limit, "pool": limit}
-
-
-def bound_hub_requests() -> None:
-    """Give every request of huggingface_hub's shared client a deadline (call it before the hub calls: a
-    client huggingface_hub starts afresh, e.g. after a fork, needs it again).
-
-    ``snapshot_download`` asks ``repo_info`` and ``list_repo_tree`` with no timeout: against an endpoint
-    that accepts the connection and never answers, it waits forever. The client keeps its own hooks and
-    gets one more that bounds each such request by ``HF_HUB_ETAG_TIMEOUT``.
-    """
-    from huggingface_hub.utils import get_session
-
-    session = get_session()
-    hooks = session.event_hooks
-    if _fill_timeout not in hooks["request"]:
-        session.event_hooks = {**hooks, "request": [*hooks["request"], _fill_timeout]}
-
-
-def no_answer(timeout_s: float) -> str:
-    """The words for a hub that did not answer in time, naming the setting to raise."""
-    return f"no answer within {timeout_s:g} s; raise HF_HUB_ETAG_TIMEOUT if the hub is only slow"
 
 
 class HubProbe:

@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 
 from fspo.config.vocabulary import ConfigError
+from fspo.hub_deadline import bound_hub_requests
 from fspo.preflight import (
     HubProbe,
     ModelNeed,
-    bound_hub_requests,
     cached_snapshot,
     hub_cache_dir,
     hub_offline,
