@@ -47,7 +47,7 @@ def _parts(path: str) -> tuple[str, ...]:
 def _check_relative(path: str) -> None:
     parts = _parts(path)
     if not parts or PurePosixPath(path).is_absolute() or any(p in ("", ".", "..") for p in parts):
-        raise ValueError(f"an output path must be relative and inside its folder, got {path!r}")
+        raise OutputConflict(f"{path!r} would be written outside its output folder: name it without '..' or '/'")
 
 
 def is_owned(path: str, owned: Iterable[str]) -> bool:
