@@ -101,7 +101,7 @@ def consistent(planned: list[str]) -> bool:
     return not files & folders and not any(q.startswith(f + "/") for f in files for q in planned)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     contents=folder_contents(),
     planned=st.lists(st.one_of(RELATIVE, RELATIVE.map(lambda p: p + "/")), min_size=1, max_size=4),
