@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 from abc import abstractmethod
 from collections.abc import Sequence
@@ -45,6 +46,12 @@ from fspo.verifiers.text import top_k_evidence
 # Activation memory a colocated verifier may take per micro-batch beside vLLM and the actor on one GPU
 # (benchmarks/recipe_memory.py budgets the same 1.5 GB).
 VERIFIER_ACTIVATION_BYTES = 1.5e9
+
+# Concurrent requests merged into one model call hold at most this many micro-batches' token budget: enough
+# rows to sort by length and fill micro-batches, while a request waits behind ~4 micro-batches, not a step.
+MERGED_MICRO_BATCHES = 4
+# Characters per model token assumed when sizing a merged call before tokenizing (English subwords: ~4).
+CHARS_PER_TOKEN = 4
 
 # long_evidence=top_k with evidence_top_k unset: sentences kept from an evidence past max_row_tokens.
 LONG_EVIDENCE_TOP_K = 5
@@ -72,16 +79,49 @@ def _ray_assigned_no_gpu() -> bool:
         return False
 
 
+# Set (to 1/true) node-wide, Ray no longer narrows CUDA_VISIBLE_DEVICES to an actor's GPUs.
+NOSET_CUDA_VISIBLE_DEVICES = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+
+
+def ray_cuda_index(ray_gpu_ids: Sequence[str], cuda_visible_devices: str | None) -> int | None:
+    """The torch CUDA index of the first GPU Ray assigned, in a process whose ``CUDA_VISIBLE_DEVICES`` Ray did
+    not narrow: Ray's ids name the node's GPUs as listed in the raylet's ``CUDA_VISIBLE_DEVICES`` (or all of
+    them by number when unset), which this process sees too. ``None`` when Ray assigned none, or its id is
+    not among the visible devices."""
+    if not ray_gpu_ids:
+        return None
+    first = str(ray_gpu_ids[0])
+    if cuda_visible_devices is None:
+        return int(first) if first.isdigit() else None
+    visible = [device.strip() for device in cuda_visible_devices.split(",") if device.strip()]
+    return visible.index(first) if first in visible else None
+
+
+def _noset_cuda_index() -> int | None:
+    """:func:`ray_cuda_index` of this process when Ray leaves ``CUDA_VISIBLE_DEVICES`` alone, else ``None``."""
+    ray = sys.modules.get("ray")
+    if str(os.environ.get(NOSET_CUDA_VISIBLE_DEVICES, "")).lower() not in ("1", "true"):
+        return None
+    if ray is None or not ray.is_initialized():
+        return None
+    return ray_cuda_index([str(i) for i in ray.get_gpu_ids()], os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
 def resolve_device(device: str) -> torch.device:
     """``auto`` -> ``cuda`` when a GPU is visible and ours, else ``cpu``.
 
     Ray 2.60 leaves ``CUDA_VISIBLE_DEVICES`` set in actors that requested no GPU, so in a Ray process
     without a GPU of its own ``auto`` means ``cpu``: a reward worker must not silently take GPU memory
     from vLLM (use ``placement: ray`` to give the verifier its own GPU). An explicit ``cuda`` is obeyed.
+    With ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES`` every process sees every GPU, so ``auto`` is
+    ``cuda:<index of the GPU Ray assigned>`` (:func:`ray_cuda_index`), not ``cuda:0`` for every server.
     """
     if device == "auto":
         usable = torch.cuda.is_available() and not _ray_assigned_no_gpu()
-        return torch.device("cuda" if usable else "cpu")
+        if not usable:
+            return torch.device("cpu")
+        index = _noset_cuda_index()
+        return torch.device("cuda" if index is None else f"cuda:{index}")
     return torch.device(device)
 
 
@@ -184,6 +224,15 @@ class ModelVerifier(PairPipeline):
         self.max_tokens_per_batch = max_tokens_per_batch
         self.max_row_tokens = max_row_tokens or None
         self.long_evidence = long_evidence
+
+    def merge_budget(self) -> float:
+        """Model tokens merged into one call: ``MERGED_MICRO_BATCHES`` micro-batches' worth."""
+        return MERGED_MICRO_BATCHES * self.max_tokens_per_batch
+
+    def pair_cost(self, pair: Pair) -> float:
+        """The model tokens a pair is expected to take, from its length in characters (not tokenized here:
+        this runs on the server's event loop)."""
+        return (len(pair[0]) + len(pair[1])) / CHARS_PER_TOKEN
 
     @property
     def pad_token_id(self) -> int:
