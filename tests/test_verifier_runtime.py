@@ -149,26 +149,6 @@ def test_a_server_takes_the_gpu_ray_assigned_when_ray_leaves_cuda_visible_device
     assert ray_cuda_index(["99"], listed) is None
 
 
-def test_resolve_device_follows_ray_when_it_leaves_cuda_visible_devices(monkeypatch):
-    """In a Ray GPU actor of a node with RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES, `auto` is the assigned GPU."""
-    ray = pytest.importorskip("ray")
-    from fspo.verifiers import model_base
-
-    monkeypatch.setenv(model_base.NOSET_CUDA_VISIBLE_DEVICES, "1")
-    ray.init(num_cpus=1, num_gpus=4, include_dashboard=False, log_to_driver=False)
-    try:
-
-        @ray.remote(num_gpus=1, num_cpus=0)
-        def index():
-            return ray.get_gpu_ids(), model_base._noset_cuda_index()
-
-        results = ray.get([index.remote() for _ in range(3)])
-    finally:
-        ray.shutdown()
-    for gpu_ids, cuda_index in results:
-        assert cuda_index == int(gpu_ids[0])  # not 0 for every server
-
-
 def test_only_a_broken_device_counts_as_broken():
     assert device_broken(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))
     assert device_broken(RuntimeError("CUDA error: device-side assert triggered"))
