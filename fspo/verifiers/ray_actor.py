@@ -577,8 +577,8 @@ class ColocatedVerifier(Verifier):
         self._maybe_rediscover()
         live = sum(not server.dead for server in self._servers)
         raise ServerFailure(
-            f"no verifier server could score this request ({attempts} attempt(s) on {len(tried)} of {live} live "
-            f"server(s), deadline {self.request_deadline_s:g} s): {last_error!r}"
+            f"no verifier server could score this request ({attempts} attempt(s) on {len(tried)} server(s), {live} "
+            f"still live; deadline {self.request_deadline_s:g} s): {last_error!r}"
         ) from last_error
 
     def score(self, pairs: Sequence[Pair]) -> list[float]:
