@@ -16,6 +16,7 @@ import signal
 import pytest
 
 from fspo.quickstart.launch import launch
+from fspo.verifier_loss import failed_share
 from fspo.verifiers.ray_actor import SERVER_RESTARTS
 from fspo_testing.tiny_run import tiny_run_overrides
 
@@ -64,6 +65,12 @@ def test_a_run_whose_verifier_servers_are_gone_stops_within_the_guard_s_updates(
     assert len(killed) == SERVER_RESTARTS + 1  # the first process and each of Ray's restarts
     assert "fspo: run stopped: the step verifier failed" in log, str(stopped.value)[-3000:]
     assert "training on would be plain GRPO" in log
-    # The updates after the servers were gone: at most max_failed_steps - 1 logged before the stop.
-    lost = [record["step"] for record in records if record["data"]["fspo/verifier_failures"] > 0]
-    assert steps[-1] < STEPS and len([s for s in lost if s > steps[0]]) <= 1
+    # Within the guard's updates: of the updates over max_failed_share that end the log, at most
+    # max_failed_steps - 1 were logged; the next one stopped the run. (How many steps Ray's restarts still
+    # served depends on the machine's load.)
+    over = [
+        failed_share(record["data"]["fspo/verifier_failures"], record["data"]["fspo/verified_rollouts"]) > 0.1
+        for record in records
+    ]
+    trailing = next((i for i, flag in enumerate(reversed(over)) if not flag), len(over))
+    assert steps[-1] < STEPS and trailing <= 1
