@@ -11,6 +11,10 @@ When a merged batch fails, one bad item (an out-of-memory row, a tokenizer error
 dozens of requests merged with it: with ``failed_result`` set, the batch is split in halves until the
 failing items are isolated (:func:`isolate_failures`); only they get ``failed_result``, the rest are
 scored.
+
+A submission whose caller gave up (its task was cancelled: a client's deadline passed) is dropped before
+its batch is computed, not scored for nobody; a merged call is bounded (``max_items``, ``max_cost``), so a
+request waits behind a bounded amount of work, not behind every request pending.
 """
 
 from __future__ import annotations
@@ -88,6 +92,9 @@ class Coalescer(Generic[Item, Result]):
         window_s: How long to wait after the first submission of a batch for others to arrive.
         max_items: Largest number of items in one ``batch_fn`` call (0 = no limit); a larger
             gathering is split into several calls.
+        max_cost: Largest summed ``cost(item)`` in one call (0 = no limit), e.g. a verifier's model tokens;
+            a submission costlier than that alone is called alone.
+        cost: the cost of one item (default 1 each).
         failed_result: if given, a failing batch is split until its failing items are isolated
             (:func:`isolate_failures`); they get this result and are counted in ``failed_items``.
             By default every request of a failing batch gets its error.
@@ -103,10 +110,14 @@ class Coalescer(Generic[Item, Result]):
         window_s: float = 0.02,
         max_items: int = 0,
         failed_result: Any = RAISE,
+        max_cost: float = 0,
+        cost: Callable[[Item], float] | None = None,
     ):
         self.batch_fn = batch_fn
         self.window_s = window_s
         self.max_items = max_items
+        self.max_cost = max_cost
+        self.cost = cost or (lambda _item: 1)
         self.failed_result = failed_result
         self.failed_items = 0
         self.lock = asyncio.Lock()
@@ -114,6 +125,8 @@ class Coalescer(Generic[Item, Result]):
         self._flush_task: asyncio.Task | None = None
         self.calls = 0
         self.busy_seconds = 0.0
+        self.computed_items = 0  # items passed to batch_fn (isolate_failures' retries not counted again)
+        self.dropped_submissions = 0  # cancelled before their batch ran: never computed
 
     async def submit(self, items: Sequence[Item], key: Hashable = None) -> tuple[list[Result], float]:
         """Queue ``items``; return their results and this submission's share of the batch time.
@@ -140,7 +153,14 @@ class Coalescer(Generic[Item, Result]):
 
     async def _run(self, key: Hashable, submissions: list[_Submission]) -> None:
         for chunk in self._chunks(submissions):
+            # Checked as each call starts: a caller may give up while the calls before its own run.
+            waiting = [submission for submission in chunk if not submission.future.done()]
+            self.dropped_submissions += len(chunk) - len(waiting)
+            chunk = waiting
+            if not chunk:
+                continue
             items = [item for submission in chunk for item in submission.items]
+            self.computed_items += len(items)
             started = time.perf_counter()
             try:
                 results = list(await asyncio.to_thread(self._call, key, items))
@@ -170,17 +190,33 @@ class Coalescer(Generic[Item, Result]):
         return results
 
     def _chunks(self, submissions: list[_Submission]) -> list[list[_Submission]]:
-        if not self.max_items:
-            return [submissions]
-        chunks: list[list[_Submission]] = [[]]
-        size = 0
-        for submission in submissions:
-            if chunks[-1] and size + len(submission.items) > self.max_items:
-                chunks.append([])
-                size = 0
-            chunks[-1].append(submission)
-            size += len(submission.items)
-        return chunks
+        sizes = [len(submission.items) for submission in submissions]
+        costs = [
+            sum(self.cost(item) for item in submission.items) if self.max_cost else 0 for submission in submissions
+        ]
+        return [[submissions[i] for i in chunk] for chunk in plan_chunks(sizes, costs, self.max_items, self.max_cost)]
 
     def stats(self) -> dict[str, Any]:
-        return {"calls": self.calls, "busy_seconds": self.busy_seconds, "failed_items": self.failed_items}
+        return {
+            "calls": self.calls,
+            "busy_seconds": self.busy_seconds,
+            "failed_items": self.failed_items,
+            "computed_items": self.computed_items,
+            "dropped_submissions": self.dropped_submissions,
+        }
+
+
+def plan_chunks(sizes: Sequence[int], costs: Sequence[float], max_items: int, max_cost: float) -> list[list[int]]:
+    """Consecutive submissions (their item counts and costs) grouped into calls of at most ``max_items`` items
+    and ``max_cost`` cost (0 = no limit); a submission over a limit alone is a call of its own. In order."""
+    chunks: list[list[int]] = []
+    items = cost = 0.0
+    for index, (size, price) in enumerate(zip(sizes, costs)):
+        over = (max_items and items + size > max_items) or (max_cost and cost + price > max_cost)
+        if not chunks or over:
+            chunks.append([])
+            items = cost = 0.0
+        chunks[-1].append(index)
+        items += size
+        cost += price
+    return chunks

@@ -25,6 +25,7 @@ from fspo.cpu.plugin import STATE as cpu_plugin_state
 from fspo.data.templates import register_chat_template_resolver
 from fspo.hub_env import describe, driver_has_token, hub_env_vars, with_env_vars
 from fspo.trainer import fspo_trainer_class
+from fspo.verifier_loss import VerifierLossError
 
 # verl's platform name for CUDA GPUs (verl.plugin.platform: "nvidia").
 CUDA_PLATFORM = "nvidia"
@@ -115,6 +116,9 @@ def _hydra_main(config: DictConfig) -> None:
     except ConfigError as error:
         print(f"fspo: {error}", file=sys.stderr)
         sys.exit(2)
+    except VerifierLossError as error:  # raised in the task runner; Ray re-raises it here with its traceback
+        print(f"fspo: run stopped: {getattr(error, 'cause', None) or error}", file=sys.stderr)
+        sys.exit(3)
 
 
 # Hydra writes outputs/<date>/<time>/ (the composed config, main.log) into the working folder, as verl's

@@ -195,6 +195,8 @@ def step_metrics(infos: Sequence[Mapping]) -> dict[str, float]:
         # Rollouts with evidence that got no labels: no closed <think>, no steps, or a verifier failure.
         "fspo/unverifiable_rollout_rate": (with_evidence - total("labelled")) / with_evidence if with_evidence else 0.0,
         "fspo/verifier_failures": total("verifier_failed"),
+        # Rollouts the verifier scored (with verifier_failures: the rollouts sent to it; fspo.verifier_loss).
+        "fspo/verified_rollouts": verified,
         # Mean time a rollout's reward waited on the (batched) verifier.
         "fspo/verifier_seconds": total("verifier_seconds") / with_evidence if with_evidence else 0.0,
         "fspo/step_reward_mean": total("step_reward") / rollouts if rollouts else 0.0,

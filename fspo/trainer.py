@@ -26,7 +26,8 @@ from fspo.batch_dump import dump_file_name, save_atomically
 from fspo.config.fspo_config import fspo_config
 from fspo.config.vocabulary import TRAINER_MODES
 from fspo.reward_extra_info import decode_labels, rows_labels_and_stats, sample_info, update_metrics
-from fspo.verifiers.ray_actor import start_servers_in_actor_pool
+from fspo.verifier_loss import VerifierLossGuard
+from fspo.verifiers.ray_actor import start_verifier_servers
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,9 @@ class FSPOAdvantageMixin:
     of verl's trainer classes (:func:`fspo_trainer_class`).
 
     With ``fspo.verifier.placement: colocated`` it also starts the verifier servers, one in each GPU
-    bundle of verl's actor pool, once verl has placed its own workers (:meth:`_setup`).
+    bundle of verl's actor pool, once verl has placed its own workers (:meth:`_setup`); with ``ray``, one
+    server with GPUs of its own. It stops the run when the verifier keeps failing
+    (:mod:`fspo.verifier_loss`).
 
     ``fspo.dump_dir`` (default off) saves, for every actor update, the tensors the actor is updated
     with (:mod:`fspo.batch_dump`).
@@ -97,11 +100,13 @@ class FSPOAdvantageMixin:
         self.fspo_dump_dir: Optional[Path] = Path(self.fspo.dump_dir) if self.fspo.dump_dir else None
         self._fspo_step_record: Optional[dict[str, torch.Tensor]] = None
         self._fspo_prompt_order: dict[str, int] = {}  # uid -> when the prompt was drawn (canonical_row_order)
+        verifier = self.fspo.verifier
+        self.fspo_verifier_loss = VerifierLossGuard(verifier.max_failed_share, verifier.max_failed_steps)
 
     def _setup(self):
         super()._setup()
         # After verl placed its workers: the servers go into the actor pool's placement groups.
-        self.fspo_verifier_servers = start_servers_in_actor_pool(
+        self.fspo_verifier_servers = start_verifier_servers(
             self.fspo, self.resource_pool_manager, self.config.trainer.device
         )
 
@@ -145,9 +150,10 @@ class FSPOAdvantageMixin:
         advantages, response_mask = padded["advantages"], padded["response_mask"]
         shaped = apply_step_labels(advantages, labels, response_mask) if self.fspo.flip else advantages
 
-        metrics.update(
-            update_metrics(counted, flip_stats(advantages, shaped, labels, response_mask), rejects + missing)
-        )
+        update = update_metrics(counted, flip_stats(advantages, shaped, labels, response_mask), rejects + missing)
+        metrics.update(update)
+        # Before the update: a run whose verifier is gone stops here rather than train another step as GRPO.
+        self.fspo_verifier_loss.observe_metrics(update, self.global_steps)
         if self.fspo_dump_dir is not None:
             self._fspo_step_record = {
                 "advantages_before": advantages.clone(),

@@ -1,13 +1,16 @@
 """A verifier server with faults on demand, for the fault-injection tests of the colocated placement.
 
 The faults are real: the backend raises inside the model call on a marked pair (as a tokenizer error or
-an out-of-memory row would), or the model call blocks (as a hung device would), inside a real
+an out-of-memory row would), the model call blocks (as a hung device would) until the stall ends, or every
+call raises the error torch raises for a broken CUDA context, inside a real
 :class:`~fspo.verifiers.ray_actor.VerifierServer` actor reached through Ray.
 """
 
 from __future__ import annotations
 
 import time
+
+import torch
 
 from fspo.verifiers.base import Pair
 from fspo.verifiers.lexical import LexicalVerifier
@@ -18,15 +21,20 @@ RAISE_MARKER = "FAULTYPAIR"
 
 
 class FaultyVerifier(LexicalVerifier):
-    """``lexical``, except that a batch holding a claim with :data:`RAISE_MARKER` raises, and every batch
-    blocks for ``hang_s`` seconds once :meth:`hang` is called."""
+    """``lexical``, except that a batch holding a claim with :data:`RAISE_MARKER` raises, every batch that
+    starts before ``stalled_until`` (``time.monotonic()``) blocks until then, and every batch raises torch's
+    CUDA error once ``device_broken`` is set (as a broken CUDA context does until its process ends)."""
 
     name = "lexical"
-    hang_s = 0.0
+    stalled_until = 0.0
+    device_broken = False
 
     def _score_unique(self, pairs: list[Pair]) -> list[float]:
-        if self.hang_s:
-            time.sleep(self.hang_s)
+        if self.device_broken:
+            raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
+        stall = self.stalled_until - time.monotonic()
+        if stall > 0:
+            time.sleep(stall)
         marked = [claim for _, claim in pairs if RAISE_MARKER in claim]
         if marked:
             raise ValueError(f"{len(marked)} marked pair(s) in a batch of {len(pairs)}")
@@ -42,5 +50,9 @@ class FaultyVerifierServer(VerifierServer):
         return verifier
 
     async def hang(self, seconds: float) -> None:
-        """From now on every model call blocks ``seconds`` (the server stops answering)."""
-        self.verifier.hang_s = seconds
+        """The server stops answering for ``seconds``: every model call that starts before then blocks until then."""
+        self.verifier.stalled_until = time.monotonic() + seconds
+
+    async def break_device(self) -> None:
+        """From now on every model call raises torch's CUDA error, until the process is replaced."""
+        self.verifier.device_broken = True

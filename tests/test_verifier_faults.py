@@ -279,3 +279,87 @@ def test_a_crashed_server_is_restarted_by_ray_and_used_again(pool, qwen_tokenize
     print(f"restart: client counts {dict(client.counts)}")
     assert all(info["fspo_labelled"] for info in infos)
     assert ray.get(victim.describe.remote())["requests"] > 0  # the restarted process serves again
+
+
+# --- one server: cancelled requests, a stall it recovers from, a broken device ---------------------
+
+
+def one_server(gpu_bundles, job_id: str):
+    """A faulty-capable server of its own job in the single-GPU group (sharing its GPU, as servers of several
+    jobs may), and a client of it with the back-off shortened to 1 s."""
+    (handle,) = start_servers(gpu_bundles[1], job_id)
+    return handle
+
+
+def client(job_id: str, timeout_s: float, deadline_s: float):
+    from fspo.verifiers.ray_actor import ColocatedVerifier
+
+    return ColocatedVerifier("lexical", request_timeout_s=timeout_s, request_deadline_s=deadline_s, job_id=job_id)
+
+
+def pair(i: int) -> list[tuple[str, str]]:
+    fact = f"Stesta Bagu works for Vigio Shipping {i}."
+    return [(fact, fact)]
+
+
+def test_a_request_its_client_gave_up_on_is_never_scored(gpu_bundles):
+    handle = one_server(gpu_bundles, "cancel")
+    ray.get(handle.hang.remote(6))
+    verifier = client("cancel", timeout_s=1.0, deadline_s=1.0)
+
+    async def main():
+        first = asyncio.ensure_future(verifier.ascore(pair(0)))  # its batch starts, and stalls
+        await asyncio.sleep(0.5)
+        late = [verifier.ascore(pair(i)) for i in range(1, 9)]  # queued behind it until their deadline
+        return await asyncio.gather(first, *late, return_exceptions=True)
+
+    results = asyncio.run(main())
+    assert all(isinstance(result, Exception) for result in results)  # every deadline passed
+    time.sleep(6)  # the stall ends: the server's loop would now compute what was queued
+    described = ray.get(handle.describe.remote())
+    ray.kill(handle)
+    print(f"cancelled: server {described}")
+    assert described["requests"] == 9
+    assert described["computed_pairs"] == 1  # only the batch that was already running
+    assert described["dropped_requests"] == 8
+
+
+def test_one_server_that_stalls_then_recovers_scores_the_requests_it_held(gpu_bundles, monkeypatch):
+    """The one-GPU recipe's case: nowhere else to retry, so the request waits out the back-off and asks again."""
+    from fspo.verifiers import ray_actor
+
+    monkeypatch.setattr(ray_actor, "SET_ASIDE_S", 1.0)
+    handle = one_server(gpu_bundles, "recover")
+    verifier = client("recover", timeout_s=1.5, deadline_s=20.0)
+    ray.get(handle.hang.remote(3))
+    started = time.monotonic()
+
+    async def main():
+        return await asyncio.gather(*(verifier.ascore(pair(i)) for i in range(8)))
+
+    scores = asyncio.run(main())
+    elapsed = time.monotonic() - started
+    described = ray.get(handle.describe.remote())
+    ray.kill(handle)
+    print(f"stall of 3 s: {elapsed:.1f} s, client counts {dict(verifier.counts)}, server {described}")
+    assert scores == [[1.0]] * 8
+    assert verifier.counts["timeouts"] >= 1 and verifier.counts["retries"] >= 1 and not verifier.counts["failed"]
+    assert elapsed < 20
+
+
+def test_a_server_whose_device_broke_exits_and_ray_restarts_it(gpu_bundles, monkeypatch):
+    from fspo.verifiers import ray_actor
+
+    monkeypatch.setattr(ray_actor, "SET_ASIDE_S", 1.0)
+    monkeypatch.setattr(ray_actor, "REDISCOVER_S", 1.0)
+    handle = one_server(gpu_bundles, "broken")
+    verifier = client("broken", timeout_s=30.0, deadline_s=90.0)
+    assert asyncio.run(verifier.ascore(pair(0))) == [1.0]
+    pid = ray.get(handle.describe.remote())["pid"]
+    ray.get(handle.break_device.remote())
+    scores = asyncio.run(verifier.ascore(pair(1)))  # fails on the broken process, then on the restarted one
+    restarted = ray.get(handle.describe.remote())
+    ray.kill(handle)
+    print(f"broken device: client counts {dict(verifier.counts)}")
+    assert scores == [1.0]
+    assert restarted["pid"] != pid and restarted["requests"] >= 1

@@ -440,3 +440,23 @@ def test_long_evidence_top_k_keeps_the_claim_s_best_sentences(tiny_hhem):
     windows, owners = verifier.evidence_windows([(evidence, "The Seine flows through Paris."), (EVIDENCE[:30], "x")])
     assert windows[0] == ("The Seine flows through Paris.", "The Seine flows through Paris.") and owners == [0, 1]
     assert windows[1] == (EVIDENCE[:30], "x")  # short evidence is left whole
+
+
+def test_an_evidence_is_tokenized_once_for_its_windows_across_calls(tiny_hhem):
+    """Every rollout of a prompt brings the same evidence, in different merged calls: its token boundaries are
+    remembered (bounded: EVIDENCE_SPANS_CACHED evidences), and the windows are those a fresh verifier cuts."""
+    from fspo.verifiers import model_base
+    from fspo.verifiers.hhem import HHEMVerifier
+
+    checkpoint, _ = tiny_hhem
+    evidence = " ".join(f"{EVIDENCE} {i}." for i in range(12))
+    verifier = HHEMVerifier(model_path=str(checkpoint), device="cpu", max_row_tokens=160)
+    first = verifier.evidence_windows([(evidence, claim) for claim in CLAIMS])
+    for claim in CLAIMS:  # later requests of the same step, one rollout each
+        verifier.score([(evidence, claim)])
+    assert verifier.spans_tokenized == 1 and len(first[0]) > len(CLAIMS)
+    fresh = HHEMVerifier(model_path=str(checkpoint), device="cpu", max_row_tokens=160)
+    assert fresh.evidence_windows([(evidence, claim) for claim in CLAIMS]) == first
+    for i in range(model_base.EVIDENCE_SPANS_CACHED + 5):  # the cache stays within its bound
+        verifier._token_spans(f"evidence {i}")
+    assert len(verifier._spans) == model_base.EVIDENCE_SPANS_CACHED

@@ -1,71 +1,111 @@
-"""placement=ray: the verifier runs in one named Ray actor shared by every caller (CPU, num_gpus=0)."""
+"""placement=ray: one verifier server with resources of its own, reached through the colocated placement's
+client (deadlines, retries, re-discovery) on a Ray cluster with two logical GPUs."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
+from omegaconf import OmegaConf
 
 from fspo.config.verifier import verifier_config
 from fspo.verifiers import build_verifier
+from fspo.verifiers.ray_actor import ColocatedVerifier, start_dedicated_server
 
 ray = pytest.importorskip("ray")
+
+PAIRS = [
+    ("Paris is the capital of France.", "Paris is the capital."),
+    ("Paris is big.", "Rome is big."),
+]
 
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
 
-def test_ray_placement_needs_a_running_ray():
-    assert not ray.is_initialized()  # runs before the module's cluster starts
-    with pytest.raises(RuntimeError, match="ray.init"):
-        build_verifier(verifier_config({"name": "lexical", "placement": "ray", "num_gpus": 0}))
+def dedicated(job_id: str, server_class=None, **options):
+    settings = verifier_config({"name": "lexical", "placement": "ray", "num_gpus": 0, "num_cpus": 0, **options})
+    (handle,), (info,) = start_dedicated_server(settings, server_class=server_class, job_id=job_id)
+    verifier = build_verifier(settings)
+    verifier.job_id = job_id
+    return handle, info, verifier
 
 
-def test_ray_actor_is_shared_and_scores_like_local(ray_cluster):
-    config = {
-        "name": "lexical",
-        "placement": "ray",
-        "num_gpus": 0,
-        "num_cpus": 0,
-        "actor_name": "fspo_verifier_test",
-    }
-    first, second = build_verifier(verifier_config(config)), build_verifier(verifier_config(config))
-    assert first.actor._actor_id == second.actor._actor_id  # get_if_exists: one actor, one model
-    pairs = [
-        ("Paris is the capital of France.", "Paris is the capital."),
-        ("Paris is big.", "Rome is big."),
-    ]
-    local = build_verifier(verifier_config({"name": "lexical"})).score(pairs)
-    assert first.score(pairs) == local
-    assert asyncio.run(second.ascore(pairs)) == local
-    described = ray.get(first.actor.describe.remote())
-    assert described["name"] == "lexical" and described["pid"] != __import__("os").getpid()
-
-
-def test_ray_actor_merges_concurrent_requests(ray_cluster):
-    verifier = build_verifier(
-        verifier_config(
-            {
-                "name": "lexical",
-                "placement": "ray",
-                "num_gpus": 0,
-                "num_cpus": 0,
-                "actor_name": "fspo_verifier_merge",
-                "coalesce_ms": 200,
-            }
-        )
-    )
+def test_the_ray_placement_server_scores_like_local_and_merges_requests(ray_cluster):
+    handle, info, verifier = dedicated("ray-scores", coalesce_ms=200)
+    assert isinstance(verifier, ColocatedVerifier)  # the same client as colocated servers
+    local = build_verifier(verifier_config({"name": "lexical"})).score(PAIRS)
+    assert verifier.score(PAIRS) == local
+    assert info["name"] == "lexical" and info["pid"] != __import__("os").getpid()
     requests = [[(f"Paris has {i} bridges.", f"Paris has {i} bridges.")] for i in range(8)]
 
     async def run():
         return await asyncio.gather(*(verifier.ascore(r) for r in requests))
 
     assert asyncio.run(run()) == [[1.0]] * 8
-    assert ray.get(verifier.actor.describe.remote())["model_calls"] <= 2
+    assert ray.get(handle.describe.remote())["model_calls"] <= 3
+    ray.kill(handle)
+
+
+def test_a_hung_ray_placement_server_costs_a_step_its_deadline_not_forever(ray_cluster, qwen_tokenizer):
+    """The reward manager's step over a hung server ends within the request deadline, every rollout counted as a
+    verifier failure, and the run-level guard then stops the run."""
+    from fspo.reward import FSPORewardManager
+    from fspo.reward_extra_info import step_metrics
+    from fspo.verifier_loss import VerifierLossError, VerifierLossGuard
+    from fspo_testing.faulty_verifier import FaultyVerifierServer
+    from fspo_testing.rollouts import single_rollout
+
+    handle, _, _ = dedicated("ray-hung", server_class=FaultyVerifierServer)
+    ray.get(handle.hang.remote(3600))
+    config = OmegaConf.create(
+        {
+            "fspo": {
+                "enable": True,
+                "verifier": {"name": "lexical", "placement": "ray", "request_timeout_s": 1, "request_deadline_s": 3},
+            }
+        }
+    )
+    manager = FSPORewardManager(config, qwen_tokenizer, compute_score=None)
+    manager.verifier.job_id = "ray-hung"
+    fact = "Stesta Bagu works for Vigio Shipping."
+    rollouts = [
+        single_rollout(
+            qwen_tokenizer,
+            f" {fact}\n</think> <answer> Piobrdell </answer>",
+            data_source="synthetic_multihop",
+            ground_truth="Piobrdell",
+            extra_info={"index": i, "split": "train", "evidence": fact},
+        )[0]
+        for i in range(16)
+    ]
+
+    async def step():
+        return await asyncio.gather(*(manager.run_single(data) for data in rollouts))
+
+    started = time.monotonic()
+    results = asyncio.run(step())
+    elapsed = time.monotonic() - started
+    ray.kill(handle)
+    infos = [result["reward_extra_info"] for result in results]
+    print(f"hung ray placement: step of 16 rollouts in {elapsed:.1f} s, client {dict(manager.verifier.counts)}")
+    assert elapsed < 3 + 5  # the deadline, plus the rollouts' own scoring
+    assert all(info["fspo_verifier_failed"] == 1 for info in infos)
+    guard = VerifierLossGuard(max_share=0.1, max_steps=2)
+    guard.observe_metrics(step_metrics(infos), step=1)
+    with pytest.raises(VerifierLossError, match="failed 16 of 16 rollouts"):
+        guard.observe_metrics(step_metrics(infos), step=2)
+
+
+def test_a_ray_placement_server_that_cannot_get_its_gpu_is_a_clear_error(ray_cluster):
+    settings = verifier_config({"name": "lexical", "placement": "ray", "num_gpus": 3, "start_timeout_s": 1})
+    with pytest.raises(RuntimeError, match="no free GPU"):
+        start_dedicated_server(settings, job_id="ray-no-gpu")
 
 
 def test_auto_device_stays_off_cuda_in_a_ray_process_without_a_gpu(ray_cluster):
@@ -79,42 +119,17 @@ def test_auto_device_stays_off_cuda_in_a_ray_process_without_a_gpu(ray_cluster):
     assert ray.get(probe.remote()) == (True, "cpu")
 
 
-def test_actor_that_cannot_get_its_gpu_is_a_clear_error(ray_cluster):
-    config = {
-        "name": "lexical",
-        "placement": "ray",
-        "num_gpus": 1,
-        "actor_name": "fspo_verifier_no_gpu",
-        "start_timeout_s": 1,
-    }
-    with pytest.raises(RuntimeError, match="no free GPU"):
-        build_verifier(verifier_config(config))
+def test_a_server_takes_the_gpu_ray_assigned_when_ray_leaves_cuda_visible_devices(ray_cluster):
+    """With RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES every process sees every GPU: `auto` must be the one Ray
+    assigned, not cuda:0 for every server."""
+    from fspo.verifiers import model_base
 
+    @ray.remote(num_gpus=1, num_cpus=0)
+    def index():
+        return ray.get_gpu_ids(), model_base._noset_cuda_index()
 
-def test_a_worker_that_times_out_waiting_does_not_kill_the_actor_another_worker_created(ray_cluster):
-    """Only the creator kills a pending actor: a second worker's shorter wait must not take it from the first."""
-    import threading
-    import time
-
-    config = {"name": "lexical", "placement": "ray", "num_gpus": 1, "actor_name": "fspo_verifier_shared_wait"}
-    creator_error: list = []
-
-    def creator():
-        try:
-            build_verifier(verifier_config({**config, "start_timeout_s": 8}))
-        except RuntimeError as error:
-            creator_error.append(error)
-
-    thread = threading.Thread(target=creator)
-    thread.start()
-    deadline = time.monotonic() + 5
-    while config["actor_name"] not in ray.util.list_named_actors():
-        assert time.monotonic() < deadline, "the creator never created its actor"
-        time.sleep(0.1)
-    with pytest.raises(RuntimeError, match="did not start within 1 s"):
-        build_verifier(verifier_config({**config, "start_timeout_s": 1}))  # attaches to the creator's actor
-    assert config["actor_name"] in ray.util.list_named_actors()  # still there for the creator
-    thread.join()
-    assert creator_error and "no free GPU" in str(creator_error[0])
-    time.sleep(1)
-    assert config["actor_name"] not in ray.util.list_named_actors()  # the creator killed it
+    noset = {"env_vars": {model_base.NOSET_CUDA_VISIBLE_DEVICES: "1"}}
+    results = ray.get([index.options(runtime_env=noset).remote() for _ in range(2)])
+    assert sorted(int(gpu_ids[0]) for gpu_ids, _ in results) == [0, 1]
+    for gpu_ids, cuda_index in results:
+        assert cuda_index == int(gpu_ids[0])

@@ -78,16 +78,31 @@ class VerifierConfig(BaseConfig):
         "worker, one CPU thread each), ray (one named Ray actor with num_gpus of its "
         "own), or auto (colocated for a model backend on GPUs, local otherwise).",
     )
-    num_gpus: float = _option(1.0, "placement=ray: GPUs the verifier actor asks Ray for (keep one out of verl's pool).")
-    num_cpus: float = _option(1.0, "placement=ray or colocated: CPUs each verifier actor asks Ray for.")
-    actor_name: str = _option(
-        "fspo_verifier", "placement=ray: the actor's Ray name; reward workers that use the same name share one model."
+    num_gpus: float = _option(
+        1.0, "placement=ray: GPUs the verifier server asks Ray for (keep one out of verl's pool)."
     )
+    num_cpus: float = _option(1.0, "placement=ray or colocated: CPUs each verifier server asks Ray for.")
     request_timeout_s: float = _option(
         300.0,
-        "placement=colocated: seconds a reward worker waits for one rollout's verdicts from a server (queueing "
-        "behind the step's other batches included) before it sets that server aside and asks another; a "
-        "server that fails or times out is retried after a back-off (30 s, doubling).",
+        "placement=colocated or ray: seconds one attempt waits for a rollout's verdicts from a server (queueing "
+        "behind the batches merged before it included) before the server is set aside and another asked (or, "
+        "when all were tried, the first due back from its back-off: 30 s, doubling).",
+    )
+    request_deadline_s: Optional[float] = _option(
+        None,
+        "placement=colocated or ray: seconds a rollout's request may take in all, its retries and waits "
+        "included; past it the rollout is left unlabelled (a verifier failure). null = 2 x request_timeout_s.",
+    )
+    max_failed_share: float = _option(
+        0.1,
+        "Run-level guard: an actor update in which more than this share of the rollouts sent to the verifier "
+        "got no verdict because the verifier failed (servers dead or hung past the deadline, the backend "
+        "raising; not missing evidence or steps) counts as a verifier-loss update; 1 = never.",
+    )
+    max_failed_steps: int = _option(
+        2,
+        "Run-level guard: this many verifier-loss updates in a row stop the run with a message naming the cause "
+        "(instead of training on as plain GRPO); 0 = never stop.",
     )
     start_timeout_s: float = _option(
         600.0,
@@ -202,10 +217,16 @@ class VerifierConfig(BaseConfig):
                 f"fspo.verifier.dtype must be one of {', '.join(VERIFIER_DTYPES)} or null, got {self.dtype!r}"
             )
         _require(0.0 <= self.threshold <= 1.0, "threshold", self.threshold, "a number in [0, 1]")
+        _require(0.0 <= self.max_failed_share <= 1.0, "max_failed_share", self.max_failed_share, "a number in [0, 1]")
         for key, low, meaning in _LOWER_BOUNDS:
             value = getattr(self, key)
             if value is not None:
                 _require(math.isfinite(value) and value >= low, key, value, meaning)
+
+    @property
+    def deadline_s(self) -> float:
+        """One request's deadline across its retries (``request_deadline_s``, or 2 x ``request_timeout_s``)."""
+        return self.request_deadline_s if self.request_deadline_s is not None else 2 * self.request_timeout_s
 
     def backend_options(self) -> dict:
         """The keyword arguments of backend ``name``'s class: its options that are set (null = its default).
@@ -250,6 +271,8 @@ _LOWER_BOUNDS = (
     ("num_cpus", 0, "a non-negative number"),
     ("start_timeout_s", 1e-9, "a positive number of seconds"),
     ("request_timeout_s", 1e-9, "a positive number of seconds"),
+    ("request_deadline_s", 1e-9, "a positive number of seconds or null (2 x request_timeout_s)"),
+    ("max_failed_steps", 0, "a non-negative integer (0 = never stop)"),
     ("max_row_tokens", 0, "a non-negative integer (0 = no limit) or null"),
     ("max_tokens_per_batch", 1, "a positive integer or null"),
     ("max_length", 1, "a positive integer or null"),

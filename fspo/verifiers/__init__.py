@@ -16,7 +16,7 @@ from __future__ import annotations
 from fspo.config.verifier import VerifierConfig
 from fspo.verifiers.backends import build_local_verifier
 from fspo.verifiers.base import UNVERIFIABLE, PairPipeline, Verifier
-from fspo.verifiers.ray_actor import ColocatedVerifier, RayVerifier
+from fspo.verifiers.ray_actor import ColocatedVerifier
 
 __all__ = ["UNVERIFIABLE", "PairPipeline", "Verifier", "build_verifier"]
 
@@ -25,8 +25,8 @@ def build_verifier(settings: VerifierConfig) -> Verifier:
     """The verifier an ``fspo.verifier`` block describes, where its ``placement`` puts it.
 
     ``local``/``auto`` build the model in this process (:func:`fspo.verifiers.backends.build_local_verifier`);
-    ``colocated`` returns a client of the servers FSPO's trainer starts on verl's GPUs; ``ray`` runs it
-    in a named Ray actor that requests ``num_gpus`` GPUs (see :mod:`fspo.verifiers.placement`).
+    ``colocated`` and ``ray`` return a client of the servers FSPO's trainer starts (on verl's GPUs, or one
+    server with ``num_gpus`` of its own; see :mod:`fspo.verifiers.placement`).
 
     Args:
         settings: the block as a :class:`fspo.config.verifier.VerifierConfig` (``fspo.config.verifier.verifier_config`` turns
@@ -41,10 +41,12 @@ def build_verifier(settings: VerifierConfig) -> Verifier:
             f"build_verifier takes a fspo.config.verifier.VerifierConfig, got {type(settings).__name__}: "
             "convert a mapping with fspo.config.verifier.verifier_config(...)"
         )
-    if settings.placement == "colocated":
+    if settings.placement in ("colocated", "ray"):
+        # The trainer starts the servers of either placement; this client finds them by name.
         return ColocatedVerifier(
-            settings.name, threshold=settings.threshold, request_timeout_s=settings.request_timeout_s
+            settings.name,
+            threshold=settings.threshold,
+            request_timeout_s=settings.request_timeout_s,
+            request_deadline_s=settings.deadline_s,
         )
-    if settings.placement == "ray":
-        return RayVerifier(settings)
     return build_local_verifier(settings)

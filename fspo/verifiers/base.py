@@ -20,6 +20,9 @@ from fspo.verifiers.text import top_k_evidence
 
 UNVERIFIABLE = math.nan
 
+# A backend without a token budget merges at most this many pairs into one call (see Verifier.merge_budget).
+MAX_MERGED_PAIRS = 4096
+
 Pair = tuple[str, str]
 
 
@@ -68,19 +71,36 @@ class Verifier(ABC):
     # ray placements); reported per rollout so a run can see where its steps were verified.
     ray_gpu_assigned: bool = False
 
+    def merge_budget(self) -> float:
+        """The most summed :meth:`pair_cost` that concurrent requests merge into one call.
+
+        A merged call answers all its requests when it ends, so its size is what one request may wait
+        behind; a model backend bounds it by its token budget (:class:`fspo.verifiers.model_base.ModelVerifier`).
+        """
+        return MAX_MERGED_PAIRS
+
+    def pair_cost(self, pair: Pair) -> float:
+        """One pair's share of :meth:`merge_budget` (here: one pair)."""
+        return 1
+
     async def ascore(self, pairs: Sequence[Pair]) -> list[float]:
         """[`~Verifier.score`] for async callers such as verl's reward loop, which scores one rollout per call.
 
-        Concurrent calls are merged by a [`fspo.coalesce.Coalescer`], so the model still sees the whole
-        step's pairs in one batched [`~Verifier.score`] call, run in a worker thread. A merged batch that
-        raises is split until the failing pairs are isolated: they score NaN (unverifiable), the others
-        are scored; a request whose every pair fails gets the error.
+        Concurrent calls are merged by a [`fspo.coalesce.Coalescer`], up to :meth:`merge_budget`, so the
+        model sees many rollouts' pairs in one batched [`~Verifier.score`] call, run in a worker thread. A
+        merged batch that raises is split until the failing pairs are isolated: they score NaN
+        (unverifiable), the others are scored; a request whose every pair fails gets the error. A request
+        cancelled before its call runs (a client's deadline) is dropped, never computed.
         """
         loop = asyncio.get_running_loop()
         coalescer = getattr(self, "_coalescer", None)
         if coalescer is None or getattr(self, "_coalescer_loop", None) is not loop:
             coalescer = self._coalescer = Coalescer(
-                lambda _key, batch: self.score(batch), window_s=self.coalesce_ms / 1000, failed_result=UNVERIFIABLE
+                lambda _key, batch: self.score(batch),
+                window_s=self.coalesce_ms / 1000,
+                failed_result=UNVERIFIABLE,
+                max_cost=self.merge_budget(),
+                cost=self.pair_cost,
             )
             self._coalescer_loop = loop
         scores, _ = await coalescer.submit(check_pairs(pairs))

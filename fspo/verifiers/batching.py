@@ -75,6 +75,18 @@ def _is_out_of_memory(error: BaseException) -> bool:
     )
 
 
+def device_broken(error: BaseException) -> bool:
+    """Whether ``error`` says the process's accelerator context is broken (an illegal memory access, a
+    device-side assert: every later CUDA call fails too), as opposed to a bad input or an out-of-memory batch."""
+    if _is_out_of_memory(error):
+        return False
+    accelerator_error = getattr(torch, "AcceleratorError", ())  # torch >= 2.8 raises it for CUDA errors
+    if accelerator_error and isinstance(error, accelerator_error):
+        return True
+    message = str(error)
+    return any(sign in message for sign in ("CUDA error", "device-side assert", "CUBLAS_STATUS_", "cuDNN error"))
+
+
 def run_batched(
     rows: Sequence[Features],
     forward: Callable[[dict[str, torch.Tensor]], torch.Tensor],

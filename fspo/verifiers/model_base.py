@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 from abc import abstractmethod
+from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import torch
@@ -45,6 +48,17 @@ from fspo.verifiers.text import top_k_evidence
 # Activation memory a colocated verifier may take per micro-batch beside vLLM and the actor on one GPU
 # (benchmarks/recipe_memory.py budgets the same 1.5 GB).
 VERIFIER_ACTIVATION_BYTES = 1.5e9
+
+# Concurrent requests merged into one model call hold at most this many micro-batches' token budget: enough
+# rows to sort by length and fill micro-batches, while a request waits behind ~4 micro-batches, not a step.
+MERGED_MICRO_BATCHES = 4
+# Characters per model token assumed when sizing a merged call before tokenizing (English subwords: ~4).
+CHARS_PER_TOKEN = 4
+
+# Evidences whose token boundaries a server keeps (LRU, stored as two int32 arrays: ~8 bytes per token, so
+# ~8 MB for 1,024 evidences of 1k tokens). Every rollout of a prompt (8 at the paper's scale) brings the same
+# evidence, mostly in different merged calls; 1,024 covers the 128 prompts of ~8 steps, all a step reuses.
+EVIDENCE_SPANS_CACHED = 1024
 
 # long_evidence=top_k with evidence_top_k unset: sentences kept from an evidence past max_row_tokens.
 LONG_EVIDENCE_TOP_K = 5
@@ -72,16 +86,49 @@ def _ray_assigned_no_gpu() -> bool:
         return False
 
 
+# Set (to 1/true) node-wide, Ray no longer narrows CUDA_VISIBLE_DEVICES to an actor's GPUs.
+NOSET_CUDA_VISIBLE_DEVICES = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+
+
+def ray_cuda_index(ray_gpu_ids: Sequence[str], cuda_visible_devices: str | None) -> int | None:
+    """The torch CUDA index of the first GPU Ray assigned, in a process whose ``CUDA_VISIBLE_DEVICES`` Ray did
+    not narrow: Ray's ids name the node's GPUs as listed in the raylet's ``CUDA_VISIBLE_DEVICES`` (or all of
+    them by number when unset), which this process sees too. ``None`` when Ray assigned none, or its id is
+    not among the visible devices."""
+    if not ray_gpu_ids:
+        return None
+    first = str(ray_gpu_ids[0])
+    if cuda_visible_devices is None:
+        return int(first) if first.isdigit() else None
+    visible = [device.strip() for device in cuda_visible_devices.split(",") if device.strip()]
+    return visible.index(first) if first in visible else None
+
+
+def _noset_cuda_index() -> int | None:
+    """:func:`ray_cuda_index` of this process when Ray leaves ``CUDA_VISIBLE_DEVICES`` alone, else ``None``."""
+    ray = sys.modules.get("ray")
+    if str(os.environ.get(NOSET_CUDA_VISIBLE_DEVICES, "")).lower() not in ("1", "true"):
+        return None
+    if ray is None or not ray.is_initialized():
+        return None
+    return ray_cuda_index([str(i) for i in ray.get_gpu_ids()], os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
 def resolve_device(device: str) -> torch.device:
     """``auto`` -> ``cuda`` when a GPU is visible and ours, else ``cpu``.
 
     Ray 2.60 leaves ``CUDA_VISIBLE_DEVICES`` set in actors that requested no GPU, so in a Ray process
     without a GPU of its own ``auto`` means ``cpu``: a reward worker must not silently take GPU memory
     from vLLM (use ``placement: ray`` to give the verifier its own GPU). An explicit ``cuda`` is obeyed.
+    With ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES`` every process sees every GPU, so ``auto`` is
+    ``cuda:<index of the GPU Ray assigned>`` (:func:`ray_cuda_index`), not ``cuda:0`` for every server.
     """
     if device == "auto":
         usable = torch.cuda.is_available() and not _ray_assigned_no_gpu()
-        return torch.device("cuda" if usable else "cpu")
+        if not usable:
+            return torch.device("cpu")
+        index = _noset_cuda_index()
+        return torch.device("cuda" if index is None else f"cuda:{index}")
     return torch.device(device)
 
 
@@ -184,6 +231,17 @@ class ModelVerifier(PairPipeline):
         self.max_tokens_per_batch = max_tokens_per_batch
         self.max_row_tokens = max_row_tokens or None
         self.long_evidence = long_evidence
+        self._spans: OrderedDict[str, tuple[array, array]] = OrderedDict()
+        self.spans_tokenized = 0  # evidences tokenized for their boundaries (cache misses)
+
+    def merge_budget(self) -> float:
+        """Model tokens merged into one call: ``MERGED_MICRO_BATCHES`` micro-batches' worth."""
+        return MERGED_MICRO_BATCHES * self.max_tokens_per_batch
+
+    def pair_cost(self, pair: Pair) -> float:
+        """The model tokens a pair is expected to take, from its length in characters (not tokenized here:
+        this runs on the server's event loop)."""
+        return (len(pair[0]) + len(pair[1])) / CHARS_PER_TOKEN
 
     @property
     def pad_token_id(self) -> int:
@@ -210,7 +268,7 @@ class ModelVerifier(PairPipeline):
         least_budget = self.max_row_tokens // 4
         tokenized = {evidence: self._token_spans(evidence) for evidence in dict.fromkeys(e for e, _ in pairs)}
         # What the prompt and the claim take, measured only where the evidence may not fit beside them.
-        claims = list(dict.fromkeys(claim for evidence, claim in pairs if len(tokenized[evidence]) > least_budget))
+        claims = list(dict.fromkeys(claim for evidence, claim in pairs if len(tokenized[evidence][0]) > least_budget))
         overhead = dict.fromkeys(claims, 0)
         if claims:
             bare_rows, bare_owners = self.encode([("", claim) for claim in claims])
@@ -218,24 +276,34 @@ class ModelVerifier(PairPipeline):
                 overhead[claims[owner]] = max(overhead[claims[owner]], len(row["input_ids"]))
         windowed, owners = [], []
         for index, (evidence, claim) in enumerate(pairs):
-            spans = tokenized[evidence]
+            starts, ends = tokenized[evidence]
             budget = max(self.max_row_tokens - overhead.get(claim, 0), least_budget)
-            if len(spans) > budget and self.long_evidence == "top_k":
+            if len(starts) > budget and self.long_evidence == "top_k":
                 evidence = top_k_evidence(evidence, claim, self.evidence_top_k or LONG_EVIDENCE_TOP_K)
-                spans = self._token_spans(evidence)
-            if len(spans) <= budget:
+                starts, ends = self._token_spans(evidence)
+            if len(starts) <= budget:
                 windowed.append((evidence, claim))
                 owners.append(index)
                 continue
-            for start, end in plan_windows(len(spans), budget, budget // 4):
-                windowed.append((evidence[spans[start][0] : spans[end - 1][1]], claim))
+            for start, end in plan_windows(len(starts), budget, budget // 4):
+                windowed.append((evidence[starts[start] : ends[end - 1]], claim))
                 owners.append(index)
         return windowed, owners
 
-    def _token_spans(self, text: str) -> list[tuple[int, int]]:
-        """Character span of each of ``text``'s model tokens (no special tokens)."""
-        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        return [tuple(span) for span in encoded["offset_mapping"]]
+    def _token_spans(self, text: str) -> tuple[array, array]:
+        """Character start and end of each of ``text``'s model tokens (no special tokens), remembered for the
+        last ``EVIDENCE_SPANS_CACHED`` texts: the same evidence comes back with every rollout of its prompt."""
+        cached = self._spans.get(text)
+        if cached is not None:
+            self._spans.move_to_end(text)
+            return cached
+        offsets = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        spans = array("i", (start for start, _ in offsets)), array("i", (end for _, end in offsets))
+        self.spans_tokenized += 1
+        self._spans[text] = spans
+        if len(self._spans) > EVIDENCE_SPANS_CACHED:
+            self._spans.popitem(last=False)
+        return spans
 
     def _score_unique(self, pairs: list[Pair]) -> list[float]:
         windowed, window_owners = self.evidence_windows(pairs)

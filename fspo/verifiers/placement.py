@@ -7,7 +7,9 @@
 - ``colocated``: one verifier server per GPU of verl's actor pool, in that GPU's placement-group
   bundle (:mod:`fspo.verifiers.ray_actor`); every GPU still trains, and rewards stream with rollout;
 - ``local``: a copy inside each of verl's reward workers (CPU processes with one thread each);
-- ``ray``: one named Ray actor asking for ``num_gpus`` of its own, outside verl's pool.
+- ``ray``: one verifier server asking for ``num_gpus`` of its own, outside verl's pool; the trainer starts
+  and owns it, and the reward workers reach it through the colocated servers' client (deadlines, retries,
+  Ray's restarts, re-discovery).
 
 ``llm_judge`` with no ``url`` uses verl's reward-model router when ``reward.reward_model.enable`` is
 set (verl then serves the judge model on its own replicas): ``url: reward_router``.

@@ -7,20 +7,23 @@ thread). A model verifier therefore runs in :class:`VerifierServer` actors, plac
 - ``colocated`` (the GPU recipes' default): one server per GPU of verl's actor/rollout resource pool,
   scheduled into that GPU's placement-group bundle with ``1 / max_colocate_count`` of its GPU — the
   share verl keeps free in every bundle for a colocated reward model. Ray sets each server's
-  ``CUDA_VISIBLE_DEVICES`` to its bundle's GPU, and every GPU of the run still trains. The trainer
-  starts them (:func:`start_colocated_servers`); reward workers find them by name
-  (:class:`ColocatedVerifier`) and spread their requests over them.
-- ``ray``: one named actor that asks Ray for ``num_gpus`` of its own (:class:`RayVerifier`), for a
-  cluster that keeps a GPU out of verl's pool.
+  ``CUDA_VISIBLE_DEVICES`` to its bundle's GPU, and every GPU of the run still trains.
+- ``ray``: one server that asks Ray for ``num_gpus`` of its own, outside verl's pool (for a cluster that
+  keeps a GPU out of verl's pool).
 
-Colocated servers are named after the Ray job (:func:`colocated_server_name`), so two jobs sharing a
-namespace never find each other's. A week-long run meets dead and hung servers, so the client
-(:class:`ColocatedVerifier`) gives every request a deadline (``fspo.verifier.request_timeout_s``); a
-server that dies, restarts, times out or keeps failing is set aside (back-off 30 s, doubling to 10
-minutes) and the request is retried on another one, so a step's labels are lost only when every server
-fails it. Ray restarts a server whose process died (``max_restarts``; Ray does not retry its tasks, the
-client does, elsewhere), and the client looks the servers up again while any is missing. A server
-empties its CUDA cache when it goes idle, not after every request.
+Either way the trainer starts the servers (:func:`start_verifier_servers`), owns them, and names
+them after the Ray job (:func:`colocated_server_name`, so two jobs sharing a namespace never find each
+other's); reward workers find them by name through one client, :class:`ColocatedVerifier`. A week-long run
+meets dead and hung servers, so the client gives every request one deadline across its retries
+(``fspo.verifier.request_deadline_s``) and each attempt its own (``request_timeout_s``); a server that dies,
+restarts, times out or keeps failing is set aside (back-off 30 s, doubling to 10 minutes) and the request is
+retried on another one, or, when every server has been tried (one server: the one-GPU recipe), on the first
+one due back from its back-off, while the deadline allows. A request the client gives up on is cancelled
+and its server drops it before computing it. Ray restarts a server whose process died (``max_restarts``;
+Ray does not retry its tasks, the client does), a server whose device broke exits so that Ray restarts it,
+and the client looks the servers up again while any is missing. A server empties its CUDA cache when it
+goes idle, not after every request. When servers stay lost for good, the rollouts go unlabelled and
+:mod:`fspo.verifier_loss` stops the run.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from fspo.config.fspo_config import FSPOConfig
 from fspo.config.verifier import VerifierConfig
 from fspo.verifiers.backends import build_local_verifier
 from fspo.verifiers.base import Pair, Verifier, check_pairs
+from fspo.verifiers.batching import device_broken
 
 logger = logging.getLogger(__name__)
 
@@ -106,10 +110,23 @@ class VerifierServer:
         self._active += 1
         try:
             return await self.verifier.ascore(pairs)
+        except Exception as error:
+            if device_broken(error):
+                self._exit_for_restart(error)
+            raise
         finally:
             self._active -= 1
             if not self._active and (self._idle_task is None or self._idle_task.done()):
                 self._idle_task = asyncio.create_task(self._empty_cache_when_idle())
+
+    def _exit_for_restart(self, error: BaseException) -> None:
+        """End this process so Ray starts a fresh one (``max_restarts``): a broken CUDA context fails every later
+        call, and a server that only raised would be set aside by its clients forever, its GPU share held."""
+        print(
+            f"fspo: verifier server pid {os.getpid()} exits for Ray to restart it: its device failed: {error!r}",
+            flush=True,
+        )
+        os._exit(1)  # not ray.actor.exit_actor(): Ray does not restart an actor that exits on purpose
 
     async def _empty_cache_when_idle(self) -> None:
         """Return the CUDA cache to the GPU's other tenants once no request has come for a while.
@@ -152,6 +169,9 @@ class VerifierServer:
             "model_calls": coalescer.calls if coalescer else 0,
             "busy_seconds": coalescer.busy_seconds if coalescer else 0.0,
             "failed_pairs": coalescer.failed_items if coalescer else 0,
+            # Pairs handed to the model, and requests dropped because their client cancelled them first.
+            "computed_pairs": coalescer.computed_items if coalescer else 0,
+            "dropped_requests": coalescer.dropped_submissions if coalescer else 0,
         }
 
     async def describe(self) -> dict:
@@ -243,29 +263,62 @@ def start_colocated_servers(
     return handles, infos
 
 
-def start_servers_in_actor_pool(settings: FSPOConfig, resource_pool_manager, device: str) -> list:
-    """Start the colocated verifier servers in verl's actor pool (``fspo.verifier.placement: colocated``).
+def start_dedicated_server(
+    settings: VerifierConfig, server_class: type | None = None, job_id: str | None = None
+) -> tuple[list, list[dict]]:
+    """Start the one server of ``placement: ray``: ``num_gpus`` of its own, outside verl's pool.
+
+    Named as colocated server 0 of the job, so the reward workers reach it through the same client
+    (:class:`ColocatedVerifier`: deadlines, retries, re-discovery) and Ray restarts it as it does them.
+    """
+    job_id = job_id or current_job_id()
+    handle = _server_options(
+        server_class,
+        name=colocated_server_name(job_id, 0),
+        num_gpus=settings.num_gpus,
+        num_cpus=settings.num_cpus,
+        max_restarts=SERVER_RESTARTS,
+        max_task_retries=0,
+    ).remote(local_copy(settings))
+    infos = _ready_or_raise(
+        [handle],
+        settings.start_timeout_s,
+        f"verifier server (placement=ray, num_gpus={settings.num_gpus:g}, num_cpus={settings.num_cpus:g})",
+        "Ray probably has no free GPU for it. Leave one out of verl's pool (trainer.n_gpus_per_node), use "
+        "fspo.verifier.placement=colocated, or raise fspo.verifier.start_timeout_s if the model is still downloading",
+    )
+    return [handle], infos
+
+
+def start_verifier_servers(settings: FSPOConfig, resource_pool_manager, device: str) -> list:
+    """Start the verifier servers of ``fspo.verifier.placement: colocated`` or ``ray``; none for the others.
 
     Called by the trainer once verl has placed its workers (the pool's placement groups exist then).
-    Each GPU bundle of the pool gets one server asking for ``1 / max_colocate_count`` of its GPU, the
-    share verl leaves for a colocated reward model; returns the handles (kept by the trainer, which owns
-    the actors) and prints where each one landed. ``device`` is ``trainer.device``.
+    ``colocated``: each GPU bundle of the pool gets one server asking for ``1 / max_colocate_count`` of its
+    GPU, the share verl leaves for a colocated reward model. ``ray``: one server with ``num_gpus`` of its own
+    (:func:`start_dedicated_server`). Returns the handles (kept by the trainer, which owns the actors) and
+    prints where each one landed. ``device`` is ``trainer.device``.
     """
     verifier = settings.verifier
-    if not settings.enable or verifier.placement != "colocated":
+    if not settings.enable or verifier.placement not in ("colocated", "ray"):
         return []
-    # verl's actor/rollout (and ref, critic) pool.
-    pool = resource_pool_manager.resource_pool_dict["global_pool"]
-    handles, infos = start_colocated_servers(
-        pool.get_placement_groups(device_name=device),
-        verifier,
-        gpu_fraction=1.0 / pool.max_colocate_count,
-        num_cpus=verifier.num_cpus,
-        start_timeout_s=verifier.start_timeout_s,
-    )
+    if verifier.placement == "ray":
+        handles, infos = start_dedicated_server(verifier)
+        kind = "dedicated (placement=ray)"
+    else:
+        # verl's actor/rollout (and ref, critic) pool.
+        pool = resource_pool_manager.resource_pool_dict["global_pool"]
+        handles, infos = start_colocated_servers(
+            pool.get_placement_groups(device_name=device),
+            verifier,
+            gpu_fraction=1.0 / pool.max_colocate_count,
+            num_cpus=verifier.num_cpus,
+            start_timeout_s=verifier.start_timeout_s,
+        )
+        kind = "colocated"
     gpus = sorted({(info["node_ip"], gpu) for info in infos for gpu in info["ray_gpu_ids"]})
     print(
-        f"fspo: {len(handles)} colocated verifier server(s) of {verifier.name} on {len(gpus)} Ray GPU(s) "
+        f"fspo: {len(handles)} {kind} verifier server(s) of {verifier.name} on {len(gpus)} Ray GPU(s) "
         f"of {len({info['node_ip'] for info in infos})} node(s), devices {sorted({info['device'] for info in infos})}",
         flush=True,
     )
@@ -291,19 +344,24 @@ class ServerFailure(RuntimeError):
 
 
 class ColocatedVerifier(Verifier):
-    """The reward workers' side of ``placement: colocated``: sends each request to the least busy server.
+    """The reward workers' side of ``placement: colocated`` (and ``ray``): sends each request to the least busy server.
 
     The servers are found by name on first use, so the client can be built before the trainer has
     started them (verl builds reward managers while it sets up its workers). A request that a server
-    fails (its process died or is restarting, it passed ``request_timeout_s``, or the backend raised) is
+    fails (its process died or is restarting, it passed its attempt's deadline, or the backend raised) is
     retried on another server; the failed server is set aside for a back-off (a backend error only after
-    ``ERRORS_BEFORE_SET_ASIDE`` in a row: one bad request must not exclude a sound server). A dead server
-    is dropped and the servers are looked up again while any is missing. ``counts`` says what happened.
+    ``ERRORS_BEFORE_SET_ASIDE`` in a row: one bad request must not exclude a sound server). When every live
+    server has been tried (always, with one server), the request waits for the first one due back from its
+    back-off and tries it again, so a server that recovers (a long stall, a restart) still answers it. All of
+    it within one deadline per request, ``request_deadline_s``: each attempt gets ``request_timeout_s`` or what
+    is left, whichever is less. A dead server is dropped and the servers are looked up again while any is
+    missing. ``counts`` says what happened.
 
     Args:
         name: the backend's name (for logs and ``describe``).
         threshold: ``fspo.verifier.threshold``.
-        request_timeout_s: the deadline of one request on one server.
+        request_timeout_s: the deadline of one attempt on one server.
+        request_deadline_s: the deadline of a request, all its attempts and waits included.
         discover_timeout_s: how long the first lookup waits for the trainer to start the servers.
         job_id: the Ray job whose servers to use; default: this process's.
     """
@@ -313,12 +371,14 @@ class ColocatedVerifier(Verifier):
         name: str,
         threshold: float = 0.5,
         request_timeout_s: float = 300.0,
+        request_deadline_s: float = 600.0,
         discover_timeout_s: float = 600.0,
         job_id: str | None = None,
     ):
         self.name = name
         self.threshold = threshold
         self.request_timeout_s = request_timeout_s
+        self.request_deadline_s = request_deadline_s
         self.discover_timeout_s = discover_timeout_s
         self.job_id = job_id
         self._servers: list[_Server] = []
@@ -327,7 +387,8 @@ class ColocatedVerifier(Verifier):
         self._last_lookup = 0.0
         self._unreached = 0
         self._turn = itertools.count()
-        self.counts: Counter = Counter()  # requests, retries, timeouts, died, unavailable, errors, failed
+        # requests, retries, timeouts, died, unavailable, errors, waits (for a server's back-off), failed
+        self.counts: Counter = Counter()
 
     @property
     def server_infos(self) -> list[dict]:
@@ -359,8 +420,8 @@ class ColocatedVerifier(Verifier):
             await asyncio.sleep(1.0)
         if not names:
             raise RuntimeError(
-                "fspo.verifier.placement=colocated but no verifier server is running in this Ray job: FSPO's trainer "
-                "starts them (fspo.trainer.FSPOTrainer); launch with fspo-train / python -m fspo.main"
+                "fspo.verifier.placement=colocated (or ray) but no verifier server is running in this Ray job: FSPO's "
+                "trainer starts them (fspo.trainer.FSPOTrainer); launch with fspo-train / python -m fspo.main"
             )
         await self._adopt(names)
 
@@ -424,18 +485,34 @@ class ColocatedVerifier(Verifier):
             return min(live, key=lambda server: server.aside_until)
         return None
 
-    async def _request(self, server: _Server, pairs: list[Pair]) -> list[float]:
+    async def _request(self, server: _Server, pairs: list[Pair], timeout_s: float) -> list[float]:
         import ray
 
         ref = server.handle.score.remote(pairs)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), self.request_timeout_s)
+            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout_s)
         except asyncio.TimeoutError:
             try:
-                ray.cancel(ref)  # the server's loop drops it; a batch already running still finishes
+                ray.cancel(ref)  # the server drops it unless its batch already runs (coalesce.Coalescer)
             except Exception:  # noqa: BLE001 - best effort: the server may be gone already
                 pass
             raise
+
+    async def _due_back(self, deadline: float) -> _Server | None:
+        """Every live server has been tried: wait for the first one due back from its back-off, if that comes
+        before ``deadline``, and return it (the one-server case: retry it once it may have recovered)."""
+        live = [server for server in self._servers if not server.dead]
+        if not live:
+            return None
+        server = min(live, key=lambda server: server.aside_until)
+        wait = server.aside_until - time.monotonic()
+        if server.aside_until >= deadline:
+            return None
+        if wait > 0:
+            self.counts["waits"] += 1
+            await asyncio.sleep(wait)
+        self._maybe_rediscover()
+        return None if server.dead else server
 
     async def ascore(self, pairs: Sequence[Pair]) -> list[float]:
         from ray.exceptions import ActorDiedError, RayActorError
@@ -449,19 +526,29 @@ class ColocatedVerifier(Verifier):
             await asyncio.shield(self._discovery)
         self._maybe_rediscover()
         self.counts["requests"] += 1
+        deadline = time.monotonic() + self.request_deadline_s
         tried: set[str] = set()
+        attempts = 0
         last_error: BaseException | None = None
         backend_errors = 0
-        while (server := self._pick(tried)) is not None:
-            if tried:
+        while True:
+            server = self._pick(tried)
+            if server is None:
+                server = await self._due_back(deadline)
+            left = deadline - time.monotonic()
+            if server is None or left <= 0:
+                break
+            if attempts:
                 self.counts["retries"] += 1
+            attempts += 1
             tried.add(server.name)
             server.in_flight += 1
+            timeout_s = min(self.request_timeout_s, left)
             try:
-                scores = await self._request(server, pairs)
+                scores = await self._request(server, pairs, timeout_s)
             except asyncio.TimeoutError as error:
                 self.counts["timeouts"] += 1
-                self._set_aside(server, f"gave no answer within {self.request_timeout_s:g} s", error)
+                self._set_aside(server, f"gave no answer within {timeout_s:g} s", error)
                 last_error = error
             except ActorDiedError as error:
                 self.counts["died"] += 1
@@ -480,7 +567,7 @@ class ColocatedVerifier(Verifier):
                 last_error = error
                 backend_errors += 1
                 if backend_errors >= 2:
-                    break  # two servers failed the same pairs: the pairs are at fault, not the servers
+                    break  # two attempts failed on the same pairs: the pairs are at fault, not the servers
             else:
                 server.errors_in_a_row = server.set_asides_in_a_row = 0
                 return scores
@@ -488,57 +575,11 @@ class ColocatedVerifier(Verifier):
                 server.in_flight -= 1
         self.counts["failed"] += 1
         self._maybe_rediscover()
+        live = sum(not server.dead for server in self._servers)
         raise ServerFailure(
-            f"no verifier server could score this request ({len(tried)} tried of {len(self._servers)}): {last_error!r}"
+            f"no verifier server could score this request ({attempts} attempt(s) on {len(tried)} server(s), {live} "
+            f"still live; deadline {self.request_deadline_s:g} s): {last_error!r}"
         ) from last_error
 
     def score(self, pairs: Sequence[Pair]) -> list[float]:
         return asyncio.run(self.ascore(pairs))
-
-
-class RayVerifier(Verifier):
-    """``placement: ray``: forwards [`score`] to one named verifier actor, creating it on first use.
-
-    Args:
-        settings: the ``fspo.verifier`` block; the actor asks Ray for its ``num_gpus`` and
-            ``num_cpus``, is named ``actor_name`` (workers with the same name share one model) and may
-            take ``start_timeout_s`` to start and load its model before this raises: an actor asking
-            for a GPU that verl's resource pool already holds would wait forever.
-    """
-
-    def __init__(self, settings: VerifierConfig):
-        import ray
-
-        if not ray.is_initialized():
-            raise RuntimeError("placement=ray needs a running Ray (inside verl it is); call ray.init() first")
-        settings = local_copy(settings)
-        num_gpus, num_cpus, actor_name = settings.num_gpus, settings.num_cpus, settings.actor_name
-        start_timeout_s = settings.start_timeout_s
-        self.name = settings.name
-        self.threshold = settings.threshold
-        # Another reward worker may have created the actor and still be loading its model: only the
-        # worker that created it kills it on a timeout.
-        created_here = actor_name not in ray.util.list_named_actors()
-        self.actor = _server_options(
-            None, name=actor_name, get_if_exists=True, num_gpus=num_gpus, num_cpus=num_cpus
-        ).remote(settings)
-        (self.info,) = _ready_or_raise(
-            [self.actor],
-            start_timeout_s,
-            f"verifier actor {actor_name!r} (num_gpus={num_gpus}, num_cpus={num_cpus})",
-            "Ray probably has no free GPU for it. Leave one out of verl's pool (trainer.n_gpus_per_node), use "
-            "fspo.verifier.placement=colocated, or raise fspo.verifier.start_timeout_s if the model is still downloading",
-            kill=created_here,
-        )
-
-    @property
-    def ray_gpu_assigned(self) -> bool:
-        return bool(self.info["ray_gpu_ids"])
-
-    def score(self, pairs: Sequence[Pair]) -> list[float]:
-        import ray
-
-        return ray.get(self.actor.score.remote(check_pairs(pairs)))
-
-    async def ascore(self, pairs: Sequence[Pair]) -> list[float]:
-        return await self.actor.score.remote(check_pairs(pairs))
