@@ -32,10 +32,15 @@ each architecture's float32 logit margins (log p/(1-p)) are centred on their med
 standard deviation of ``--margin-std`` (4: scores spread like a trained verifier's, ~20% of them
 between 0.27 and 0.73), and every precision's margins get the same affine map. That is exactly
 scaling and shifting the classification head's weights and bias, which changes no relative error in
-the body. ``Δmargin / std`` is reported as well: it does not depend on the calibration.
+the body. ``Δmargin / std`` is reported as well: it does not depend on the calibration, and neither does
+the share of verdicts it would flip among margins spread N(0, s) around the threshold (a row moved by d
+flips with probability Phi(d / s) - 1/2). Both overstate a trained verifier's flips: a random body
+separates its inputs far less, so its spread must come from the rescaled head, which rescales the error
+with it. The calibration-free figure is the body's: ‖Δh‖/‖h‖ of the features the head reads.
 
 Prints, per architecture x length x precision: max and mean |Δscore| (mean with a 95% bootstrap CI
-over rows), share of verdicts flipped at 0.5 (95% Wilson CI), mean |Δmargin| / std(margin).
+over rows), share of verdicts flipped at 0.5 (95% Wilson CI), mean |Δmargin| / std(margin), the
+expected share flipped (bootstrap CI) and ‖Δh‖/‖h‖ (bootstrap CI).
 
     python benchmarks/verifier_precision.py [--arch hhem ...] [--rows 32] [--long-rows 8] [--device cpu]
 """
