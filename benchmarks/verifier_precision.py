@@ -23,7 +23,7 @@ Precision, emulated on this CPU (its bf16 matmuls take torch's reference path, ~
         bf16 (matmuls accumulate in float32 first, as tensor cores do). The model's own float32 upcasts
         (T5's layer-norm variance and softmax) are rounded too, so this slightly overstates bf16's error.
         The verifier's softmax over the logits runs in float32, as in the backends.
-With ``--device cuda`` the real thing runs instead (``allow_tf32``, ``model.to(bfloat16)``) and the
+With ``--device cuda`` the real thing runs instead (``fp32_precision = "tf32"``, ``model.to(bfloat16)``) and the
 speed of fp32 / TF32 / bf16 is timed.
 
 Random weights put every score near 0.5, which would make nearly any error flip a verdict. So two
@@ -274,8 +274,8 @@ def batches(lengths: list[int], vocab: int, batch_rows: int, seed: int, pad_id: 
 def run(arch: str, model, score, data, precision: str, device: str) -> tuple[list, list, list, float]:
     """Scores, logit margins and head-input features of every row at ``precision``, and the forwards' seconds."""
     if device == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-        torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        # torch's new TF32 API, as fspo.verifiers.model_base sets it (mixing in allow_tf32 raises on read).
+        torch.backends.cuda.matmul.fp32_precision = "tf32" if precision == "tf32" else "ieee"
         mode = None
     else:
         mode = {"fp32": None, "tf32": TF32Matmuls, "bf16": BF16Everywhere}[precision]
