@@ -117,7 +117,11 @@ class BF16Everywhere(TorchFunctionMode):
         out = func(*args, **(kwargs or {}))
         if func in _CASTS:  # an upcast of a bf16 value is exact
             return out
-        return _map_floats(out, lambda t: t.to(torch.bfloat16).to(torch.float32))
+        # Saturated at bf16's largest finite value: a model's float32 masking constant (finfo(float32).min)
+        # would otherwise round to -inf, where the bf16 model fills with finfo(bfloat16).min; a fully
+        # masked row (DeBERTa masks padded queries too) would then softmax to NaN instead of uniform.
+        top = torch.finfo(torch.bfloat16).max
+        return _map_floats(out, lambda t: t.clamp(-top, top).to(torch.bfloat16).to(torch.float32))
 
 
 def hhem_model():
@@ -393,6 +397,8 @@ def main() -> None:
             ("HaluEval-length", short),
             (f"1k-token evidence ({LONG_ROW_TOKENS[arch]}-token rows)", [LONG_ROW_TOKENS[arch]] * args.long_rows),
         ):
+            if not lengths:  # --long-rows 0
+                continue
             data = list(batches(lengths, vocab, args.batch_rows, args.seed, pad_id))
             results = {}
             for precision in ("fp32", "tf32", "bf16"):
