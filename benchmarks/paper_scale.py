@@ -22,6 +22,16 @@ Nothing here can run the recipes (8-GPU nodes, vLLM, HHEM from the hub), so this
   row length by the FLOPs per token, attention included (it grows with the row: +8% at 350 tokens,
   +30% at 1.5k).
 
+- the training step beside it, from its own model at the recipe's sizes on H100s (:func:`step_seconds`):
+  rollout generation (vLLM decode as a memory-bandwidth roofline per replica: weights + the KV cache of
+  the sequences in flight read once per decoded token, at most as many sequences as the KV cache holds),
+  the two log-prob passes (old policy and reference: one forward each) and the update (forward, backward
+  and the recompute of gradient checkpointing; LoRA skips the frozen weights' gradients), at an assumed
+  MFU. Every rate is cited where it is defined. Weight sync, offload and stragglers are left out, so the
+  step is a lower bound and the verifier's share, verifier / (step + verifier), an upper bound;
+- the verifier's GPU precision: the default (``fspo.verifier.dtype`` null = TF32 on CUDA,
+  ``fspo.config.vocabulary.GPU_DTYPES``).
+
 Prints one figure a line, then a table (low / high). ``python benchmarks/paper_scale.py --help`` for the knobs.
 """
 
@@ -38,6 +48,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BACKBONES = ["run_qwen2.5_7b_base.sh", "run_qwen2.5_7b_instruct.sh", "run_llama3.1_8b_instruct.sh"]
+RECIPES = [*BACKBONES, "run_qwen3_8b.sh", "run_qwen3_4b_lora_1gpu.sh"]
+# The policy each recipe trains (benchmarks/recipe_memory.py MODELS holds their published configs).
+RECIPE_MODELS = {
+    "run_qwen2.5_7b_base.sh": "Qwen2.5-7B",
+    "run_qwen2.5_7b_instruct.sh": "Qwen2.5-7B",
+    "run_llama3.1_8b_instruct.sh": "Llama-3.1-8B",
+    "run_qwen3_8b.sh": "Qwen3-8B",
+    "run_qwen3_4b_lora_1gpu.sh": "Qwen3-4B",
+}
 # HHEM-2.1-Open's prompt around premise and hypothesis (fspo.verifiers.hhem.HHEM_PROMPT) plus </s>.
 PROMPT_TOKENS = 20
 T5_LAYERS, T5_D_MODEL, T5_D_FF = 12, 768, 2048
@@ -52,9 +71,30 @@ def t5_base_flops_per_token(length: float) -> float:
     return 2 * T5_LAYERS * (4 * T5_D_MODEL**2 + 3 * T5_D_MODEL * T5_D_FF + 2 * length * T5_D_MODEL)
 
 
+# H100 SXM, dense: 989 TFLOP/s bf16, 495 TF32, 67 fp32 (no tensor cores); 3.35 TB/s HBM3. NVIDIA H100
+# datasheet, https://www.nvidia.com/en-us/data-center/h100/
+H100_BF16_FLOPS, H100_TF32_FLOPS, H100_FP32_FLOPS, H100_HBM_BYTES_PER_S = 989e12, 495e12, 67e12, 3.35e12
+H100_GB = 80
+# Model FLOPs utilisation of the actor's forward/backward: Llama 3's 38-43% bf16 MFU on H100s (Dubey et
+# al. 2024, "The Llama 3 Herd of Models", arXiv:2407.21783, Table 4); 40% here.
+TRAIN_MFU = 0.40
+# vLLM decode reaches about this share of HBM bandwidth: ~77% at batch 1 on an A100 (a vLLM concurrency
+# sweep of Llama-3.1-8B, https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on); 60% assumed at the
+# recipes' batches (paged attention's scattered KV reads). The implied rate is printed beside third-party
+# figures for the same engine: ~12,500 output tokens/s for Llama-3.1-8B bf16 on one H100
+# (https://www.morphllm.com/vllm-benchmarks; vLLM v0.6 blog, https://blog.vllm.ai/2024/09/05/perf-update.html).
+DECODE_BANDWIDTH_EFFICIENCY = 0.60
+VLLM_OVERHEAD_GB = 2.0  # vLLM's activations and CUDA graphs inside its share (benchmarks/recipe_memory.py)
 # Without a GPU to measure: an H100 at 15% of its 67 TFLOP/s fp32 (no tensor cores) on this small
 # encoder, at 350-token rows. Pass the figure you measured with --gpu-tokens-per-s.
-DEFAULT_GPU_TOKENS_PER_S = round(0.15 * 67e12 / t5_base_flops_per_token(350), -3)
+FP32_GPU_TOKENS_PER_S = round(0.15 * 67e12 / t5_base_flops_per_token(350), -3)
+# TF32 (the verifier's GPU default) runs the matmuls on tensor cores at 495/67 = 7.4x fp32's peak; with
+# the matmuls ~75% of the fp32 forward (T5's eager position bias, softmax and layer norms stay
+# memory-bound), Amdahl gives 1 / (0.25 + 0.75 / 7.4) = 2.9x: 3x assumed until measured.
+TF32_SPEEDUP = 3.0
+DEFAULT_GPU_TOKENS_PER_S = round(TF32_SPEEDUP * FP32_GPU_TOKENS_PER_S, -3)
+# Tokens of a prompt (question + chat template; the evidence travels in extra_info, not the prompt).
+PROMPT_TOKENS_DEFAULT = 200
 
 
 def recipe_scale(recipe: str) -> dict:
@@ -84,6 +124,11 @@ def recipe_scale(recipe: str) -> dict:
         "reward_workers": int(config["reward"]["num_workers"]),
         "placement": verifier["placement"],
         "top_k": verifier.get("evidence_top_k"),
+        "rollout_tp": int(config["actor_rollout_ref"]["rollout"]["tensor_model_parallel_size"]),
+        "gpu_memory_utilization": float(config["actor_rollout_ref"]["rollout"]["gpu_memory_utilization"]),
+        "lora_rank": int(config["actor_rollout_ref"]["model"].get("lora_rank") or 0),
+        "ppo_epochs": int(config["actor_rollout_ref"]["actor"].get("ppo_epochs") or 1),
+        "request_timeout_s": float(verifier["request_timeout_s"]),
     }
 
 
@@ -236,16 +281,21 @@ def measure_throughput(args) -> tuple[float, float, str]:
     torch.set_num_threads(threads)
     print(f"cpu tokens/s, 1 thread, fp32, batch 8 x {args.pair_tokens} tokens: {cpu:,.0f}")
     if not torch.cuda.is_available():
-        print(f"gpu tokens/s, assumed (no GPU here; --gpu-tokens-per-s): {args.gpu_tokens_per_s:,.0f}")
-        return cpu, args.gpu_tokens_per_s, "assumed"
+        print(
+            f"gpu tokens/s, assumed (no GPU here; --gpu-tokens-per-s): {args.gpu_tokens_per_s:,.0f} "
+            f"(fp32 estimate {FP32_GPU_TOKENS_PER_S:,.0f} x {TF32_SPEEDUP:g} for TF32, the GPU default)"
+        )
+        return cpu, args.gpu_tokens_per_s, "assumed, TF32"
     best = 0.0
-    for dtype in (torch.float32, torch.bfloat16):
+    for precision, dtype in (("ieee", torch.float32), ("tf32", torch.float32), ("ieee", torch.bfloat16)):
+        torch.backends.cuda.matmul.fp32_precision = precision
+        name = "tf32" if precision == "tf32" else str(dtype)[6:]
         for batch in (8, 32, 128):
             rate = tokens_per_second(model, "cuda", dtype, batch, args.pair_tokens, 10)
-            print(f"gpu tokens/s, {torch.cuda.get_device_name()}, {str(dtype)[6:]}, batch {batch}: {rate:,.0f}")
-            if dtype == torch.float32:  # HHEM is published in fp32, the verifier's default dtype
+            print(f"gpu tokens/s, {torch.cuda.get_device_name()}, {name}, batch {batch}: {rate:,.0f}")
+            if name == "tf32":  # the verifier's GPU default (fspo.config.vocabulary.GPU_DTYPES)
                 best = max(best, rate)
-    return cpu, best, "measured fp32"
+    return cpu, best, "measured TF32"
 
 
 def evidence_rows(evidence_tokens: float, step_tokens: float, max_row_tokens: int) -> tuple[float, float]:
@@ -258,6 +308,57 @@ def evidence_rows(evidence_tokens: float, step_tokens: float, max_row_tokens: in
     return rows, float(max_row_tokens)
 
 
+def step_seconds(scale: dict, model_name: str, prompt_tokens: float, response_tokens: float) -> dict:
+    """Seconds of one training step on H100s, by phase, from the recipe's sizes (see the module doc)."""
+    if str(REPO / "benchmarks") not in sys.path:  # recipe_memory.py, beside this file
+        sys.path.insert(0, str(REPO / "benchmarks"))
+    from recipe_memory import MODELS
+
+    model = MODELS[model_name]
+    gpus = scale["nnodes"] * scale["gpus_per_node"]
+    rollouts = scale["prompts"] * scale["n"]
+    tp = scale["rollout_tp"]
+    context = prompt_tokens + response_tokens
+    adapters = model.lora_parameters(scale["lora_rank"]) if scale["lora_rank"] else 0.0
+    # Attention's FLOPs per token at a context of c tokens: scores and weighted sum, 2 x 2 x layers x q_dim x c.
+    q_dim = model.heads * model.head_dim
+
+    def attention_flops(c: float) -> float:
+        return 4 * model.layers * q_dim * c
+
+    # Rollout: vLLM replicas of tp GPUs decode their share of the rollouts in waves that fit the KV cache.
+    replicas = gpus // tp
+    sequences = rollouts / replicas
+    kv_bytes = model.kv_bytes_per_token()
+    weights_per_gpu = 2 * (model.parameters + adapters) / tp
+    kv_cache_per_gpu = scale["gpu_memory_utilization"] * H100_GB * 1e9 - weights_per_gpu - VLLM_OVERHEAD_GB * 1e9
+    mean_context = prompt_tokens + response_tokens / 2  # while decoding
+    in_flight = min(sequences, kv_cache_per_gpu * tp / (kv_bytes * mean_context))
+    bytes_per_step = weights_per_gpu + in_flight * mean_context * kv_bytes / tp
+    flops_per_step = in_flight * (2 * model.parameters + attention_flops(mean_context)) / tp
+    decode_step = max(
+        bytes_per_step / (DECODE_BANDWIDTH_EFFICIENCY * H100_HBM_BYTES_PER_S),
+        flops_per_step / (TRAIN_MFU * H100_BF16_FLOPS),
+    )
+    decode = (sequences / in_flight) * response_tokens * decode_step
+    cluster_flops = gpus * TRAIN_MFU * H100_BF16_FLOPS
+    prefill = rollouts * prompt_tokens * (2 * model.parameters + attention_flops(prompt_tokens / 2)) / cluster_flops
+    # One forward over every rollout's prompt + response (causal attention: mean context half the row).
+    forward = rollouts * context * (2 * model.parameters + attention_flops(context / 2)) / cluster_flops
+    log_probs = 2 * forward  # old policy + reference (LoRA: the actor with its adapters off)
+    # Full fine-tuning: forward + backward (2x) + recompute = 4 forwards; LoRA: no frozen-weight gradients, 3.
+    update = scale["ppo_epochs"] * (3 if scale["lora_rank"] else 4) * forward
+    rollout = decode + prefill
+    return {
+        "rollout": rollout,
+        "log_probs": log_probs,
+        "update": update,
+        "step": rollout + log_probs + update,
+        "in_flight": in_flight,
+        "decode_tokens_per_s_per_gpu": in_flight / decode_step / tp,
+    }
+
+
 def price(
     recipe: str, scale: dict, evidence: dict, density: dict, args, cpu_rate: float, gpu_rate: float, gpu_source: str
 ) -> list[dict]:
@@ -265,6 +366,15 @@ def price(
     rollouts = scale["prompts"] * scale["n"]
     verified = rollouts * evidence["share"]
     response_tokens = args.response_tokens or scale["response_tokens"]
+    step = step_seconds(scale, RECIPE_MODELS[recipe], args.prompt_tokens, response_tokens)
+    lora = f", LoRA rank {scale['lora_rank']}" if scale["lora_rank"] else ""
+    print(
+        f"{recipe}: training step on H100s ({RECIPE_MODELS[recipe]}{lora}, {args.prompt_tokens} + {response_tokens} "
+        f"tokens per rollout): rollout {step['rollout']:,.0f} s (vLLM TP {scale['rollout_tp']}, "
+        f"{step['in_flight']:,.0f} sequences in flight per replica, {step['decode_tokens_per_s_per_gpu']:,.0f} "
+        f"decode tokens/s per GPU), log-probs {step['log_probs']:,.0f} s, update {step['update']:,.0f} s: "
+        f"{step['step']:,.0f} s"
+    )
     steps = {bound: density[bound] * response_tokens / 1000 for bound in ("low", "high")}
     step_tokens = args.step_tokens or density["step_tokens"]
     gpus = scale["nnodes"] * scale["gpus_per_node"]
@@ -300,6 +410,10 @@ def price(
                 "colocated": tokens * slowdown / (gpu_rate * gpus),
                 "ray": tokens * slowdown / gpu_rate,
             }
+            verifier = row[bound][scale["placement"] if scale["placement"] in row[bound] else "colocated"]
+            row[bound]["step"] = step["step"]
+            row[bound]["verifier"] = verifier
+            row[bound]["share"] = verifier / (step["step"] + verifier)
             figures = row[bound]
             print(
                 f"{recipe}: {label}, {bound}: {pairs:,.0f} pairs, {rows_per_pair:.1f} row(s) of {row_tokens:.0f} tokens "
@@ -309,6 +423,10 @@ def price(
                 f"{recipe}: {label}, {bound}: seconds per step: colocated ({gpus} GPUs, {gpu_source}) "
                 f"{figures['colocated']:,.1f}; ray (1 GPU) {figures['ray']:,.1f}; local ({scale['reward_workers']} "
                 f"reward workers x 1 CPU thread) {figures['local']:,.0f}"
+            )
+            print(
+                f"{recipe}: {label}, {bound}: verifier share of the step ({scale['placement']}): "
+                f"{figures['verifier']:,.1f} / ({figures['step']:,.0f} + {figures['verifier']:,.1f}) = {figures['share']:.1%}"
             )
         rows.append(row)
     return rows
@@ -322,21 +440,30 @@ def print_table(rows: list[dict]) -> None:
 
     print()
     print(
-        "| recipe | steps per response | evidence | M verifier tokens per step | seconds per step: colocated | ray | local |"
+        "| recipe | steps per response | evidence | M verifier tokens per step | training step s | verifier s "
+        "(recipe's placement) | verifier share | seconds per step: colocated | ray | local |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         steps = f"{row['steps']['low']:.0f}-{row['steps']['high']:.0f}"
         tokens = f"{row['low']['tokens'] / 1e6:.1f}-{row['high']['tokens'] / 1e6:.1f}"
         print(
             f"| {row['recipe'].removeprefix('run_').removesuffix('.sh')} | {steps} | {row['evidence']} | {tokens} | "
+            f"{row['low']['step']:,.0f} | {span(row, 'verifier', 1)} | "
+            f"{row['low']['share']:.1%}-{row['high']['share']:.1%} | "
             f"{span(row, 'colocated', 1)} | {span(row, 'ray')} | {span(row, 'local')} |"
         )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", action="append", help=f"recipe file name (default: {', '.join(BACKBONES)})")
+    parser.add_argument("--recipe", action="append", help=f"recipe file name (default: {', '.join(RECIPES)})")
+    parser.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=PROMPT_TOKENS_DEFAULT,
+        help="prompt tokens per rollout for the step model (question + chat template)",
+    )
     parser.add_argument("--data", nargs="*", default=[], help="verl parquet files (default: HaluEval-QA knowledge)")
     parser.add_argument("--limit", type=int, default=2000, help="rows of data to read")
     parser.add_argument("--evidence-share", type=float, help="override the data's share of rows with evidence")
@@ -374,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         "--gpu-tokens-per-s",
         type=float,
         default=DEFAULT_GPU_TOKENS_PER_S,
-        help="GPU figure when no GPU is present (default: an estimate from FLOPs)",
+        help="verifier tokens/s per GPU when no GPU is present (default: an estimate from FLOPs, TF32)",
     )
     args = parser.parse_args(argv)
 
@@ -403,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"steps: tokens per step, mean: {density['step_tokens']:.1f}")
     cpu_rate, gpu_rate, gpu_source = measure_throughput(args)
     rows = []
-    for recipe in args.recipe or BACKBONES:
+    for recipe in args.recipe or RECIPES:
         rows += price(recipe, recipe_scale(recipe), evidence, density, args, cpu_rate, gpu_rate, gpu_source)
     print_table(rows)
     return 0

@@ -10,6 +10,13 @@ rollout   vLLM holds ``gpu_memory_utilization`` of the GPU (its bf16 weights, 1/
           the FSDP ranks (LoRA: the frozen fp32 base plus the adapters' parameters and moments). The
           reference policy is offloaded to CPU (full fine-tuning) or is the actor without its adapters
           (LoRA): nothing resident.
+log-prob  vLLM sleeps; the old-policy pass (and the reference's) runs one forward per micro-batch of
+          ``log_prob_micro_batch_size_per_gpu`` x (prompt + response) tokens, no gradients: the bf16 gather,
+          one layer's working set, and the logits, the largest tensor of the step at a 150k vocabulary:
+          bf16 logits, the entropy verl computes beside the old log-probs (``entropy_from_logits``:
+          a softmax and its product with the logits, bf16 each), and on the ``sdpa`` path (no flash-attn:
+          ``fspo.attention``) an fp32 copy for the log-probabilities, where the ``flash`` path's fused
+          Triton cross-entropy reads the bf16 logits in place. Tokens: worst case, no padding removed.
 training  vLLM sleeps (KV cache freed, weights offloaded); the actor adds fp32 gradients, the bf16
           copy of the largest unit FSDP gathers (the embedding or the LM head), and one micro-batch's
           activations with gradient checkpointing: each layer's bf16 input (layers x tokens x hidden),
@@ -17,6 +24,13 @@ training  vLLM sleeps (KV cache freed, weights offloaded); the actor adds fp32 g
           intermediate) bf16 values), and the logits (tokens x vocabulary: bf16, an fp32 copy for the
           log-probabilities and its fp32 gradient). Tokens = micro-batch x (prompt + response): the
           worst case, with no padding removed.
+asleep    verl 0.9.1 frees vLLM's GPU memory between rollouts (``rollout.free_cache_engine: true``):
+          ``vLLMHttpServer.sleep`` in hybrid mode calls ``engine.sleep(level=2)`` (KV cache and weights
+          discarded; the next sync sends the weights) or ``level=1`` with LoRA adapters (KV cache
+          discarded, base weights offloaded to host RAM: 2 bytes x parameters of host memory)
+          (``verl/workers/rollout/vllm_rollout/vllm_async_server.py``, ``_resolve_sleep_level``). What
+          stays on the GPU is what vLLM allocated outside its sleep allocator (CUDA-graph pools, NCCL
+          buffers): ~1 GB assumed, beside its CUDA context.
 both      each process on the GPU has a CUDA context (~0.5 GB: actor, vLLM, verifier), and the
           colocated verifier holds its weights plus up to ~1.5 GB of activations per batch.
 
@@ -34,6 +48,10 @@ GB = 1e9
 CUDA_CONTEXT_GB = 0.5
 VLLM_OVERHEAD_GB = 2.0  # vLLM's activations and CUDA graphs inside its share
 VERIFIER_ACTIVATIONS_GB = 1.5
+VLLM_ASLEEP_GB = 1.0  # vLLM's allocations outside its sleep allocator (CUDA graphs, NCCL), assumed
+# Bytes per logit element in the log-prob pass: bf16 logits + the entropy's softmax and product (bf16
+# each), + an fp32 copy on the sdpa path (see the module doc).
+LOG_PROB_LOGIT_BYTES = {"flash": 2 + 2 + 2, "sdpa": 2 + 2 + 2 + 4}
 
 
 @dataclass(frozen=True)
@@ -97,13 +115,14 @@ class Recipe:
     gpu_memory_utilization: float
     lora_rank: int = 0
     verifier: str = "hhem"
+    log_prob_micro_batch: int = 8  # rollout.log_prob_micro_batch_size_per_gpu (ref's is the same)
 
 
 RECIPES = {
     "run_qwen2.5_7b_base.sh / _instruct.sh": Recipe("Qwen2.5-7B", 8, 2048, 2048, 4, 2, 0.6),
     "run_llama3.1_8b_instruct.sh": Recipe("Llama-3.1-8B", 8, 2048, 2048, 4, 2, 0.6),
-    "run_qwen3_8b.sh": Recipe("Qwen3-8B", 8, 2048, 4096, 2, 2, 0.6),
-    "run_qwen3_4b_lora_1gpu.sh": Recipe("Qwen3-4B", 1, 2048, 4096, 2, 1, 0.5, lora_rank=64),
+    "run_qwen3_8b.sh": Recipe("Qwen3-8B", 8, 2048, 4096, 2, 2, 0.6, log_prob_micro_batch=4),
+    "run_qwen3_4b_lora_1gpu.sh": Recipe("Qwen3-4B", 1, 2048, 4096, 2, 1, 0.5, lora_rank=64, log_prob_micro_batch=4),
 }
 
 
@@ -131,8 +150,25 @@ def estimate(recipe: Recipe, gpu_gb: float) -> dict[str, float]:
     vllm = recipe.gpu_memory_utilization * gpu_gb
     rollout = resident + vllm + verifier + 3 * CUDA_CONTEXT_GB
     training = (
-        resident + gradients + gathered + checkpoints + layer_working_set + logits + verifier + 3 * CUDA_CONTEXT_GB
+        resident
+        + gradients
+        + gathered
+        + checkpoints
+        + layer_working_set
+        + logits
+        + verifier
+        + VLLM_ASLEEP_GB
+        + 3 * CUDA_CONTEXT_GB
     )
+    log_prob_tokens = recipe.log_prob_micro_batch * (recipe.prompt + recipe.response)
+    log_prob_layer = 2 * log_prob_tokens * (6 * model.hidden + 3 * model.intermediate) * 2 / GB
+    log_prob_logits = {
+        path: log_prob_tokens * model.vocab * per_element / GB for path, per_element in LOG_PROB_LOGIT_BYTES.items()
+    }
+    log_prob = {
+        path: resident + gathered + log_prob_layer + logit_bytes + verifier + VLLM_ASLEEP_GB + 3 * CUDA_CONTEXT_GB
+        for path, logit_bytes in log_prob_logits.items()
+    }
     vllm_weights = 2 * model.parameters / recipe.rollout_tp / GB
     kv_cache = vllm - vllm_weights - VLLM_OVERHEAD_GB
     return {
@@ -140,40 +176,67 @@ def estimate(recipe: Recipe, gpu_gb: float) -> dict[str, float]:
         "gradients (training)": gradients,
         "activations (training: checkpoints + one layer + logits)": checkpoints + layer_working_set + logits,
         "vLLM share (rollout)": vllm,
+        "vLLM asleep (log-prob, training)": VLLM_ASLEEP_GB,
+        "log-prob logits + entropy, flash": log_prob_logits["flash"],
+        "log-prob logits + entropy + fp32 copy, sdpa": log_prob_logits["sdpa"],
         "verifier": verifier,
         "rollout": rollout,
         "training": training,
-        "peak": max(rollout, training),
+        "log_prob_flash": log_prob["flash"],
+        "log_prob_sdpa": log_prob["sdpa"],
+        "peak": max(rollout, training, log_prob["flash"]),
+        "peak_sdpa": max(rollout, training, log_prob["sdpa"]),
+        "vLLM host RAM asleep (level 1: LoRA)": 2 * model.parameters / GB if recipe.lora_rank else 0.0,
         "vLLM KV cache": kv_cache,
         "KV-cache tokens per GPU": kv_cache * GB / model.kv_bytes_per_token() * recipe.rollout_tp,
         "tokens per micro-batch": tokens,
+        "tokens per log-prob micro-batch": log_prob_tokens,
     }
+
+
+SUMMARY_KEYS = (
+    "rollout",
+    "training",
+    "log_prob_flash",
+    "log_prob_sdpa",
+    "peak",
+    "peak_sdpa",
+    "KV-cache tokens per GPU",
+    "tokens per micro-batch",
+    "tokens per log-prob micro-batch",
+)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpu-gb", type=float, default=80.0, help="memory of one GPU (H100/A100 80 GB)")
     args = parser.parse_args(argv)
-    print(f"GPU: {args.gpu_gb:.0f} GB. Per-GPU estimate (GB):\n")
+    print(f"GPU: {args.gpu_gb:.0f} GB. Per-GPU estimate (GB); flash = flash-attn installed, sdpa = without it:\n")
     print(
-        "| recipe | model | GPUs | rollout phase | training phase | peak | fits | vLLM KV cache per GPU (tokens per vLLM replica) |"
+        "| recipe | model | GPUs | rollout phase | log-prob phase: flash / sdpa | training phase | peak: flash / sdpa "
+        "| fits | vLLM KV cache per GPU (tokens per vLLM replica) |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, recipe in RECIPES.items():
         figures = estimate(recipe, args.gpu_gb)
         lora = f", LoRA r{recipe.lora_rank}" if recipe.lora_rank else ""
-        fits = "yes" if figures["peak"] <= args.gpu_gb else "NO"
+        fits = {True: "yes", False: "NO"}
+        fits = f"{fits[figures['peak'] <= args.gpu_gb]} / {fits[figures['peak_sdpa'] <= args.gpu_gb]}"
         print(
             f"| {name} | {recipe.model}{lora} | {recipe.gpus} | {figures['rollout']:.1f} | "
-            f"{figures['training']:.1f} | {figures['peak']:.1f} | {fits} | "
+            f"{figures['log_prob_flash']:.1f} / {figures['log_prob_sdpa']:.1f} | "
+            f"{figures['training']:.1f} | {figures['peak']:.1f} / {figures['peak_sdpa']:.1f} | {fits} | "
             f"{figures['vLLM KV cache']:.0f} GB ({figures['KV-cache tokens per GPU'] / 1e3:.0f}k) |"
         )
     print()
     for name, recipe in RECIPES.items():
         figures = estimate(recipe, args.gpu_gb)
-        print(f"{name} ({figures['tokens per micro-batch']} tokens per micro-batch):")
+        print(
+            f"{name} ({figures['tokens per micro-batch']} tokens per micro-batch, "
+            f"{figures['tokens per log-prob micro-batch']} per log-prob micro-batch):"
+        )
         for key, value in figures.items():
-            if key not in ("rollout", "training", "peak", "KV-cache tokens per GPU", "tokens per micro-batch"):
+            if key not in SUMMARY_KEYS:
                 print(f"    {key:58s} {value:6.1f}")
     return 0
 

@@ -136,7 +136,7 @@ def test_each_backend_gets_only_its_own_options():
         ({"evidence_key": ""}, "fspo.evidence_key must name a column"),
         ({"verifier": {"threshold": 1.5}}, "fspo.verifier.threshold must be a number in [0, 1], got 1.5"),
         ({"verifier": {"threshold": float("nan")}}, "fspo.verifier.threshold must be a number in [0, 1]"),
-        ({"verifier": {"dtype": "fp16"}}, "fspo.verifier.dtype must be one of float32, bfloat16, float16"),
+        ({"verifier": {"dtype": "fp16"}}, "fspo.verifier.dtype must be one of float32, tf32, bfloat16, float16"),
         ({"verifier": {"cache_size": -1}}, "fspo.verifier.cache_size must be a non-negative integer"),
         ({"verifier": {"start_timeout_s": 0}}, "fspo.verifier.start_timeout_s must be a positive number"),
         ({"verifier": {"name": "alignscore"}}, "unknown fspo.verifier.name 'alignscore'; valid names: lexical"),

@@ -117,6 +117,8 @@ def test_the_memory_estimate_reads_the_recipes_settings(configs, name):
     assert recipe.rollout_tp == actor_rollout_ref["rollout"]["tensor_model_parallel_size"]
     assert recipe.gpu_memory_utilization == actor_rollout_ref["rollout"]["gpu_memory_utilization"]
     assert recipe.lora_rank == actor_rollout_ref["model"]["lora_rank"]
+    assert recipe.log_prob_micro_batch == actor_rollout_ref["rollout"]["log_prob_micro_batch_size_per_gpu"]
+    assert recipe.log_prob_micro_batch == actor_rollout_ref["ref"]["log_prob_micro_batch_size_per_gpu"]
     assert recipe.verifier == config["fspo"]["verifier"]["name"]
 
 

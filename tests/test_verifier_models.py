@@ -460,3 +460,53 @@ def test_an_evidence_is_tokenized_once_for_its_windows_across_calls(tiny_hhem):
     for i in range(model_base.EVIDENCE_SPANS_CACHED + 5):  # the cache stays within its bound
         verifier._token_spans(f"evidence {i}")
     assert len(verifier._spans) == model_base.EVIDENCE_SPANS_CACHED
+
+
+# --- compute precision -----------------------------------------------------------------------------------
+
+
+def test_every_model_backend_has_a_gpu_precision():
+    from fspo.config.vocabulary import GPU_DTYPES, MODEL_BACKENDS, VERIFIER_DTYPES
+
+    assert set(GPU_DTYPES) == set(MODEL_BACKENDS)
+    assert set(GPU_DTYPES.values()) <= set(VERIFIER_DTYPES)
+
+
+def test_tf32_is_turned_on_only_for_a_cuda_device():
+    """null is the backend's GPU default (tf32) on CUDA, float32 on a CPU; TF32's process-wide flag is
+    touched only for a CUDA device (torch's CPU build keeps the flag, so this runs without a GPU)."""
+    from fspo.verifiers.model_base import resolve_dtype
+
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.fp32_precision  # a module-level property: set and restored by hand
+    matmul.fp32_precision = "none"
+    try:
+        for asked in (None, "tf32", "float32"):
+            assert resolve_dtype(asked, torch.device("cpu"), "hhem") == torch.float32
+        assert matmul.fp32_precision == "none"
+        assert resolve_dtype(None, torch.device("cuda"), "hhem") == torch.float32
+        assert matmul.fp32_precision == "tf32"
+        assert resolve_dtype("float32", torch.device("cuda:1"), "minicheck") == torch.float32
+        assert matmul.fp32_precision == "ieee"  # an explicit float32 is IEEE float32
+        assert resolve_dtype("tf32", torch.device("cuda"), "factcg") == torch.float32
+        assert matmul.fp32_precision == "tf32"
+        assert resolve_dtype("bfloat16", torch.device("cuda"), "hhem") == torch.bfloat16
+    finally:
+        matmul.fp32_precision = saved
+
+
+def test_the_configured_dtype_reaches_the_loaded_model(tiny_hhem, monkeypatch):
+    """fspo.verifier.dtype travels from the config block to the model the backend loads."""
+    from fspo.cpu.compute import compute_dtype_choice
+
+    monkeypatch.setenv("FSPO_CPU_DTYPE", "bfloat16")  # a CPU that computes bf16 natively keeps it
+    compute_dtype_choice.cache_clear()
+    try:
+        checkpoint, _ = tiny_hhem
+        for dtype, expected in ((None, torch.float32), ("bfloat16", torch.bfloat16), ("tf32", torch.float32)):
+            block = {"name": "hhem", "model_path": str(checkpoint), "device": "cpu", "dtype": dtype}
+            verifier = build_verifier(verifier_config(block))
+            assert verifier.dtype == expected
+            assert {p.dtype for p in verifier.model.parameters()} == {expected}
+    finally:
+        compute_dtype_choice.cache_clear()

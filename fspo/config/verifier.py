@@ -125,7 +125,11 @@ class VerifierConfig(BaseConfig):
         MODEL_BACKENDS,
     )
     dtype: Optional[str] = _option(
-        None, "float32, bfloat16 or float16; null = float32 (HHEM is published in float32).", MODEL_BACKENDS
+        None,
+        "float32, tf32 (float32 with TF32 matmuls on CUDA), bfloat16 or float16; null = the backend's GPU default "
+        "on CUDA (fspo.config.vocabulary.GPU_DTYPES: tf32, measured by benchmarks/verifier_precision.py) and "
+        "float32 on a CPU (HHEM and the fact checkers are published in float32).",
+        MODEL_BACKENDS,
     )
     max_tokens_per_batch: Optional[int] = _option(
         None,

@@ -36,8 +36,12 @@ PLACEMENTS = ("auto", "local", "colocated", "ray")
 REWARD_ROUTER = "reward_router"
 # fspo.verifier.long_evidence: how an evidence longer than max_row_tokens is verified.
 LONG_EVIDENCE = ("chunks", "top_k")
-# fspo.verifier.dtype.
-VERIFIER_DTYPES = ("float32", "bfloat16", "float16")
+# fspo.verifier.dtype. tf32: float32 weights and activations, matmuls on CUDA in TF32 (float32 on a CPU).
+VERIFIER_DTYPES = ("float32", "tf32", "bfloat16", "float16")
+# fspo.verifier.dtype: null on a CUDA device, per model backend (on a CPU: float32). TF32 moved the published
+# architectures' features by ~1e-3 of their size, bf16 by ~1e-2, and bf16's verdict flips near the threshold
+# were several times TF32's (benchmarks/verifier_precision.py; README, "Verifier precision on GPUs").
+GPU_DTYPES = {"hhem": "tf32", "nli": "tf32", "embedding": "tf32", "minicheck": "tf32", "factcg": "tf32"}
 
 # fspo.label_outside_reasoning: off, or the label every token after the reasoning gets.
 OUTSIDE_LABELS = (0, 1, -1)

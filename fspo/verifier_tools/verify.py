@@ -47,7 +47,7 @@ _FLAG_OPTIONS = {
     "model_path": (str, "model directory or hub id (hhem, nli, embedding; nli needs one)"),
     "tokenizer_path": (str, "tokenizer directory or hub id (default: the model's own)"),
     "device": (str, "auto, cpu, cuda or cuda:N (model backends; default auto)"),
-    "dtype": (str, "float32, bfloat16 or float16 (model backends; default float32)"),
+    "dtype": (str, "float32, tf32, bfloat16 or float16 (model backends; default tf32 on CUDA, float32 on a CPU)"),
     "max_tokens_per_batch": (int, "padded tokens per micro-batch of the model (model backends)"),
     "evidence_top_k": (int, "check each step against only its k most relevant evidence sentences"),
     "cache_size": (int, "LRU entries (evidence, step) -> score kept; 0 = off"),

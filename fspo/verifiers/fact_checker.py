@@ -63,7 +63,7 @@ class TemplateVerifier(ModelVerifier):
         self,
         *,
         device: str = "auto",
-        dtype: str = "float32",
+        dtype: str | None = None,
         max_tokens_per_batch: int = 16384,
         evidence_top_k: int | None = None,
         cache_size: int = 0,

@@ -149,7 +149,8 @@ class HHEMVerifier(ModelVerifier):
             weights into transformers' ``T5ForTokenClassification`` instead.
         max_row_tokens: rows longer than this are windowed (default ``HHEM_MAX_ROW_TOKENS``, the memory
             cap; ``0``: every premise whole, as Vectara's ``predict()``).
-        **kwargs: device, dtype (``float32`` by default, as published), max_tokens_per_batch,
+        **kwargs: device, dtype (published in float32; default: TF32 matmuls on CUDA, float32 on a CPU),
+            max_tokens_per_batch,
             long_evidence, evidence_top_k, cache_size (see [`~fspo.verifiers.model_base.ModelVerifier`]).
     """
 

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import torch
 
-from fspo.config.vocabulary import LONG_EVIDENCE
+from fspo.config.vocabulary import GPU_DTYPES, LONG_EVIDENCE
 from fspo.cpu.compute import FLOAT32, compute_dtype_choice
 from fspo.verifiers.base import Pair, PairPipeline
 from fspo.verifiers.batching import (
@@ -66,6 +66,7 @@ LONG_EVIDENCE_TOP_K = 5
 DTYPES = {
     "float32": torch.float32,
     "fp32": torch.float32,
+    "tf32": torch.float32,
     "bfloat16": torch.bfloat16,
     "bf16": torch.bfloat16,
     "float16": torch.float16,
@@ -132,15 +133,25 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str, device: torch.device | None = None) -> torch.dtype:
-    """``dtype`` as a torch dtype; on a CPU without bf16 instructions, float32 whatever was asked.
+def resolve_dtype(dtype: str | None, device: torch.device | None = None, backend: str | None = None) -> torch.dtype:
+    """The torch dtype a model backend computes in on ``device``; on CUDA, turns TF32 on where asked.
 
-    Half precision there runs through torch's slow reference kernels (:mod:`fspo.cpu.compute`), several
-    times slower than float32: a verifier configured for a GPU (``bfloat16``) computes in float32 on such
-    a CPU instead, with a warning.
+    ``None`` (``fspo.verifier.dtype: null``) is ``backend``'s GPU default on a CUDA device
+    (:data:`fspo.config.vocabulary.GPU_DTYPES`) and float32 elsewhere. ``tf32`` keeps float32 weights and
+    activations and, on CUDA only, lets cuBLAS round matmul inputs to TF32 (10-bit mantissa, float32
+    accumulation); ``float32`` on CUDA sets IEEE float32 matmuls. torch's flag is process-wide, which is right for a verifier server's own process
+    (``colocated``, ``ray``) and, in a process that also runs other float32 models on CUDA, applies to
+    them too. On a CPU without bf16 instructions half precision runs through torch's slow reference
+    kernels (:mod:`fspo.cpu.compute`), several times slower than float32: there ``bfloat16``/``float16``
+    compute in float32, with a warning.
     """
+    cuda = device is not None and device.type == "cuda"
+    if dtype is None:
+        dtype = GPU_DTYPES.get(backend, "float32") if cuda else "float32"
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if cuda and DTYPES[dtype] == torch.float32:  # an explicit float32 turns TF32 off again
+        torch.backends.cuda.matmul.fp32_precision = "tf32" if dtype == "tf32" else "ieee"
     if device is not None and device.type == "cpu" and DTYPES[dtype] != torch.float32:
         choice = compute_dtype_choice()
         if choice.dtype == FLOAT32:
@@ -197,7 +208,8 @@ class ModelVerifier(PairPipeline):
 
     Args:
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
-        dtype: model dtype name (``float32``, ``bfloat16``, ``float16``).
+        dtype: model dtype name (``float32``, ``tf32``, ``bfloat16``, ``float16``); ``None``: the backend's
+            GPU default on CUDA (``GPU_DTYPES``), float32 elsewhere (see :func:`resolve_dtype`).
         max_tokens_per_batch: padded-token budget of one micro-batch.
         max_row_tokens: the most model tokens one row (prompt + evidence + claim) may have; a longer
             evidence is cut into windows (see the module doc). ``0`` or ``None``: no limit (whole
@@ -216,7 +228,7 @@ class ModelVerifier(PairPipeline):
         self,
         *,
         device: str = "auto",
-        dtype: str = "float32",
+        dtype: str | None = None,
         max_tokens_per_batch: int = 16384,
         max_row_tokens: int | None = 512,
         long_evidence: str = "chunks",
@@ -227,7 +239,7 @@ class ModelVerifier(PairPipeline):
         if long_evidence not in LONG_EVIDENCE:
             raise ValueError(f"long_evidence must be one of {LONG_EVIDENCE}, got {long_evidence!r}")
         self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device)
+        self.dtype = resolve_dtype(dtype, self.device, self.name)
         self.max_tokens_per_batch = max_tokens_per_batch
         self.max_row_tokens = max_row_tokens or None
         self.long_evidence = long_evidence
