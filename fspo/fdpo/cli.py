@@ -65,8 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
 def record_samples(record: dict, verdicts_of: list[list[int]], where: str) -> list[Sample]:
     """One predictions record's sampled responses as :class:`Sample` (score and hallucination label)."""
     responses, scores = record.get("responses"), record.get("sample_scores")
-    if not isinstance(responses, list) or not isinstance(scores, list) or len(responses) != len(scores):
-        raise UsageError(f"{where} has no responses with sample_scores: give predictions written by `fspo evaluate`")
+    if (
+        not isinstance(record.get("prompt"), str)
+        or not isinstance(responses, list)
+        or not isinstance(scores, list)
+        or len(responses) != len(scores)
+    ):
+        raise UsageError(
+            f"{where} has no prompt, or no responses with sample_scores: give predictions written by `fspo evaluate`"
+        )
     return [
         Sample(text=text, score=float(score), hallucinated=hallucination_label(verdicts))
         for text, score, verdicts in zip(responses, scores, verdicts_of)
