@@ -1,4 +1,8 @@
-"""FSPO against GRPO and the paper's "GRPO with factuality in the reward", over several seeds.
+"""FSPO against GRPO and the paper's "GRPO with factuality in the reward", over several seeds; with
+``--baseline knowrl|fapo|fdpo`` (or ``--arms``) also against the other factuality-aware methods on the same
+verifier, data and budget: KnowRL's factuality reward and FAPO's flawed-positive penalty (reward modes of the
+same trainer) and F-DPO (the base model's samples on the training questions, paired and trained offline with
+``fspo fdpo``, then answering the held-out questions in the same validation pass).
 
 Each arm trains at the quickstart's budget (``fspo quickstart``'s data, model, overrides and launch code)
 once per seed, in float32 (``FSPO_CPU_DTYPE=float32``, whatever this CPU would choose); a seed fixes the
@@ -28,6 +32,7 @@ in another dtype is trained again).
 
     python benchmarks/fspo_vs_grpo.py                     # 3 arms x 3 seeds x 12 steps (99.5 min on 2 cores in bf16)
     python benchmarks/fspo_vs_grpo.py --seeds 1 --steps 1 --val-rows 4   # the smoke test of this script
+    python benchmarks/fspo_vs_grpo.py --baseline knowrl --baseline fapo --baseline fdpo   # all six arms
 """
 
 from __future__ import annotations
@@ -48,12 +53,22 @@ from fspo.data.io import read_rows
 from fspo.quickstart.cli import VAL_ROWS, prepare_data, say, train
 from fspo.quickstart.step_report import step_report, validation_samples
 
-# arm -> the overrides that make it; all three train against the quickstart's lexical verifier.
+# arm -> the overrides that make it; all train against the quickstart's lexical verifier. knowrl and fapo are
+# reward modes of the same trainer (fspo.mode); fdpo is not an RL run (see fdpo_model), its overrides are those
+# of the validation-only run its model is judged by.
 ARMS = {
     "fspo": [],
     "grpo": ["fspo.flip=false"],
     "grpo_factuality_reward": ["fspo.flip=false", "fspo.step_reward_weight=0.5"],
+    "knowrl": ["fspo.mode=knowrl"],
+    "fapo": ["fspo.mode=fapo"],
+    "fdpo": ["fspo.enable=false"],
 }
+# The arms a plain invocation runs (the others with --arms / --baseline: each arm x seed is another run).
+DEFAULT_ARMS = ["fspo", "grpo", "grpo_factuality_reward"]
+# The quickstart's rollout budget per training step (run_overrides: train_batch_size=2, rollout.n=4), its
+# sampling temperature and response length, and its learning rate: what F-DPO's samples and update get.
+FDPO_PROMPTS_PER_STEP, FDPO_SAMPLES, FDPO_TEMPERATURE, FDPO_MAX_TOKENS, FDPO_LR = 2, 4, 0.7, 96, 2e-5
 # (key in a run's figures, column title)
 FIGURES = [
     ("answer_f1", "answer F1"),
@@ -64,7 +79,16 @@ FIGURES = [
     ("steps_per_answer", "steps per answer"),
 ]
 # The paired comparisons: (arm, baseline) and the figures compared.
-COMPARISONS = [("fspo", "grpo"), ("grpo_factuality_reward", "grpo")]
+COMPARISONS = [
+    ("fspo", "grpo"),
+    ("grpo_factuality_reward", "grpo"),
+    ("knowrl", "grpo"),
+    ("fapo", "grpo"),
+    ("fdpo", "grpo"),
+    ("fspo", "knowrl"),
+    ("fspo", "fapo"),
+    ("fspo", "fdpo"),
+]
 COMPARED_FIGURES = [("hallucinated_step_rate", "hallucinated-step rate"), ("answer_f1", "answer F1")]
 CONFIDENCE = 0.95
 # The chart shows the rates (0..1); steps per answer stays in the table.
@@ -76,7 +100,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per arm (0, 1, ...; default 3)")
     parser.add_argument("--steps", type=int, default=12, help="training steps per run (the quickstart's 12)")
     parser.add_argument("--val-rows", type=int, default=VAL_ROWS, help=f"held-out questions (default {VAL_ROWS})")
-    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=None, help=f"default {' '.join(DEFAULT_ARMS)}")
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        choices=["knowrl", "fapo", "fdpo"],
+        default=[],
+        help="add another factuality-aware method's arm to the arms (repeatable)",
+    )
     parser.add_argument("--model", type=Path, help="a Hugging Face model directory (default: the quickstart's SmolLM2)")
     parser.add_argument("--output-dir", type=Path, default=Path("outputs/fspo_vs_grpo"))
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
@@ -92,6 +123,32 @@ def figures(dump: Path, rows: list[dict], answer_f1: float | None) -> dict:
         "steps": report["steps"],
         "answers": report["answers"],
     }
+
+
+def fdpo_model(seed: int, args, model: Path, train_file: Path, out: Path, clock: float) -> Path:
+    """F-DPO's model of one seed: the base model's samples on the seed's training questions (the RL arms'
+    rollout budget: steps x 2 prompts x 4 samples), F-DPO pairs from them by the lexical verifier, and
+    ``fspo fdpo train`` at the quickstart's learning rate."""
+    from fspo.evaluation.generation import GenerationSettings, build_generator
+    from fspo.evaluation.pipeline import evaluate_benchmark
+    from fspo.fdpo.cli import main as fdpo_main
+    from fspo.quickstart.cli import PROMPT_FORMAT
+    from fspo.verifier_tools.quality import calibrated_threshold
+
+    rows = read_rows(train_file)[: args.steps * FDPO_PROMPTS_PER_STEP]
+    settings = GenerationSettings(FDPO_TEMPERATURE, 1.0, FDPO_MAX_TOKENS, FDPO_SAMPLES, batch_size=8, seed=seed)
+    generator = build_generator(model, settings, backend="hf")
+    say(clock, f"[fdpo seed {seed}] sampling {FDPO_SAMPLES} answers to each of {len(rows)} training questions")
+    evaluate_benchmark(generator, generator.tokenizer, rows, out / "samples.jsonl", PROMPT_FORMAT, description="fdpo")
+    threshold = str(calibrated_threshold("lexical"))
+    build = ["build-pairs", str(out / "samples.jsonl"), "--verifier", "lexical", "--threshold", threshold]
+    if fdpo_main([*build, "--out", str(out / "pairs.jsonl")]) != 0:
+        raise SystemExit(f"[fdpo seed {seed}] no F-DPO pairs (see above)")
+    say(clock, f"[fdpo seed {seed}] training the pairs with F-DPO")
+    fit = ["train", "--model", str(model), "--pairs", str(out / "pairs.jsonl"), "--out", str(out / "model")]
+    if fdpo_main([*fit, "--lr", str(FDPO_LR), "--batch-size", "2", "--seed", str(seed)]) != 0:
+        raise SystemExit(f"[fdpo seed {seed}] F-DPO training failed (see above)")
+    return out / "model"
 
 
 def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
@@ -110,16 +167,26 @@ def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     train_file, val_file = prepare_data(args.output_dir / "data" / f"seed{seed}", seed, args.val_rows)
     setup = {"model": model, "train": train_file, "val": val_file}
-    run = train(f"{arm} seed {seed}", setup, out, args.steps, seed, [*ARMS[arm], *args.overrides], clock)
+    started = time.time()
+    steps = args.steps
+    if arm == "fdpo":
+        # The F-DPO model answers the held-out questions in the same validation pass as every arm's: that of a
+        # one-step run of it whose update is not used (its validation before training is the F-DPO model's).
+        setup["model"], steps = fdpo_model(seed, args, model, train_file, out / "fdpo", clock), 1
+    run = train(f"{arm} seed {seed}", setup, out, steps, seed, [*ARMS[arm], *args.overrides], clock)
     rows = read_rows(val_file)
     say(clock, f"[{arm} seed {seed}] scoring the answers with the world judge and both verifiers")
+    before = figures(run["validation_dumps"]["before"], rows, run["before"].get("answer_f1"))
     result = {
         "arm": arm,
         "seed": seed,
         "dtype": FLOAT32,
-        "seconds": round(run["seconds"], 1),
-        "before": figures(run["validation_dumps"]["before"], rows, run["before"].get("answer_f1")),
-        "after": figures(run["validation_dumps"]["after"], rows, run["after"].get("answer_f1")),
+        "seconds": round(time.time() - started if arm == "fdpo" else run["seconds"], 1),
+        # fdpo: its model's figures are after F-DPO; the base model's come from the other arms.
+        "before": None if arm == "fdpo" else before,
+        "after": before
+        if arm == "fdpo"
+        else figures(run["validation_dumps"]["after"], rows, run["after"].get("answer_f1")),
     }
     result_path.write_text(json.dumps(result, indent=2))
     return result
@@ -251,8 +318,10 @@ def per_seed_table(results: list[dict]) -> str:
     ]
     seen_base: set[int] = set()
     for result in sorted(results, key=lambda r: (r["seed"], r["arm"])):
-        runs = [] if result["seed"] in seen_base else [("base model", result["before"])]
-        seen_base.add(result["seed"])
+        # An fdpo run has no base-model figures of its own (run_once): another arm's run gives the seed's.
+        runs = [] if result["seed"] in seen_base or result["before"] is None else [("base model", result["before"])]
+        if result["before"] is not None:
+            seen_base.add(result["seed"])
         for name, figures_of_run in [*runs, (result["arm"], result["after"])]:
             cells = []
             for key, _ in FIGURES:
@@ -265,7 +334,8 @@ def per_seed_table(results: list[dict]) -> str:
 def summarise(results: list[dict]) -> dict[str, dict[str, tuple[float, float, int]]]:
     """Per arm (and ``base model``: the untrained model, from every run's validation before training),
     each figure's mean, std and count over seeds."""
-    groups: dict[str, list[dict]] = {"base model": [r["before"] for r in results if r["arm"] == results[0]["arm"]]}
+    first = next((r["arm"] for r in results if r["before"] is not None), None)
+    groups: dict[str, list[dict]] = {"base model": [r["before"] for r in results if r["arm"] == first]}
     for result in results:
         groups.setdefault(result["arm"], []).append(result["after"])
     return {
@@ -327,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--seeds, --steps and --val-rows must be at least 1")
     if args.model and not (args.model / "config.json").is_file():
         parser.error(f"--model {args.model}: not a Hugging Face model directory (no config.json)")
+    args.arms = list(dict.fromkeys([*(args.arms or DEFAULT_ARMS), *args.baseline]))
     args.output_dir = args.output_dir.resolve()
     args.output_dir.mkdir(parents=True, exist_ok=True)
     # Every run computes in float32 (the trainer, the rollout server and the verifiers inherit it).

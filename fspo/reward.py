@@ -43,9 +43,11 @@ from fspo.config.fspo_config import fspo_config
 from fspo.config.verifier import VerifierConfig
 from fspo.config.vocabulary import REWARD_ROUTER
 from fspo.evidence import row_evidence
+from fspo.fapo import is_correct, is_flawed_positive
 from fspo.outcome import METRIC_KEYS
 from fspo.outcome import compute_score as fspo_score
 from fspo.reward_extra_info import LABELS_KEY, RolloutStats, encode_outputs
+from fspo.reward_modes import added_reward
 from fspo.steps import reasoning_steps
 from fspo.time_limit import TimeLimitedScorer, custom_scorer, default_scorer
 from fspo.token_labels import step_labels_for_response, verdicts_from_scores
@@ -194,6 +196,10 @@ class FSPORewardManager(RewardManagerBase):
         if self.settings.enable:
             evidence = row_evidence(item.non_tensor_batch, self.settings.evidence_key)
             labels = await self._label(list(zip(outputs, texts)), extra_info, data_source, stats, evidence)
+        stats.correct = float(is_correct(outcome_info, score))
+        stats.flawed_positive = float(is_flawed_positive(stats.correct, stats.unsupported))
+        if self.settings.enable:
+            stats.step_reward = added_reward(self.settings, stats.supported, stats.unsupported, bool(stats.correct))
         info = {**outcome_info, **stats.as_info(), LABELS_KEY: encode_outputs(labels)}
         return {"reward_score": score + stats.step_reward, "reward_extra_info": info}
 
@@ -234,9 +240,6 @@ class FSPORewardManager(RewardManagerBase):
         stats.supported = float(sum(v > 0 for v in verdicts))
         stats.unsupported = float(sum(v < 0 for v in verdicts))
         stats.unverifiable = float(sum(v == 0 for v in verdicts))
-        judged = [v for v in verdicts if v != 0]
-        if settings.step_reward_weight and judged:
-            stats.step_reward = settings.step_reward_weight * sum(judged) / len(judged)
         labels, first = [], 0
         for (ids, text), output_steps in zip(outputs, steps):
             output_verdicts = verdicts[first : first + len(output_steps)]

@@ -44,7 +44,9 @@ class RolloutStats:
     verifier_seconds: float = 0.0  # how long this rollout's reward waited on the verifier
     verified: float = 0.0  # 1 when the verifier scored this rollout's steps
     verifier_ray_gpu: float = 0.0  # 1 when the process that verified it holds a GPU Ray assigned it
-    step_reward: float = 0.0  # weight * mean step label added to the outcome score
+    step_reward: float = 0.0  # what fspo.mode adds to the outcome score (fspo.reward_modes)
+    correct: float = 0.0  # 1 when the answer is right (the scorer's acc, else its score, >= 0.5)
+    flawed_positive: float = 0.0  # 1 for a right answer with an unsupported step (FAPO's flawed positive)
     outcome_score: float = 0.0  # the scorer's score before the step reward
     scorer_timeout: float = 0.0  # 1 when the outcome scorer passed fspo.scorer_timeout_s (scored 0)
 
@@ -202,6 +204,8 @@ def step_metrics(infos: Sequence[Mapping]) -> dict[str, float]:
         "fspo/step_reward_mean": total("step_reward") / rollouts if rollouts else 0.0,
         # Rollouts whose outcome scorer passed fspo.scorer_timeout_s (scored 0).
         "fspo/scorer_timeouts": total("scorer_timeout"),
+        # FAPO's flawed positives (right answer, an unsupported step) among the right answers, in every mode.
+        "fspo/flawed_positive_rate": total("flawed_positive") / total("correct") if total("correct") else 0.0,
     }
     if verified:
         # Share of verified rollouts whose verifier ran in a process Ray gave a GPU (colocated / ray placement).

@@ -25,6 +25,7 @@ from fspo.advantage import apply_step_labels, flip_stats
 from fspo.batch_dump import dump_file_name, save_atomically
 from fspo.config.fspo_config import fspo_config
 from fspo.config.vocabulary import TRAINER_MODES
+from fspo.fapo import refinement_groups, rollout_groups
 from fspo.reward_extra_info import decode_labels, rows_labels_and_stats, sample_info, update_metrics
 from fspo.verifier_loss import VerifierLossGuard
 from fspo.verifiers.ray_actor import start_verifier_servers
@@ -148,10 +149,12 @@ class FSPOAdvantageMixin:
 
         padded = data.to_padded_tensor()
         advantages, response_mask = padded["advantages"], padded["response_mask"]
-        shaped = apply_step_labels(advantages, labels, response_mask) if self.fspo.flip else advantages
+        shaped = apply_step_labels(advantages, labels, response_mask) if self.fspo.flips else advantages
 
         update = update_metrics(counted, flip_stats(advantages, shaped, labels, response_mask), rejects + missing)
         metrics.update(update)
+        # FAPO's stage: the share of prompts whose fully correct rollouts outnumber the failed ones.
+        metrics["fspo/fapo_refinement_group_frac"] = refinement_groups(rollout_groups(batch.keys, infos, padding))
         # Before the update: a run whose verifier is gone stops here rather than train another step as GRPO.
         self.fspo_verifier_loss.observe_metrics(update, self.global_steps)
         if self.fspo_dump_dir is not None:
@@ -161,7 +164,7 @@ class FSPOAdvantageMixin:
                 "response_mask": response_mask.clone(),
                 "is_padding": torch.tensor(padding, dtype=torch.bool),
             }
-        if self.fspo.flip:
+        if self.fspo.flips:
             output = TensorDict({"advantages": response_to_nested(shaped, response_mask_nested)}, batch_size=len(batch))
             batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
         return batch

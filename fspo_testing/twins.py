@@ -31,6 +31,8 @@ RECIPE_FAMILIES = {
     "run_ablation_grpo.sh": "qwen2",
     "run_ablation_grpo_factuality_reward.sh": "qwen2",
     "run_ablation_fspo_reinforce_pp.sh": "qwen2",
+    "run_baseline_knowrl.sh": "qwen2",
+    "run_baseline_fapo.sh": "qwen2",
     "run_qwen3_8b.sh": "qwen3",
     "run_qwen3_4b_lora_1gpu.sh": "qwen3",
 }

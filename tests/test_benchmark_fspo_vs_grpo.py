@@ -166,3 +166,28 @@ def test_a_float32_result_is_kept_and_one_of_another_dtype_is_trained_again(tmp_
     (done / "result.json").write_text(json.dumps(_run("fspo", 0, 0.4, 0.1)))  # measured in bf16, before dtypes
     with pytest.raises(RuntimeError, match="trains"):
         bench.run_once("fspo", 0, args, tmp_path / "model", clock=0.0)
+
+
+def test_an_fdpo_run_gives_no_base_model_figures():
+    """F-DPO's run answers with its trained model only: the base model's row comes from the other arms."""
+    fdpo = {**_run("fdpo", 0, 0.5, 0.2), "before": None}
+    results = [fdpo, _run("grpo", 0, 0.3, 0.4, before_f1=0.05)]
+    summary = bench.summarise(results)
+    assert summary["base model"]["answer_f1"][0] == pytest.approx(0.05)
+    assert summary["fdpo"]["answer_f1"][0] == pytest.approx(0.5)
+    table = bench.per_seed_table(results)
+    assert table.count("| 0 | base model |") == 1 and "| 0 | fdpo | 0.500 |" in table
+    assert [row["arm"] for row in bench.comparisons(results)] == ["fdpo", "fdpo"]
+
+
+def test_baselines_join_the_default_arms(monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr(
+        bench, "run_once", lambda arm, seed, args, model, clock: seen.append(arm) or _run(arm, seed, 0.1, 0.1)
+    )
+    monkeypatch.setattr(bench, "plot", lambda summary, path: None)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    argv = ["--seeds", "1", "--model", str(tmp_path / "m"), "--output-dir", str(tmp_path / "o")]
+    assert bench.main([*argv, "--baseline", "fapo", "--baseline", "fdpo"]) == 0
+    assert seen == ["fspo", "grpo", "grpo_factuality_reward", "fapo", "fdpo"]

@@ -238,6 +238,10 @@ def test_twin_trains_one_step(recipe, inputs, tmp_path):
     assert record["step"] == 1
     assert record["data"]["actor/grad_norm"] > 0
     assert (twin["run_dir"] / "global_step_1" / "actor").is_dir()
+    if recipe.startswith("run_baseline_"):
+        # KnowRL's and FAPO's modes change the reward, not the advantages; FAPO's metrics are logged in every mode.
+        assert record["data"]["fspo/flipped_frac"] == 0.0
+        assert {"fspo/flawed_positive_rate", "fspo/fapo_refinement_group_frac"} <= set(record["data"])
 
 
 def test_evaluate_run_sh_generates_as_long_as_the_recipe_trained(full_ft_twin, tiny_reasoner, tmp_path):

@@ -34,6 +34,8 @@ LAZY_IMPORTS = {
     "fspo.verifier_tools.verify": {"fspo.config.verifier", "fspo.verifiers"},
     "fspo.verifier_tools.download": {"fspo.config.verifier"},
     "fspo.quickstart.step_report": {"fspo.config.verifier", "fspo.verifiers"},
+    # The verifier imports verl, the trainer TRL (the `fdpo` extra): each only when its command runs.
+    "fspo.fdpo.cli": {"fspo.config.verifier", "fspo.verifiers", "fspo.fdpo.trainer"},
 }
 
 

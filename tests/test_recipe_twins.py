@@ -109,6 +109,8 @@ def test_twins_keep_lora_qwen3_and_ablation_settings(configs):
     assert configs["run_ablation_grpo.sh"][1]["fspo.enable"] is False
     assert configs["run_ablation_fspo_reinforce_pp.sh"][1]["algorithm.adv_estimator"] == "reinforce_plus_plus"
     assert configs["run_ablation_grpo_factuality_reward.sh"][1]["fspo.step_reward_weight"] == 0.5
+    assert configs["run_baseline_knowrl.sh"][1]["fspo.mode"] == "knowrl"
+    assert configs["run_baseline_fapo.sh"][1]["fspo.mode"] == "fapo"
     qwen_base = configs["run_qwen2.5_7b_base.sh"][1]["actor_rollout_ref.model.custom_chat_template"]
     assert qwen_base and "Assistant: <think>" in qwen_base
     for _, twin in configs.values():

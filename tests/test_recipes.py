@@ -35,6 +35,8 @@ GPU_RECIPES = [
     "run_ablation_grpo.sh",
     "run_ablation_grpo_factuality_reward.sh",
     "run_ablation_fspo_reinforce_pp.sh",
+    "run_baseline_knowrl.sh",
+    "run_baseline_fapo.sh",
 ]
 ALL_RECIPES = [*GPU_RECIPES, "run_cpu.sh"]
 
@@ -151,6 +153,11 @@ def test_recipes_differ_where_the_paper_runs_differ(dry_runs):
     assert factuality["enable"] is True and factuality["flip"] is False and factuality["step_reward_weight"] > 0
     assert estimator["run_ablation_fspo_reinforce_pp.sh"] == "reinforce_plus_plus"
     assert fspo["run_ablation_fspo_reinforce_pp.sh"]["flip"] is True
+    for name, mode in (("run_baseline_knowrl.sh", "knowrl"), ("run_baseline_fapo.sh", "fapo")):
+        assert fspo[name]["enable"] is True and fspo[name]["mode"] == mode and estimator[name] == "grpo"
+        assert fspo[name]["step_reward_weight"] == 0.0
+    assert fspo["run_baseline_knowrl.sh"]["knowrl_fact_weight"] == pytest.approx(1 / 3)
+    assert fspo["run_baseline_fapo.sh"]["fapo_penalty"] == 0.5
 
 
 def test_base_recipe_resolves_the_qwen_base_chat_template(dry_runs):

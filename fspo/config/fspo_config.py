@@ -19,7 +19,7 @@ from verl.base_config import BaseConfig
 
 from fspo.config.convert import to_dataclass
 from fspo.config.verifier import VerifierConfig
-from fspo.config.vocabulary import OUTSIDE_LABELS, ConfigError
+from fspo.config.vocabulary import OUTSIDE_LABELS, REWARD_MODES, ConfigError
 
 
 @dataclass
@@ -32,13 +32,48 @@ class FSPOConfig(BaseConfig):
     flip: bool = field(
         default=True,
         metadata={
-            "help": "Flip each labelled token's advantage to its label's sign (the FSPO update). With flip=false and "
-            "step_reward_weight > 0 this is the paper's 'GRPO w/ factuality in the reward' ablation."
+            "help": "Flip each labelled token's advantage to its label's sign (the FSPO update; mode fspo only). With "
+            "flip=false and step_reward_weight > 0 this is the paper's 'GRPO w/ factuality in the reward' ablation."
         },
     )
     step_reward_weight: float = field(
         default=0.0,
         metadata={"help": "Adds weight x the mean step label of a rollout to its outcome reward (0 = off)."},
+    )
+    mode: str = field(
+        default="fspo",
+        metadata={
+            "help": "How step verdicts enter training: fspo (the advantage flip below), knowrl (KnowRL's factuality "
+            "reward added to the outcome reward, fspo.knowrl), fapo (FAPO's flawed-positive penalty, fspo.fapo). "
+            "knowrl and fapo are sequence-level rewards: no token is flipped."
+        },
+    )
+    knowrl_fact_weight: float = field(
+        default=1.0 / 3.0,  # fspo.knowrl says why
+        metadata={
+            "help": "mode knowrl: the weight of the factuality reward (share of supported steps x FActScore's length "
+            "penalty). 1/3 = KnowRL's weight 1 over its correctness gap of 3 (+2 right, -1 wrong), on 0-1 outcome scores."
+        },
+    )
+    knowrl_length_gamma: float = field(
+        default=10.0,
+        metadata={
+            "help": "mode knowrl: FActScore's length penalty exp(1 - gamma/n) for n <= gamma steps (KnowRL: 10; 0 = off)."
+        },
+    )
+    knowrl_wrong_answers_only: bool = field(
+        default=False,
+        metadata={
+            "help": "mode knowrl: add the factuality reward to wrong answers only, as KnowRL's released code "
+            "(false: to every rollout, as its paper)."
+        },
+    )
+    fapo_penalty: float = field(
+        default=0.5,  # fspo.fapo.majority_guided_penalty()
+        metadata={
+            "help": "mode fapo: subtracted from a flawed positive's outcome reward (right answer, an unsupported step). "
+            "0.5 = FAPO's majority-guided weight, half the right-wrong gap of 0-1 outcome scores (1.0 for +-1 scores)."
+        },
     )
     label_outside_reasoning: int = field(
         default=0,
@@ -85,7 +120,22 @@ class FSPOConfig(BaseConfig):
         default_factory=VerifierConfig, metadata={"help": "The step verifier (fspo.config.verifier.VerifierConfig)."}
     )
 
+    @property
+    def flips(self) -> bool:
+        """Whether the trainer flips advantages: mode fspo with flip on."""
+        return self.mode == "fspo" and self.flip
+
     def __post_init__(self):
+        if self.mode not in REWARD_MODES:
+            raise ConfigError(f"fspo.mode must be one of {', '.join(REWARD_MODES)}, got {self.mode!r}")
+        if self.mode != "fspo" and self.step_reward_weight:
+            raise ConfigError(
+                f"fspo.step_reward_weight is the fspo mode's ablation; with fspo.mode={self.mode} set it to 0"
+            )
+        for name in ("knowrl_fact_weight", "knowrl_length_gamma", "fapo_penalty"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"fspo.{name} must be a finite number >= 0, got {value!r}")
         if not (math.isfinite(self.step_reward_weight) and self.step_reward_weight >= 0):
             raise ConfigError(f"fspo.step_reward_weight must be a finite number >= 0, got {self.step_reward_weight!r}")
         if self.label_outside_reasoning not in OUTSIDE_LABELS:

@@ -11,6 +11,9 @@ class ConfigError(ValueError):
     """A config value that cannot work, with what to change."""
 
 
+# fspo.mode: how the step verdicts enter training: FSPO's advantage flip, KnowRL's factuality reward (fspo.knowrl),
+# FAPO's flawed-positive penalty (fspo.fapo).
+REWARD_MODES = ("fspo", "knowrl", "fapo")
 # fspo.verifier.name: the step-verifier backends (fspo.verifiers).
 VERIFIER_NAMES = ("lexical", "embedding", "hhem", "nli", "llm_judge", "minicheck", "factcg")
 # The backends that load a model (weights on disk or the hub); lexical and llm_judge load none.

@@ -1,0 +1,94 @@
+"""F-DPO's factuality-aware preference pairs from sampled responses labelled by a step verifier.
+
+F-DPO attaches a binary hallucination label ``h`` (0 factual, 1 hallucinated) to both responses of a DPO pair
+and then
+
+1. flips a misordered pair: when the chosen response is hallucinated and the rejected one factual, the two
+   swap, so the chosen response is never less factual than the rejected one;
+2. trains with a margin ``m * (h_rejected - h_chosen)`` subtracted inside DPO's sigmoid (trainer.py): pairs
+   whose factuality differs must be separated by more; with equal factuality it is plain DPO.
+
+Here a response is factual when the verifier supports every step of its reasoning it could judge (no step
+scores below the threshold; unverifiable steps count as neither), and the DPO preference comes from the
+outcome scorer: of two responses to one prompt the higher-scoring is chosen. Two responses with equal
+scores but different factuality also make a pair, the factual one chosen: the role of the paper's
+synthetic hallucinated variants (the same question, a hallucinated answer rejected).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sampled response: its text, outcome score and hallucination label (1 = a step unsupported)."""
+
+    text: str
+    score: float
+    hallucinated: int
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A preference pair after F-DPO's flip; ``margin_weight`` = h_rejected - h_chosen (0 or 1)."""
+
+    chosen: Sample
+    rejected: Sample
+    flipped: bool
+
+    @property
+    def margin_weight(self) -> int:
+        return self.rejected.hallucinated - self.chosen.hallucinated
+
+
+def hallucination_label(verdicts: Sequence[int]) -> int:
+    """F-DPO's binary label of a response from its step verdicts (+1, 0 unverifiable, -1): 1 if any step is -1."""
+    return int(any(verdict < 0 for verdict in verdicts))
+
+
+def flip(chosen: Sample, rejected: Sample) -> Pair:
+    """F-DPO's label flip: a hallucinated chosen over a factual rejected swaps places; any other pair stays."""
+    if chosen.hallucinated > rejected.hallucinated:
+        return Pair(chosen=rejected, rejected=chosen, flipped=True)
+    return Pair(chosen=chosen, rejected=rejected, flipped=False)
+
+
+def preference_pairs(samples: Sequence[Sample], max_pairs: int) -> list[Pair]:
+    """Up to ``max_pairs`` flipped pairs of one prompt's samples.
+
+    Candidates are the sample pairs that differ in outcome score (higher chosen) or, at equal scores, in
+    factuality (factual chosen), then flipped. Pairs whose factuality differs come first (the margin acts on
+    them), then the larger score gap; ties keep the samples' order, so the result is deterministic.
+    """
+    if max_pairs < 1:
+        raise ValueError(f"max_pairs must be >= 1, got {max_pairs}")
+    candidates = []
+    for (i, a), (j, b) in itertools.combinations(enumerate(samples), 2):
+        if a.score != b.score:
+            chosen, rejected = (a, b) if a.score > b.score else (b, a)
+        elif a.hallucinated != b.hallucinated:
+            chosen, rejected = (a, b) if a.hallucinated < b.hallucinated else (b, a)
+        else:
+            continue
+        pair = flip(chosen, rejected)
+        candidates.append((-pair.margin_weight, -abs(a.score - b.score), i, j, pair))
+    candidates.sort(key=lambda item: item[:4])
+    return [item[-1] for item in candidates[:max_pairs]]
+
+
+def pair_row(prompt: str, pair: Pair) -> dict:
+    """A row of the pairs file: TRL's ``prompt``/``chosen``/``rejected`` plus F-DPO's labels."""
+    return {
+        "prompt": prompt,
+        "chosen": pair.chosen.text,
+        "rejected": pair.rejected.text,
+        "chosen_hallucinated": pair.chosen.hallucinated,
+        "rejected_hallucinated": pair.rejected.hallucinated,
+        "fdpo_margin_weight": pair.margin_weight,
+        "flipped": pair.flipped,
+        "chosen_score": pair.chosen.score,
+        "rejected_score": pair.rejected.score,
+    }

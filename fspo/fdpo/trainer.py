@@ -1,0 +1,127 @@
+"""``fspo fdpo train``: TRL's DPOTrainer with F-DPO's factuality-aware margin (needs the ``fdpo`` extra: trl).
+
+F-DPO's loss is DPO's with a margin inside the sigmoid,
+``-log sigmoid(beta * (log-ratio_chosen - log-ratio_rejected) - m * (h_rejected - h_chosen))``, for a margin
+``m`` and the pair's hallucination labels after the flip (:mod:`fspo.fdpo.pairs`). TRL's sigmoid loss has no
+per-pair margin; :class:`FDPOTrainer` adds one through TRL's own extension points: with the reference
+log-probabilities precomputed (``precompute_ref_log_probs``), raising a pair's reference log-probability of
+the chosen response by ``m * w / beta`` lowers ``beta * (log-ratio difference)`` by exactly ``m * w``, and
+everything else (tokenisation, batching, the optimiser, saving) stays TRL's. TRL's ``rewards/chosen`` and
+``rewards/margins`` metrics include that shift.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import DPOConfig, DPOTrainer
+
+# The pairs file's column with h_rejected - h_chosen (fspo.fdpo.pairs.pair_row).
+MARGIN_COLUMN = "fdpo_margin_weight"
+_PAIR_COLUMNS = ("prompt", "chosen", "rejected", MARGIN_COLUMN)
+
+
+class MarginCollator:
+    """TRL's preference collator plus each pair's margin weight as a float tensor."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __call__(self, examples: list[dict]) -> dict:
+        batch = self.inner(examples)
+        batch[MARGIN_COLUMN] = torch.tensor([float(example[MARGIN_COLUMN]) for example in examples])
+        return batch
+
+
+class FDPOTrainer(DPOTrainer):
+    """DPOTrainer whose sigmoid loss subtracts ``margin * (h_rejected - h_chosen)`` per pair (module doc)."""
+
+    def __init__(self, *args, margin: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.precompute_ref_logps:
+            raise ValueError("F-DPO's margin rides on precomputed reference log-probs: set precompute_ref_log_probs")
+        if list(self.loss_types) != ["sigmoid"] or self.f_divergence_type != "reverse_kl":
+            raise ValueError(f"F-DPO extends DPO's sigmoid loss; got loss_type={self.loss_types}")
+        self.fdpo_margin = float(margin)
+        self.data_collator = MarginCollator(self.data_collator)
+
+    def _set_signature_columns_if_needed(self):
+        super()._set_signature_columns_if_needed()
+        if MARGIN_COLUMN not in self._signature_columns:
+            self._signature_columns = [*self._signature_columns, MARGIN_COLUMN]
+
+    def compute_ref_log_probs(self, model, inputs):
+        return super().compute_ref_log_probs(model, {k: v for k, v in inputs.items() if k != MARGIN_COLUMN})
+
+    def _compute_loss(self, model, inputs, return_outputs):
+        weights = inputs.pop(MARGIN_COLUMN).to(inputs["ref_chosen_logps"])
+        inputs["ref_chosen_logps"] = inputs["ref_chosen_logps"] + self.fdpo_margin * weights / self.beta
+        return super()._compute_loss(model, inputs, return_outputs)
+
+
+def read_pairs(path: str | Path) -> list[dict]:
+    """The rows of a pairs file (``fspo fdpo build-pairs``); raises ValueError naming a row without a column."""
+    rows = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        missing = [column for column in _PAIR_COLUMNS if column not in row]
+        if missing:
+            raise ValueError(
+                f"{path}: line {number} has no {', '.join(missing)} (write it with `fspo fdpo build-pairs`)"
+            )
+        rows.append({column: row[column] for column in _PAIR_COLUMNS})
+    if not rows:
+        raise ValueError(f"{path} holds no pairs")
+    return rows
+
+
+def train(
+    model_dir: str | Path,
+    pairs: list[dict],
+    output_dir: str | Path,
+    *,
+    beta: float = 0.1,
+    margin: float = 1.0,
+    learning_rate: float = 5e-7,
+    epochs: float = 1.0,
+    batch_size: int = 8,
+    max_length: int | None = 2048,
+    seed: int = 0,
+) -> Path:
+    """Train ``model_dir`` on ``pairs`` with F-DPO and save a Hugging Face model (and tokenizer) in ``output_dir``."""
+    output_dir = Path(output_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    config = DPOConfig(
+        output_dir=str(output_dir),
+        beta=beta,
+        loss_type=["sigmoid"],
+        precompute_ref_log_probs=True,
+        learning_rate=learning_rate,
+        num_train_epochs=epochs,
+        per_device_train_batch_size=batch_size,
+        max_length=max_length,
+        seed=seed,
+        save_strategy="no",
+        report_to=[],
+        logging_steps=1,
+        use_cpu=not torch.cuda.is_available(),
+        bf16=torch.cuda.is_available(),
+    )
+    trainer = FDPOTrainer(
+        model=model,
+        args=config,
+        train_dataset=Dataset.from_list(pairs),
+        processing_class=tokenizer,
+        margin=margin,
+    )
+    trainer.train()
+    trainer.save_model(str(output_dir))
+    tokenizer.save_pretrained(str(output_dir))
+    return output_dir

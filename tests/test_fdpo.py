@@ -1,0 +1,143 @@
+"""F-DPO: pair flipping and the factuality margin against hand-worked examples of the paper's definition,
+property tests of the pair builder, and `fspo fdpo build-pairs` -> `fspo fdpo train` on a tiny model."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fspo.fdpo.cli import main as fdpo_main
+from fspo.fdpo.pairs import Sample, flip, hallucination_label, preference_pairs
+
+EVIDENCE = "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell."
+FACTUAL_RIGHT = "<think> Stesta Bagu works for Vigio Shipping. </think> <answer> Piobrdell </answer>"
+HALLUCINATED_RIGHT = "<think> The moon base orbits Jupiter quickly. </think> <answer> Piobrdell </answer>"
+FACTUAL_WRONG = "<think> Vigio Shipping is headquartered in Piobrdell. </think> <answer> Vigio </answer>"
+
+
+def test_flip_and_margin_by_hand():
+    factual, hallucinated = Sample("a", 0.0, 0), Sample("b", 1.0, 1)
+    # The preferred (higher-scoring) response is hallucinated, the rejected one factual: the pair swaps and
+    # the margin applies (h_rejected - h_chosen = 1).
+    pair = flip(chosen=hallucinated, rejected=factual)
+    assert (pair.chosen, pair.rejected, pair.flipped, pair.margin_weight) == (factual, hallucinated, True, 1)
+    # Same factuality: unchanged, margin 0 (plain DPO).
+    same = flip(Sample("c", 1.0, 1), hallucinated)
+    assert not same.flipped and same.margin_weight == 0
+    assert hallucination_label([1, 0, 1]) == 0 and hallucination_label([1, -1]) == 1 and hallucination_label([]) == 0
+
+
+def test_pairs_of_one_prompt_by_hand():
+    a, b, c, d = Sample("a", 1.0, 1), Sample("b", 1.0, 0), Sample("c", 0.0, 0), Sample("d", 0.0, 0)
+    pairs = preference_pairs([a, b, c, d], max_pairs=10)
+    as_text = [(p.chosen.text, p.rejected.text, p.flipped, p.margin_weight) for p in pairs]
+    # Pairs with a factuality difference first, the larger score gap first: a-c and a-d (flipped), then a-b
+    # (a tie broken by factuality); then b-c, b-d (outcome only).
+    assert as_text == [
+        ("c", "a", True, 1),
+        ("d", "a", True, 1),
+        ("b", "a", False, 1),
+        ("b", "c", False, 0),
+        ("b", "d", False, 0),
+    ]
+    assert len(preference_pairs([a, b, c, d], max_pairs=2)) == 2
+
+
+samples = st.lists(
+    st.builds(Sample, st.text(max_size=3), st.sampled_from([0.0, 0.5, 1.0]), st.integers(0, 1)), max_size=7
+)
+
+
+@given(samples, st.integers(1, 30))
+def test_a_chosen_response_is_never_less_factual(group, max_pairs):
+    pairs = preference_pairs(group, max_pairs)
+    assert len(pairs) <= max_pairs
+    for pair in pairs:
+        assert pair.chosen.hallucinated <= pair.rejected.hallucinated
+        assert pair.margin_weight in (0, 1)
+        # Unflipped pairs follow the outcome score; a flip only ever moves a factual response up.
+        if not pair.flipped:
+            assert pair.chosen.score >= pair.rejected.score
+        else:
+            assert pair.chosen.score < pair.rejected.score and pair.margin_weight == 1
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory):
+    from fspo_testing.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("fdpo") / "policy")
+
+
+def test_fdpo_loss_at_the_reference_is_softplus_of_the_margin(tiny_policy, tmp_path):
+    """Before any update the policy is its reference, every log-ratio is 0, and F-DPO's loss is
+    -log sigmoid(0 - m * w) = log(1 + e^(m w)): log 2 (DPO) for equal factuality."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig
+
+    from fspo.fdpo.trainer import FDPOTrainer
+
+    pairs = [
+        {"prompt": "Q: where? A:", "chosen": " Paris.", "rejected": " Mars.", "fdpo_margin_weight": 1},
+        {"prompt": "Q: who? A:", "chosen": " Ann.", "rejected": " Bob.", "fdpo_margin_weight": 0},
+    ]
+    config = DPOConfig(
+        output_dir=str(tmp_path), beta=0.1, precompute_ref_log_probs=True, per_device_train_batch_size=2, use_cpu=True
+    )
+    trainer = FDPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(str(tiny_policy), dtype=torch.float32),
+        args=config,
+        train_dataset=Dataset.from_list(pairs),
+        processing_class=AutoTokenizer.from_pretrained(str(tiny_policy)),
+        margin=2.0,
+    )
+    batch = next(iter(trainer.get_train_dataloader()))
+    loss = float(trainer.compute_loss(trainer.model, batch))
+    assert loss == pytest.approx((math.log1p(math.exp(2.0)) + math.log(2.0)) / 2, abs=1e-4)
+
+
+def test_build_pairs_then_train_gives_a_model_evaluate_loads(tiny_policy, tmp_path, capsys):
+    from fspo.evaluation.generation import GenerationSettings, build_generator
+
+    predictions = tmp_path / "predictions.jsonl"
+    record = {
+        "index": 0,
+        "prompt": "Where is the employer of Stesta Bagu headquartered?",
+        "evidence": EVIDENCE,
+        "responses": [HALLUCINATED_RIGHT, FACTUAL_WRONG, FACTUAL_RIGHT],
+        "sample_scores": [1.0, 0.0, 1.0],
+    }
+    predictions.write_text(json.dumps(record) + "\n")
+    pairs = tmp_path / "pairs.jsonl"
+    assert fdpo_main(["build-pairs", str(predictions), "--verifier", "lexical", "--out", str(pairs)]) == 0
+    rows = [json.loads(line) for line in pairs.read_text().splitlines()]
+    # The hallucinated right answer loses to both factual responses (to the wrong one by a flip).
+    assert [(r["chosen"], r["rejected"], r["flipped"], r["fdpo_margin_weight"]) for r in rows] == [
+        (FACTUAL_WRONG, HALLUCINATED_RIGHT, True, 1),
+        (FACTUAL_RIGHT, HALLUCINATED_RIGHT, False, 1),
+        (FACTUAL_RIGHT, FACTUAL_WRONG, False, 0),
+    ]
+    assert "3 pairs from 1 prompts" in capsys.readouterr().out
+    out = tmp_path / "model"
+    args = ["train", "--model", str(tiny_policy), "--pairs", str(pairs), "--out", str(out), "--lr", "1e-3"]
+    assert fdpo_main([*args, "--batch-size", "4", "--max-length", "64"]) == 0
+    from safetensors.torch import load_file
+
+    trained, base = load_file(out / "model.safetensors"), load_file(tiny_policy / "model.safetensors")
+    assert any(not torch.equal(trained[name], base[name]) for name in base)
+    generator = build_generator(out, GenerationSettings(max_new_tokens=2), backend="hf")
+    assert len(generator.generate(["Where?"])[0]) == 1
+
+
+def test_bad_inputs_get_one_line(tmp_path, capsys):
+    assert fdpo_main(["build-pairs", str(tmp_path / "none.jsonl"), "--verifier", "lexical", "--out", "x"]) == 2
+    assert fdpo_main(["train", "--model", str(tmp_path), "--pairs", "p", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("fspo fdpo build-pairs: ") and "does not exist" in err[0]
+    assert err[1].startswith("fspo fdpo train: --model")
