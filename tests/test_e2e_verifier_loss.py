@@ -62,7 +62,9 @@ def test_a_run_whose_verifier_servers_are_gone_stops_within_the_guard_s_updates(
     log = log_path.read_text()
     steps = [record["step"] for record in records]
     print(f"killed {len(killed)} server processes; steps logged {steps}")
-    assert len(killed) == SERVER_RESTARTS + 1  # the first process and each of Ray's restarts
+    # Killed as each came up: the first process and Ray's restarts, as many as the run lived to see (the guard
+    # may stop it while Ray is still restarting: a step whose requests all failed counts either way).
+    assert 1 <= len(killed) <= SERVER_RESTARTS + 1
     assert "fspo: run stopped: the step verifier failed" in log, str(stopped.value)[-3000:]
     assert "training on would be plain GRPO" in log
     # Within the guard's updates: of the updates over max_failed_share that end the log, at most
