@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.ppo.v1 import trainer_base
 
+from fspo.cli.arguments import UsageError, check_overrides, refuse
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
 from fspo.config_checks import validate
 from fspo.cpu import cpu_mode_requested
@@ -195,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     register_chat_template_resolver()  # ${fspo_chat_template:qwen-base} in configs
     register_dtype_resolver()  # ${fspo_cpu_dtype:} in the CPU preset
     args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        check_overrides(args)
+    except UsageError as error:
+        return refuse("fspo", error)
     if dry_run_requested():
         args = without_hydra_outputs(args)
     sys.argv = [sys.argv[0], *with_platform_default(args)]

@@ -271,9 +271,9 @@ EVALUATE = [
         "a model folder with a broken config.json",
         ["--model", "{model_bad_config}"],
         2,
-        "config.json is not readable JSON",
+        "config.json, line 1: not valid JSON",
     ),
-    ("data: CSV renamed .parquet", ["--data", "{csv_parquet}"], 2, "is not a readable parquet file"),
+    ("data: CSV renamed .parquet", ["--data", "{csv_parquet}"], 2, "not a readable parquet file"),
     ("data with no rows", ["--data", "{no_rows}"], 2, "has no rows"),
     (
         "a tokenizer without a chat template",
