@@ -61,6 +61,10 @@ def dispatch(prog: str, commands: Mapping[str, Command], argv: list[str] | None,
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A file name that is not UTF-8 reaches Python as text with surrogates: printed escaped, not a crash.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     return dispatch("fspo", SUBCOMMANDS, argv)
 
 
