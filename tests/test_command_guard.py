@@ -233,3 +233,21 @@ def test_what_the_guard_found_is_one_line(in_work, argv, message):
     assert outcome.status != 0
     lines = message_lines(outcome.stderr)
     assert len(lines) == 1 and message in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "data.max_prompt_length=0",
+        "data.max_response_length=-1",
+        "data.max_response_length=nan",
+        "trainer.total_training_steps=inf",
+        "trainer.total_training_steps=0",
+        "trainer.total_epochs=0",
+    ],
+)
+def test_the_dry_run_refuses_the_sizes_the_run_trips_on(in_work, override):
+    """Was: the dry run accepted these (found by driving it with every edge value), and the run failed in verl."""
+    outcome = run_in_process(["train", "platform=cpu", override], LIMIT_S)
+    assert outcome.status == 2 and outcome.raised is None
+    assert message_lines(outcome.stderr) == [f"fspo: {override} must be a positive integer"], outcome.stderr[-1500:]
