@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 import hydra
 import ray
+from hydra._internal.utils import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.ppo.v1 import trainer_base
@@ -197,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     register_dtype_resolver()  # ${fspo_cpu_dtype:} in the CPU preset
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        check_overrides(args)
+        # Hydra's own flags (--help, --cfg job, ...) are its to read; the overrides are checked here.
+        check_overrides(get_args_parser().parse_known_args(args)[0].overrides)
     except UsageError as error:
         return refuse("fspo", error)
     if dry_run_requested():

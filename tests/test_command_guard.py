@@ -112,7 +112,7 @@ def check_fspo_case(guarded, argv):
         assert len(lines) == 1, f"fspo {shown} exited {outcome.status} with {len(lines)} lines: {lines[:5]}"
 
 
-def test_every_fspo_command_refuses_bad_arguments_in_one_line(in_work):
+def test_every_fspo_command_refuses_bad_arguments_in_one_line(in_work, capsys):
     @settings(
         max_examples=EXAMPLES,
         deadline=None,
@@ -124,6 +124,8 @@ def test_every_fspo_command_refuses_bad_arguments_in_one_line(in_work):
         check_fspo_case(in_work, argv)
 
     case()
+    with capsys.disabled():
+        print(f"\ncommand guard: {COUNT['fspo']} generated cases over {len(in_work['commands'])} commands")
 
 
 def checkpoint(root: Path, broken: str) -> Path:
