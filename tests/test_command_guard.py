@@ -223,6 +223,8 @@ FOUND = [
     pytest.param(["train", "platform=cpu", "fspo.flip=a\ud800b"], "not Unicode text", id="train-surrogate"),
     pytest.param(["data", "math500", "--tokenizer", "{list_line.jsonl}"], "cannot load the tokenizer", id="data-tok"),
     pytest.param(["data", "check", "--require-evidence", "\udcff"], "cannot train", id="data-check-surrogate-name"),
+    # transformers' message for a hub id it cannot reach offline is several lines
+    pytest.param(["data", "check", "0", "--tokenizer", "nan"], "cannot load the tokenizer 'nan'", id="data-check-tok"),
 ]
 
 

@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fspo.cli.arguments import refuse
 from fspo.data.io import text_list
 from fspo.data.templates import check_prompt_format, count_prompt_tokens
 from fspo.evidence import evidence_text, row_evidence
@@ -405,8 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
         except Exception as error:  # noqa: BLE001 - any load failure: say which and why
-            print(f"fspo data check: cannot load the tokenizer {args.tokenizer!r}: {error}", file=sys.stderr)
-            return 2
+            return refuse("fspo data check", f"cannot load the tokenizer {args.tokenizer!r}: {error}")
         if args.prompt_format is None and not tokenizer.chat_template:
             print(
                 f"fspo data check: the tokenizer {args.tokenizer!r} has no chat template; pass --prompt-format "
