@@ -468,7 +468,7 @@ def test_fspo_train_accepts_the_default_group_and_a_critic_free_single_rollout(t
 
 # --- the pure helpers behind the checks ---------------------------------------------------------------------
 
-from hypothesis import given  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 stored_values = st.recursive(
@@ -502,6 +502,7 @@ def test_evidence_training_reads_is_never_taken_for_no_evidence(value):
         unique=True,
     )
 )
+@settings(deadline=None)  # the first example imports fspo.main (verl, Ray): seconds, not a slow function
 def test_the_dry_run_keeps_the_users_hydra_settings(argv):
     from fspo.main import DRY_RUN_HYDRA_OVERRIDES, without_hydra_outputs
 
