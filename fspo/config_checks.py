@@ -138,6 +138,11 @@ POSITIVE_COUNTS = (
     "data.train_batch_size",
     "actor_rollout_ref.actor.ppo_mini_batch_size",
     "actor_rollout_ref.rollout.n",
+    # The dry run took 0, -1, nan or inf for these; the run then failed in verl's dataset or trainer.
+    "data.max_prompt_length",
+    "data.max_response_length",
+    "trainer.total_training_steps",
+    "trainer.total_epochs",
 )
 
 

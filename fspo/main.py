@@ -13,10 +13,12 @@ from contextlib import contextmanager
 
 import hydra
 import ray
+from hydra._internal.utils import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.ppo.v1 import trainer_base
 
+from fspo.cli.arguments import UsageError, check_overrides, refuse
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
 from fspo.config_checks import validate
 from fspo.cpu import cpu_mode_requested
@@ -199,6 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     register_chat_template_resolver()  # ${fspo_chat_template:qwen-base} in configs
     register_dtype_resolver()  # ${fspo_cpu_dtype:} in the CPU preset
     args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        # Hydra's own flags (--help, --cfg job, ...) are its to read; the overrides are checked here.
+        check_overrides(get_args_parser().parse_known_args(args)[0].overrides)
+    except UsageError as error:
+        return refuse("fspo", error)
     if dry_run_requested():
         args = without_hydra_outputs(args)
     sys.argv = [sys.argv[0], *with_platform_default(args)]

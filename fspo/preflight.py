@@ -17,7 +17,6 @@ training run's config checks (:mod:`fspo.config_checks`), the dry run and every 
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fspo.config.vocabulary import DEFAULT_MODELS, HHEM_FOUNDATION, MODEL_BACKENDS, ConfigError
 from fspo.hub_deadline import no_answer
+from fspo.input_files import InputFileError, read_hf_config, read_json, read_safetensors_index
 
 if TYPE_CHECKING:  # annotations only: the config dataclasses import verl, which `fspo verify` need not load
     from fspo.config.fspo_config import FSPOConfig
@@ -104,9 +104,9 @@ def looks_like_hub_id(ref: str) -> bool:
 def remote_code_files(config_file: Path) -> list[str]:
     """The ``.py`` modules a config.json's ``auto_map`` names (``module.Class`` or ``repo--module.Class``)."""
     try:
-        auto_map = json.loads(config_file.read_text()).get("auto_map") or {}
-    except (OSError, ValueError):
-        return []
+        auto_map = read_json(config_file).get("auto_map") or {}
+    except InputFileError:
+        return []  # the config's own check says what is wrong with it
     names = []
     for value in auto_map.values():
         for reference in value if isinstance(value, list) else [value]:
@@ -118,12 +118,18 @@ def remote_code_files(config_file: Path) -> list[str]:
 def missing_files(folder: Path, need: ModelNeed) -> list[str]:
     """The files of ``need`` that ``folder`` lacks (one name per missing group); [] = complete."""
     missing = [" or ".join(group) for group in need.files if not any((folder / name).is_file() for name in group)]
+    if (folder / "config.json").is_file():
+        try:
+            read_hf_config(folder)
+        except InputFileError as error:
+            missing.append(f"a readable config.json ({error})")
     for index in (folder / "model.safetensors.index.json", folder / "pytorch_model.bin.index.json"):
         if index.is_file():
             try:
-                shards = set(json.loads(index.read_text())["weight_map"].values())
-            except (OSError, ValueError, KeyError):
-                shards = set()
+                shards = set(read_safetensors_index(index).values())
+            except InputFileError as error:
+                missing.append(f"a readable {index.name} ({error})")
+                continue
             missing += sorted(name for name in shards if not (folder / name).is_file())
     if need.remote_code and (folder / "config.json").is_file():
         missing += [name for name in remote_code_files(folder / "config.json") if not (folder / name).is_file()]
@@ -359,8 +365,8 @@ def _readable_config(ref: str, cache_dir: str | None = None) -> dict:
     local = Path(os.path.expanduser(ref))
     folder = local if local.is_dir() else (cached_snapshot(ref, cache_dir) if looks_like_hub_id(ref) else None)
     try:
-        return json.loads((folder / "config.json").read_text()) if folder else {}
-    except (OSError, ValueError):
+        return read_json(folder / "config.json") if folder else {}
+    except InputFileError:
         return {}
 
 

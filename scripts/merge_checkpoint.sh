@@ -76,22 +76,47 @@ marker=.fspo_merged_from
 rule=("$PYTHON" -m fspo.output_dir --flag=--target-dir --command=merge_checkpoint.sh)
 target_dir=$("${rule[@]}" check --no-record "$target_dir" config.json "$marker") || exit 1
 
-# verl's merger reads fsdp_config.json (the world size), every model_world_size_<W>_rank_<R>.pt shard and
-# huggingface/ (config, tokenizer); a checkpoint missing them would fail inside it with a traceback.
 [[ -f "$actor_dir/fsdp_config.json" ]] \
     || fail "'$actor_dir' has no fsdp_config.json: not a complete FSDP checkpoint (was the save interrupted?)"
-world_size=$("$PYTHON" -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["world_size"]))' \
-    "$actor_dir/fsdp_config.json" 2>/dev/null) \
-    || fail "'$actor_dir/fsdp_config.json' names no world_size: not a checkpoint verl wrote"
-missing=()
-for ((rank = 0; rank < world_size; rank++)); do
-    [[ -f "$actor_dir/model_world_size_${world_size}_rank_${rank}.pt" ]] || missing+=("$rank")
-done
-if [[ ${#missing[@]} -gt 0 ]]; then
-    fail "'$actor_dir' lacks the model shards of rank(s) ${missing[*]} of $world_size (model_world_size_${world_size}_rank_R.pt): was the save interrupted, or only the optimizer kept (actor.checkpoint.save_contents)?"
-fi
-[[ -f "$actor_dir/huggingface/config.json" ]] \
-    || fail "'$actor_dir/huggingface' has no config.json: verl's merger needs the model config saved beside the shards"
+# Every file verl's merger reads, read first with fspo's readers (fspo/input_files.py): a malformed
+# fsdp_config.json or huggingface/config.json, a world size below 1, a missing shard, or a shard that is not a
+# whole torch file (its zip directory is read, not its tensors) is one line here, not the merger's traceback.
+FSPO_ACTOR_DIR="$actor_dir" "$PYTHON" - <<'PY' || exit 1
+import os
+import sys
+import zipfile
+from pathlib import Path
+
+from fspo.input_files import InputFileError, read_hf_config, read_json
+
+actor = Path(os.environ["FSPO_ACTOR_DIR"])
+try:
+    world_size = read_json(actor / "fsdp_config.json").get("world_size")
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise InputFileError(f"{actor / 'fsdp_config.json'}: world_size must be an integer >= 1, got {world_size!r}")
+    shards = [actor / f"model_world_size_{world_size}_rank_{rank}.pt" for rank in range(world_size)]
+    missing = [str(rank) for rank, shard in enumerate(shards) if not shard.is_file()]
+    if missing:
+        raise InputFileError(
+            f"{actor} lacks the model shards of rank(s) {' '.join(missing)} of {world_size} "
+            f"(model_world_size_{world_size}_rank_R.pt): was the save interrupted, or only the optimizer kept "
+            "(actor.checkpoint.save_contents)?"
+        )
+    for shard in shards:
+        try:
+            with zipfile.ZipFile(shard) as archive:
+                archive.namelist()
+        except (zipfile.BadZipFile, OSError) as error:
+            raise InputFileError(f"{shard} is not a whole torch checkpoint file ({error}): was the save interrupted?")
+    if not (actor / "huggingface" / "config.json").is_file():
+        raise InputFileError(
+            f"{actor / 'huggingface'} has no config.json: verl's merger needs the model config saved beside the shards"
+        )
+    read_hf_config(actor / "huggingface")
+except InputFileError as error:
+    print(f"merge_checkpoint.sh: {error}", file=sys.stderr)
+    sys.exit(1)
+PY
 created_target=0
 [[ -d "$target_dir" ]] || created_target=1
 staging="$target_dir/.fspo-staging-merge.$$"
@@ -99,15 +124,26 @@ staging="$target_dir/.fspo-staging-merge.$$"
 trap 'rm -rf "$staging"; if [[ $created_target == 1 ]]; then rmdir "$target_dir" 2>/dev/null || true; fi' EXIT
 mkdir -p "$staging"
 
+# verl's merger and the checks below write to a log shown on success; a failure is its last line and the log.
+log=$(mktemp "${TMPDIR:-/tmp}/merge_checkpoint.XXXXXX")
+logged() {
+    local what=$1
+    shift
+    if ! "$@" >"$log" 2>&1; then
+        fail "$what failed: $(grep -v '^\s*$' "$log" | tail -n 1) (its log: $log)"
+    fi
+    cat "$log" >&2
+}
+
 echo "merging $actor_dir -> $target_dir" >&2
-"$PYTHON" -m verl.model_merger merge --backend fsdp \
-    --local_dir "$actor_dir" --target_dir "$staging" "${trust_remote_code[@]}" >&2
+logged "verl's merger" "$PYTHON" -m verl.model_merger merge --backend fsdp \
+    --local_dir "$actor_dir" --target_dir "$staging" "${trust_remote_code[@]}"
 
 # A LoRA run's checkpoint holds the frozen base and the adapter: verl's merger writes the base as the model and
 # the adapter alone to lora_adapter/. Fold the adapter into the base weights (peft's merge_and_unload:
 # W + lora_alpha/r * B A, computed in float32, stored in the dtype verl wrote) so the folder is the trained policy.
 if [[ -f "$staging/lora_adapter/adapter_config.json" ]]; then
-    FSPO_MERGED_DIR="$staging" FSPO_TRUST_REMOTE_CODE=${#trust_remote_code[@]} "$PYTHON" - >&2 <<'PY'
+    FSPO_MERGED_DIR="$staging" FSPO_TRUST_REMOTE_CODE=${#trust_remote_code[@]} logged "folding the LoRA adapter" "$PYTHON" - <<'PY'
 import json
 import os
 from pathlib import Path
@@ -136,7 +172,7 @@ PY
 fi
 
 # Check the result is a loadable Hugging Face model: config, tokenizer, and the weights on CPU.
-FSPO_MERGED_DIR="$staging" FSPO_TRUST_REMOTE_CODE=${#trust_remote_code[@]} "$PYTHON" - >&2 <<'PY'
+FSPO_MERGED_DIR="$staging" FSPO_TRUST_REMOTE_CODE=${#trust_remote_code[@]} logged "loading the merged model" "$PYTHON" - <<'PY'
 import os
 
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -154,4 +190,5 @@ echo "$actor_dir" > "$staging/$marker"
 # fspo did not write is never touched, and the whole merge is refused, naming it, if one would be replaced.
 "${rule[@]}" install "$staging" "$target_dir" || exit 1
 created_target=0
+rm -f "$log"
 echo "$target_dir"

@@ -271,9 +271,9 @@ EVALUATE = [
         "a model folder with a broken config.json",
         ["--model", "{model_bad_config}"],
         2,
-        "config.json is not readable JSON",
+        "config.json, line 1: not valid JSON",
     ),
-    ("data: CSV renamed .parquet", ["--data", "{csv_parquet}"], 2, "is not a readable parquet file"),
+    ("data: CSV renamed .parquet", ["--data", "{csv_parquet}"], 2, "not a readable parquet file"),
     ("data with no rows", ["--data", "{no_rows}"], 2, "has no rows"),
     (
         "a tokenizer without a chat template",
@@ -502,7 +502,7 @@ def test_evidence_training_reads_is_never_taken_for_no_evidence(value):
         unique=True,
     )
 )
-@settings(deadline=None)  # the first example imports fspo.main (verl's trainer with it): seconds, not a regression
+@settings(deadline=None)  # the first example imports fspo.main (verl, Ray): seconds, not a slow function
 def test_the_dry_run_keeps_the_users_hydra_settings(argv):
     from fspo.main import DRY_RUN_HYDRA_OVERRIDES, without_hydra_outputs
 

@@ -112,3 +112,20 @@ def test_verify_names_a_model_path_that_does_not_exist(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "--model-path /nonexistent does not exist" in err
     assert "repo" not in err.lower()  # not the hub's repo-id error
+
+
+def test_an_option_cannot_name_another_verifier_than_the_command_line(tmp_path, capsys):
+    """Was: `--verifier lexical --option name=minicheck` scored with MiniCheck and reported "verifier lexical" at
+    lexical's threshold; `fspo evaluate --verifier-option name=...` likewise."""
+    rows = str(_write(tmp_path, ROWS))
+    assert fspo_main(["verify", rows, "--verifier", "lexical", "--option", "name=minicheck"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--option name=minicheck contradicts --verifier lexical" in err
+    assert fspo_main(["verify", rows, "--option", "threshold=0.2"]) == 2
+    assert "give the threshold with --threshold" in capsys.readouterr().err
+    assert fspo_main(["verify", rows, "--verifier", "lexical", "--option", "name=lexical", "--limit", "1"]) == 0
+    capsys.readouterr()
+    evaluate = ["evaluate", "--model", str(tmp_path), "--data", rows, "--output-dir", str(tmp_path / "out")]
+    assert fspo_main([*evaluate, "--verifier", "lexical", "--verifier-option", "name=factcg"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--verifier-option name=factcg contradicts --verifier lexical" in err

@@ -150,3 +150,21 @@ def test_row_windows_are_not_options_of_the_fact_checkers():
     config = VerifierConfig(name="factcg", max_row_tokens=0, long_evidence="top_k")
     assert config.ignored_options() == ["long_evidence", "max_row_tokens"]
     assert "max_row_tokens" not in config.backend_options()
+
+
+@pytest.mark.parametrize("name", ["factcg", "minicheck", "nli"])
+def test_a_checkpoint_of_another_architecture_is_refused_not_scored_through_a_random_head(
+    tmp_path_factory, checkpoints, name
+):
+    """Was: factcg (and nli) loaded a Qwen2 causal LM or a Flan-T5 checkpoint as a sequence classifier, with
+    transformers initialising its classification head at random, and scored with it."""
+    from fspo_testing.tiny_model import build_tiny_model
+
+    causal_lm = build_tiny_model(tmp_path_factory.mktemp("qwen2_causal_lm"))
+    wrong = {"causal": (causal_lm, "Qwen2ForCausalLM checkpoint, not a Qwen2ForSequenceClassification")}
+    if name != "minicheck":  # minicheck reads a T5 checkpoint as MiniCheck-Flan-T5, its own architecture
+        wrong["t5"] = (checkpoints["flan-t5-large"], "checkpoint, not a T5ForSequenceClassification")
+    for path, message in wrong.values():
+        with pytest.raises(ValueError, match=message) as refused:
+            build_verifier(verifier_config({"name": name, "model_path": str(path), "device": "cpu"}))
+        assert str(path) in str(refused.value) and "initialised at random" in str(refused.value)

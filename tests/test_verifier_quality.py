@@ -154,7 +154,7 @@ def test_read_labelled_jsonl_and_parquet(tmp_path):
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        (['{"evidence": "e", "claim": "c", "label": 1}', "{oops"], r"line 2: not JSON"),
+        (['{"evidence": "e", "claim": "c", "label": 1}', "{oops"], r"line 2: not valid JSON"),
         (['{"evidence": "e", "label": 1}'], r"line 1: expected an object with 'evidence', 'claim' and 'label'"),
         (['{"evidence": "e", "claim": "c", "label": "yes"}'], r"line 1: label must be 0 \(unsupported\) or 1"),
         (['{"evidence": "e", "claim": "c", "label": 0.5}'], r"label must be 0"),

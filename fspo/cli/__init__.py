@@ -11,6 +11,9 @@ import importlib
 import sys
 from collections.abc import Callable, Mapping
 
+from fspo.cli.arguments import refuse
+from fspo.input_files import InputFileError
+
 Command = tuple[str | Callable[[list[str]], int | None], str]
 
 SUBCOMMANDS: dict[str, Command] = {
@@ -52,10 +55,17 @@ def dispatch(prog: str, commands: Mapping[str, Command], argv: list[str] | None,
         return 2
     runner = commands[name][0]
     run = importlib.import_module(runner).main if isinstance(runner, str) else runner
-    return int(run(rest) or 0)
+    try:
+        return int(run(rest) or 0)
+    except InputFileError as error:  # any command's input file, read by fspo.input_files
+        return refuse(f"{prog} {name}", error)
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A file name that is not UTF-8 reaches Python as text with surrogates: printed escaped, not a crash.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     return dispatch("fspo", SUBCOMMANDS, argv)
 
 

@@ -6,11 +6,12 @@ Each command keeps its own checks in its own module; what several share lives he
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
 from pathlib import Path
+
+from fspo.input_files import InputFileError, read_hf_config
 
 
 class UsageError(ValueError):
@@ -56,11 +57,9 @@ def check_model_dir(flag: str, path: str | os.PathLike) -> None:
             "checkpoint, merge it first: scripts/merge_checkpoint.sh)"
         )
     try:
-        settings = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise UsageError(f"{flag} {path}: config.json is not readable JSON ({error})") from None
-    if not isinstance(settings, dict) or "model_type" not in settings:
-        raise UsageError(f"{flag} {path}: config.json names no model_type, so transformers cannot load it")
+        read_hf_config(path)
+    except InputFileError as error:
+        raise UsageError(f"{flag} {error}") from None
     weights = [
         p
         for p in path.iterdir()
@@ -71,3 +70,25 @@ def check_model_dir(flag: str, path: str | os.PathLike) -> None:
         raise UsageError(
             f"{flag} {path} holds no weights (*.safetensors or pytorch_model.bin): an unfinished download or merge?"
         )
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """Each of ``overrides`` is a Hydra override (``key=value``, ``+key=value``, ``~key``) Hydra can parse.
+
+    Hydra's own error for a malformed one is several lines; a command that hands overrides to the trainer
+    checks them here first, as one line, before it starts anything.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        shown = override.encode("utf-8", "backslashreplace").decode("utf-8")
+        try:
+            override.encode("utf-8")
+            parser.parse_override(override)
+        except UnicodeEncodeError:
+            raise UsageError(f"override {shown!r} is not Unicode text (an unpaired surrogate)") from None
+        except HydraException as error:
+            reason = " ".join(str(error).split())[:160]
+            raise UsageError(f"override {shown!r} is not a Hydra override key=value ({reason})") from None

@@ -15,12 +15,13 @@ Standard library only: the set-up dry run calls it in a virtualenv where nothing
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from fspo.input_files import InputFileError, read_json, read_toml
 
 # A CUDA build of torch requires NVIDIA's libraries by name, e.g. nvidia-cudnn-cu13 or nvidia-cuda-runtime-cu12.
 _NVIDIA_LIBRARY = re.compile(r"^nvidia-[a-z0-9-]+-cu(\d+)\b", re.IGNORECASE)
@@ -150,11 +151,10 @@ def reported_torch_build(report: dict, python: str) -> TorchBuild | None:
 
 
 def listed_wheels(pyproject: Path) -> list[dict]:
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10: the TOML reader pip vendors
-        from pip._vendor import tomli as tomllib
-    return tomllib.loads(pyproject.read_text())["tool"]["fspo"].get("flash-attn-wheels", [])
+    wheels = read_toml(pyproject).get("tool", {}).get("fspo", {}).get("flash-attn-wheels", [])
+    if not isinstance(wheels, list) or not all(isinstance(wheel, dict) for wheel in wheels):
+        raise InputFileError(f"{pyproject}: [[tool.fspo.flash-attn-wheels]] must be a list of tables")
+    return wheels
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,15 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"))
     parser.add_argument("--report", type=Path, help="a pip --dry-run --report file: torch as it would be installed")
     args = parser.parse_args(argv)
-
-    if args.report:
-        build = reported_torch_build(json.loads(args.report.read_text()), python_tag())
-    else:
-        build = installed_torch_build()
-    if build is None:
-        print("fspo: flash-attn: torch is not a CUDA build here; installing without it", file=sys.stderr)
-        return 0
-    wheel = pick_wheel(build, listed_wheels(args.pyproject))
+    try:
+        build = reported_torch_build(read_json(args.report), python_tag()) if args.report else installed_torch_build()
+        if build is None:
+            print("fspo: flash-attn: torch is not a CUDA build here; installing without it", file=sys.stderr)
+            return 0
+        wheel = pick_wheel(build, listed_wheels(args.pyproject))
+    except InputFileError as error:
+        print(f"fspo: flash-attn: {error}", file=sys.stderr)
+        return 2
     if wheel is None:
         print(
             f"fspo: flash-attn: no prebuilt wheel for {build.describe()}; installing without it "

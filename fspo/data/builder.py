@@ -190,7 +190,7 @@ def run_cli(spec: DatasetSpec, argv: list[str] | None = None) -> int:
     check_output_paths("--output-dir", args.output_dir, planned, f"fspo data {spec.name}", record=False)
     try:
         tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
-    except (OSError, ValueError) as error:
+    except Exception as error:  # noqa: BLE001 - transformers raises TypeError, KeyError... on a file it cannot read
         raise UsageError(f"cannot load the tokenizer {args.tokenizer!r}: {error}") from None
     # Every split is built before any is written: a failure leaves the output folder as it was.
     built = {}

@@ -22,9 +22,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fspo.cli.arguments import refuse
 from fspo.data.io import text_list
 from fspo.data.templates import check_prompt_format, count_prompt_tokens
 from fspo.evidence import evidence_text, row_evidence
+from fspo.input_files import InputFileError, read_parquet
 from fspo.outcome import known_sources, scorer_of
 
 REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")
@@ -181,9 +183,9 @@ def scan_file(
 
     wanted = ["prompt", "data_source", "reward_model", "extra_info", *EVIDENCE_NAMES, evidence_key]
     try:
-        table = pq.read_table(local, columns=sorted({c for c in wanted if c in schema.names}))
-    except Exception as error:  # noqa: BLE001 - a damaged file: its schema reads, its rows do not
-        report.problems.append(f"is not a readable parquet file ({error})")
+        table = read_parquet(local, columns=sorted({c for c in wanted if c in schema.names}))
+    except InputFileError as error:  # a damaged file: its schema reads, its rows do not
+        report.problems.append(str(error).removeprefix(f"{local}: "))
         return report
     report.rows = table.num_rows
     if not report.rows:
@@ -404,8 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
         except Exception as error:  # noqa: BLE001 - any load failure: say which and why
-            print(f"fspo data check: cannot load the tokenizer {args.tokenizer!r}: {error}", file=sys.stderr)
-            return 2
+            return refuse("fspo data check", f"cannot load the tokenizer {args.tokenizer!r}: {error}")
         if args.prompt_format is None and not tokenizer.chat_template:
             print(
                 f"fspo data check: the tokenizer {args.tokenizer!r} has no chat template; pass --prompt-format "

@@ -28,9 +28,10 @@ from fspo.evaluation.answer_judge import METRICS_OF_SOURCE, AnswerJudge
 from fspo.evaluation.generation import GenerationSettings, build_generator, render_prompts, vllm_available
 from fspo.evaluation.pipeline import ProvenanceError, check_rows, evaluate_model
 from fspo.evaluation.report import accumulated_results, write_results
+from fspo.input_files import InputFileError, read_parquet_rows
 from fspo.output_dir import check_output_paths
 from fspo.verifier_tools.quality import calibrated_threshold
-from fspo.verifier_tools.verify import parse_option
+from fspo.verifier_tools.verify import verifier_options
 
 PROG = "fspo evaluate"
 SPLIT_NAMES = {"train", "test", "val", "validation", "dev"}
@@ -200,8 +201,13 @@ def check_arguments(args: argparse.Namespace) -> GenerationSettings:
         ]
         if given:
             raise UsageError(f"{' and '.join(given)}: only with --verifier NAME (the supported step rate)")
-    elif args.threshold is None:
-        args.threshold = calibrated_threshold(args.verifier)
+    else:
+        try:
+            verifier_options(args.verifier_option, args.verifier, "--verifier-option")
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        if args.threshold is None:
+            args.threshold = calibrated_threshold(args.verifier)
     check_probability("--threshold", args.threshold)
     check_count("--limit", args.limit)
     check_count("--tensor-parallel-size", args.tensor_parallel_size)
@@ -243,14 +249,12 @@ def output_paths(args: argparse.Namespace) -> list[str]:
 
 def read_benchmarks(args: argparse.Namespace) -> dict[str, list[dict]]:
     """Each ``--data`` file's rows (cut to ``--limit``), checked as generation and scoring will read them."""
-    import pyarrow.parquet as pq
-
     benchmarks = {}
     for name, path in args.data:
         try:
-            rows = pq.read_table(path).to_pylist()[: args.limit]
-        except Exception as error:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not parquet
-            raise UsageError(f"benchmark {name}: {path} is not a readable parquet file ({error})") from None
+            rows = read_parquet_rows(path)[: args.limit]
+        except InputFileError as error:
+            raise UsageError(f"benchmark {name}: {error}") from None
         if not rows:
             raise UsageError(f"benchmark {name}: {path} has no rows")
         try:
@@ -299,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             from fspo.verifiers import build_verifier
 
             try:
-                options = dict(parse_option(o) for o in args.verifier_option)
+                options = verifier_options(args.verifier_option, args.verifier, "--verifier-option")
                 verifier = build_verifier(verifier_config({"name": args.verifier, **options}))
             except ValueError as error:
                 raise UsageError(str(error)) from None

@@ -22,6 +22,7 @@ from fspo.evaluation.answer_judge import judgments_path
 from fspo.evaluation.generation import GenerationSettings, Generator, build_generator, render_prompts
 from fspo.evaluation.records import read_records
 from fspo.evidence import row_evidence
+from fspo.input_files import read_json
 from fspo.outcome import METRIC_KEYS as METRICS
 from fspo.outcome import compute_score, scorer_of, unknown_source_message
 from fspo.steps import reasoning_steps
@@ -72,7 +73,7 @@ def check_provenance(predictions_path: str | Path, provenance: dict) -> None:
     """Record `provenance` beside new predictions, or raise :class:`ProvenanceError` if old ones differ."""
     predictions_path, sidecar = Path(predictions_path), provenance_path(predictions_path)
     if sidecar.exists():
-        stored = json.loads(sidecar.read_text(encoding="utf-8"))
+        stored = read_json(sidecar)
         changed = [key for key in PROVENANCE_KEYS if stored.get(key) != provenance.get(key)]
         if not changed:
             return

@@ -11,6 +11,7 @@ from pathlib import Path
 from fspo.atomic_file import replacing, write_text_atomically
 from fspo.evaluation.pipeline import score_records
 from fspo.evaluation.records import read_records
+from fspo.input_files import read_json
 
 
 def _benchmarks(results: dict[str, dict[str, dict]]) -> list[str]:
@@ -175,7 +176,7 @@ def accumulated_results(output_dir: str | Path, current: dict[str, dict[str, dic
     prediction file cannot (the supported step rate), the prediction files the scores.
     """
     previous_path = Path(output_dir) / "results.json"
-    previous = json.loads(previous_path.read_text(encoding="utf-8")) if previous_path.exists() else {}
+    previous = read_json(previous_path) if previous_path.exists() else {}
     from_files = results_from_predictions(Path(output_dir) / "predictions")
     order = [*previous, *(m for m in current if m not in previous)]
     order += sorted(m for m in from_files if m not in order)

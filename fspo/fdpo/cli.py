@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from fspo.atomic_file import write_text_atomically
@@ -23,17 +24,17 @@ from fspo.cli.arguments import (
     UsageError,
     check_count,
     check_model_dir,
-    check_output_dir,
     check_positive_number,
     refuse,
 )
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evaluation.records import read_records
 from fspo.fdpo.pairs import Sample, hallucination_label, pair_row, preference_pairs
+from fspo.output_dir import check_output_paths
 from fspo.steps import reasoning_steps
 from fspo.token_labels import verdicts_from_scores
 from fspo.verifier_tools.quality import calibrated_threshold
-from fspo.verifier_tools.verify import parse_option
+from fspo.verifier_tools.verify import verifier_options
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,8 +124,8 @@ def build_pairs(args, verifier, threshold: float) -> int:
             "no pairs: every prompt's samples tie in score and factuality; sample more responses per prompt "
             "(fspo evaluate --samples 8 --temperature 1.0)"
         )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(args.out, "".join(lines))
+    folder, name = pairs_file(args.out)
+    write_text_atomically(check_output_paths("--out", folder, [name], "fspo fdpo build-pairs") / name, "".join(lines))
     print(
         f"fspo fdpo: {counts['pairs']} pairs from {counts['prompts']} prompts -> {args.out}; "
         f"{counts['hallucinated']}/{counts['responses']} responses hallucinated, {counts['flipped']} pairs flipped, "
@@ -133,25 +134,41 @@ def build_pairs(args, verifier, threshold: float) -> int:
     return 0
 
 
+# What a trained model's folder gets (checked before training; the files really saved are checked again as they
+# move in).
+MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+
+
+def pairs_file(out: str) -> tuple[str, str]:
+    """``--out`` of build-pairs as (its folder, its name): the folder is the output folder fspo.output_dir's rule
+    holds for (a user's file of that name is refused, never replaced)."""
+    folder, name = os.path.split(os.path.abspath(os.path.expanduser(out)))
+    if not name:
+        raise UsageError(f"--out {out}: name the pairs file (e.g. pairs.jsonl), not a folder")
+    return folder, name
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     prog = f"fspo fdpo {args.command}"
     try:
         if args.command == "build-pairs":
             check_count("--max-pairs-per-prompt", args.max_pairs_per_prompt)
+            folder, name = pairs_file(args.out)
+            check_output_paths("--out", folder, [name], prog, record=False)  # before minutes of scoring
             threshold = calibrated_threshold(args.verifier) if args.threshold is None else args.threshold
             # Lazy: the verifier's config and backends import verl (seconds), after the arguments are checked.
             from fspo.config.verifier import verifier_config
             from fspo.verifiers import build_verifier
 
             try:
-                options = dict(parse_option(o) for o in args.verifier_option)
+                options = verifier_options(args.verifier_option, args.verifier, "--verifier-option")
                 verifier = build_verifier(verifier_config({"name": args.verifier, **options}))
             except ValueError as error:
                 raise UsageError(str(error)) from None
             return build_pairs(args, verifier, threshold)
         check_model_dir("--model", args.model)
-        check_output_dir("--out", args.out)
+        check_output_paths("--out", args.out, MODEL_FILES, prog, record=False)  # before the model loads
         for flag, value in (("--beta", args.beta), ("--lr", args.lr), ("--epochs", args.epochs)):
             check_positive_number(flag, value)
         if not args.margin >= 0:

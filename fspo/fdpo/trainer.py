@@ -12,13 +12,16 @@ everything else (tokenisation, batching, the optimiser, saving) stays TRL's. TRL
 
 from __future__ import annotations
 
-import json
+import shutil
 from pathlib import Path
 
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import DPOConfig, DPOTrainer
+
+from fspo.input_files import read_jsonl
+from fspo.output_dir import install_staged, staging_folder
 
 # The pairs file's column with h_rejected - h_chosen (fspo.fdpo.pairs.pair_row).
 MARGIN_COLUMN = "fdpo_margin_weight"
@@ -64,16 +67,14 @@ class FDPOTrainer(DPOTrainer):
 
 
 def read_pairs(path: str | Path) -> list[dict]:
-    """The rows of a pairs file (``fspo fdpo build-pairs``); raises ValueError naming a row without a column."""
+    """The rows of a pairs file (``fspo fdpo build-pairs``); raises ValueError (fspo.input_files' one line)
+    naming the file and a row that is malformed or lacks a column."""
     rows = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
+    for number, row in enumerate(read_jsonl(path), 1):
         missing = [column for column in _PAIR_COLUMNS if column not in row]
         if missing:
             raise ValueError(
-                f"{path}: line {number} has no {', '.join(missing)} (write it with `fspo fdpo build-pairs`)"
+                f"{path}: pair {number} has no {', '.join(missing)} (write it with `fspo fdpo build-pairs`)"
             )
         rows.append({column: row[column] for column in _PAIR_COLUMNS})
     if not rows:
@@ -93,9 +94,23 @@ def train(
     batch_size: int = 8,
     max_length: int | None = 2048,
     seed: int = 0,
+    command: str = "fspo fdpo train",
 ) -> Path:
     """Train ``model_dir`` on ``pairs`` with F-DPO and save a Hugging Face model (and tokenizer) in ``output_dir``."""
     output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    # Saved beside, then moved in under fspo.output_dir's rule: a user's file of the same name is refused, not
+    # replaced, and a failed run leaves the folder as it was.
+    staging = staging_folder(output_dir, command)
+    try:
+        _train_into(model_dir, pairs, staging, beta, margin, learning_rate, epochs, batch_size, max_length, seed)
+        install_staged(staging, output_dir, "--out", command)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return output_dir
+
+
+def _train_into(model_dir, pairs, output_dir, beta, margin, learning_rate, epochs, batch_size, max_length, seed):
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     config = DPOConfig(
@@ -124,4 +139,3 @@ def train(
     trainer.train()
     trainer.save_model(str(output_dir))
     tokenizer.save_pretrained(str(output_dir))
-    return output_dir

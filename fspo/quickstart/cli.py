@@ -28,8 +28,10 @@ import time
 from pathlib import Path
 
 from fspo.atomic_file import write_text_atomically
+from fspo.cli.arguments import UsageError, check_model_dir, check_overrides
 from fspo.data.io import read_rows, write_parquet
 from fspo.data.synthetic import make_rows
+from fspo.input_files import read_json
 from fspo.output_dir import OutputConflict, check_output_paths
 from fspo.quickstart.launch import launch
 from fspo.quickstart.smollm2 import convert_smollm2
@@ -405,7 +407,8 @@ def plot(runs: dict[str, dict], path: Path) -> None:
 
 
 def input_problem(args: argparse.Namespace) -> str | None:
-    """What is wrong with ``--steps``/``--model``/``--data``, before minutes are spent starting Ray."""
+    """What is wrong with ``--steps``/``--model``/``--data``/``--output-dir`` and the overrides, before minutes
+    are spent starting Ray."""
     if args.steps < 1:
         return f"--steps must be at least 1, got {args.steps}"
     if args.model and not (args.model / "config.json").is_file():
@@ -413,6 +416,12 @@ def input_problem(args: argparse.Namespace) -> str | None:
     for path in args.data or ():
         if not path.is_file():
             return f"--data {path}: no such file (build one with `fspo data <name>`)"
+    try:
+        if args.model:
+            check_model_dir("--model", args.model)
+        check_overrides(args.overrides)
+    except UsageError as error:
+        return str(error)
     return None
 
 
@@ -442,7 +451,7 @@ def checkpoint_conflict(out: Path, identity: dict) -> str | None:
     fix = "pass another --output-dir, or --fresh to delete its checkpoints"
     if not record.is_file():
         return f"--output-dir {out} holds checkpoints ({checkpoints[-1]}) of a run it has no record of; {fix}"
-    earlier = json.loads(record.read_text())
+    earlier = read_json(record)
     changed = [key for key in identity if earlier.get(key) != identity[key]]
     if not changed:
         return None  # the same run: verl resumes its checkpoint
@@ -502,13 +511,17 @@ def main(argv: list[str] | None = None) -> int:
     setup = {"model": model, "train": train_file, "val": val_file}
     print(f"model: {model}\ndata:  {train_file} (train), {val_file} (held out)", flush=True)
 
-    runs = {"fspo": train("fspo", setup, out / "fspo", args.steps, args.seed, args.overrides, started)}
-    if args.baseline == "grpo":
-        runs["grpo"] = train(
-            "grpo", setup, out / "grpo", args.steps, args.seed, ["fspo.flip=false", *args.overrides], started
-        )
-    say(started, "merging the FSPO checkpoint into a Hugging Face directory")
-    merged = merge(out / "fspo", args.steps)
+    try:
+        runs = {"fspo": train("fspo", setup, out / "fspo", args.steps, args.seed, args.overrides, started)}
+        if args.baseline == "grpo":
+            runs["grpo"] = train(
+                "grpo", setup, out / "grpo", args.steps, args.seed, ["fspo.flip=false", *args.overrides], started
+            )
+        say(started, "merging the FSPO checkpoint into a Hugging Face directory")
+        merged = merge(out / "fspo", args.steps)
+    except RuntimeError as error:  # the trainer or the merge failed: what it says, and where its log is
+        print(f"fspo quickstart: {error}", file=sys.stderr)
+        return 1
     plot(runs, out / "training_curves.png")
 
     summary = {

@@ -27,6 +27,7 @@ from typing import NamedTuple
 from fspo.data.halueval import offline_files
 from fspo.data.io import clean_text
 from fspo.data.synthetic import labelled_facts
+from fspo.input_files import parse_json, read_parquet_rows, read_text
 
 SOURCES = ("halueval", "synthetic", "synthetic-restated")
 SPLITS = ("train", "heldout", "all")
@@ -139,24 +140,12 @@ def read_labelled(path: str | Path) -> list[LabelledPair]:
     if not path.is_file():
         raise FileNotFoundError(f"no labelled file {str(path)!r}")
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            rows = pq.read_table(path).to_pylist()
-        except Exception as error:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
-            raise ValueError(f"{path}: not a readable parquet file ({error})") from error
-        pairs = [parse_row(row, f"{path} row {i}") for i, row in enumerate(rows)]
+        pairs = [parse_row(row, f"{path} row {i}") for i, row in enumerate(read_parquet_rows(path))]
     else:
         pairs = []
-        with open(path, encoding="utf-8-sig") as stream:  # -sig: a byte-order mark is not part of row 1
-            for number, line in enumerate(stream, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path} line {number}: not JSON ({error.msg})") from error
-                pairs.append(parse_row(row, f"{path} line {number}"))
+        for number, line in enumerate(read_text(path, "JSON Lines file").splitlines(), 1):
+            if line.strip():
+                pairs.append(parse_row(parse_json(path, line, None, f" line {number}"), f"{path} line {number}"))
     if not pairs:
         raise ValueError(f"{path}: no labelled rows")
     return pairs

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from fspo.atomic_file import replacing
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evidence import evidence_text
+from fspo.input_files import parse_json, read_text
 from fspo.output_dir import OutputConflict, check_output_paths
 from fspo.preflight import check_verifier, looks_like_hub_id
 from fspo.steps import reasoning_span, reasoning_steps
@@ -129,30 +130,46 @@ def parse_option(text: str) -> tuple[str, object]:
         return key, value
 
 
-def read_rows(lines: Iterable[str], evidence_key: str, response_key: str, limit: int | None) -> list[tuple[str, str]]:
-    """(evidence, response) of each JSONL row; blank lines are skipped; bad rows raise with their line number."""
+def verifier_options(texts: list[str], verifier: str, flag: str = "--option") -> dict:
+    """The ``KEY=VALUE`` options of ``texts`` as a dict; ValueError for one that is not ``KEY=VALUE`` or that
+    contradicts the command line: ``name`` other than ``verifier`` (the command would report one verifier and
+    score with another), ``threshold`` (the command's ``--threshold`` decides the verdicts)."""
+    options = dict(parse_option(text) for text in texts)
+    if "name" in options and options["name"] != verifier:
+        raise ValueError(
+            f"{flag} name={options['name']} contradicts --verifier {verifier}: name the verifier with --verifier only"
+        )
+    if "threshold" in options:
+        raise ValueError(f"{flag} threshold=...: give the threshold with --threshold")
+    return options
+
+
+def read_rows(
+    lines: Iterable[str], evidence_key: str, response_key: str, limit: int | None, source: str = "stdin"
+) -> list[tuple[str, str]]:
+    """(evidence, response) of each JSONL row of ``source``; blank lines are skipped; bad rows raise
+    :class:`InputFileError` naming ``source`` and the line."""
     rows = []
     for number, line in enumerate(lines, 1):
         if limit is not None and len(rows) >= limit:
             break
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"line {number}: not JSON ({error.msg})") from error
-        if not isinstance(row, dict) or evidence_key not in row or response_key not in row:
-            raise ValueError(f"line {number}: expected an object with {evidence_key!r} and {response_key!r} keys")
+        row = parse_json(source, line, dict, f", line {number}")
+        if evidence_key not in row or response_key not in row:
+            raise ValueError(
+                f"{source}, line {number}: expected an object with {evidence_key!r} and {response_key!r} keys"
+            )
         # As training reads it: a list of texts joined with blank lines; null, "" or [] is no evidence.
         evidence = evidence_text({evidence_key: row[evidence_key]}, evidence_key)
         if not evidence and row[evidence_key] not in (None, "", []):
             raise ValueError(
-                f"line {number}: {evidence_key!r} is {type(row[evidence_key]).__name__} {row[evidence_key]!r:.60}, "
+                f"{source}, line {number}: {evidence_key!r} is {type(row[evidence_key]).__name__} {row[evidence_key]!r:.60}, "
                 "which training cannot read as evidence: give a string or a list of strings"
             )
         if not isinstance(row[response_key], str):
             raise ValueError(
-                f"line {number}: {response_key!r} is {type(row[response_key]).__name__}, not the response's text"
+                f"{source}, line {number}: {response_key!r} is {type(row[response_key]).__name__}, not the response's text"
             )
         rows.append((evidence, row[response_key]))
     if not rows:
@@ -169,7 +186,7 @@ def verifier_settings(args) -> dict:
     """The ``fspo.verifier`` block the command line describes: name, threshold, flags, then ``--option``s."""
     config: dict = {"name": args.verifier, "threshold": args.threshold}
     config.update({k: getattr(args, k) for k in _FLAG_OPTIONS if getattr(args, k) is not None})
-    config.update(parse_option(text) for text in args.option)
+    config.update(verifier_options(args.option, args.verifier))
     return config
 
 
@@ -307,6 +324,10 @@ def check_arguments(args) -> str | None:
         return f"--threshold must be in [0, 1] (scores are support probabilities), got {args.threshold}"
     if args.limit is not None and args.limit < 1:
         return f"--limit must be >= 1, got {args.limit}"
+    try:
+        verifier_options(args.option, args.verifier)
+    except ValueError as error:
+        return str(error)
     problem = missing_model_path(args.model_path)
     if problem:
         return problem
@@ -345,9 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.input == "-":
             rows = read_rows(sys.stdin, args.evidence_key, args.response_key, args.limit)
         else:
-            # utf-8-sig: a byte-order mark, as some Windows editors write, is not part of the first row.
-            with open(args.input, encoding="utf-8-sig") as stream:
-                rows = read_rows(stream, args.evidence_key, args.response_key, args.limit)
+            lines = read_text(args.input, "JSON Lines file").splitlines()
+            rows = read_rows(lines, args.evidence_key, args.response_key, args.limit, args.input)
         verifier = build_checked_verifier(config)
     except (OSError, ValueError) as error:
         print(f"fspo verify: {error}", file=sys.stderr)

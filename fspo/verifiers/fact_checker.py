@@ -28,6 +28,7 @@ import torch
 
 from fspo.verifiers.base import Pair
 from fspo.verifiers.batching import Features
+from fspo.verifiers.checked_load import from_pretrained_checked
 from fspo.verifiers.model_base import ModelVerifier
 
 # Evidences whose chunks a verifier keeps: a prompt's evidence comes back with each of its rollouts and
@@ -125,7 +126,7 @@ def load_sequence_classifier(model_path: str, tokenizer_path: str | None, dtype:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path, use_fast=True)
-    model = AutoModelForSequenceClassification.from_pretrained(model_path, dtype=dtype)
+    model = from_pretrained_checked(AutoModelForSequenceClassification, model_path, dtype=dtype)
     if model.config.num_labels != 2:
         raise ValueError(f"{model_path} has {model.config.num_labels} labels; a fact checker has 2 (1 = supported)")
     return model.to(device).eval(), tokenizer

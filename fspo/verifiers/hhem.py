@@ -37,6 +37,7 @@ from fspo.config.vocabulary import DEFAULT_MODELS, HHEM_FOUNDATION
 from fspo.preflight import check_verifier, has_tokenizer_files
 from fspo.verifiers.base import Pair
 from fspo.verifiers.batching import Features
+from fspo.verifiers.checked_load import from_pretrained_checked
 from fspo.verifiers.model_base import VERIFIER_ACTIVATION_BYTES, ModelVerifier, attention_cells
 
 logger = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ def load_hhem(
     prompt = config.get("prompt") or HHEM_PROMPT
     model = None
     if config.get("model_type") == "t5":  # a bare HHEM-architecture model (benchmarks, fine-tunes)
-        model = T5ForTokenClassification.from_pretrained(model_path, dtype=dtype)
+        model = from_pretrained_checked(T5ForTokenClassification, model_path, dtype=dtype)
     elif trust_remote_code:
         try:
             model = AutoModelForSequenceClassification.from_pretrained(model_path, trust_remote_code=True)

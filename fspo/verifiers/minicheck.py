@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from fspo.config.vocabulary import DEFAULT_MODELS
+from fspo.verifiers.checked_load import from_pretrained_checked
 from fspo.verifiers.chunking import minicheck_chunks, whitespace_word_counts
 from fspo.verifiers.fact_checker import (
     TemplateClassifierVerifier,
@@ -101,7 +102,9 @@ class MiniCheckT5(TemplateVerifier):
         from transformers import AutoTokenizer, T5ForConditionalGeneration
 
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path, use_fast=True)
-        self.model = T5ForConditionalGeneration.from_pretrained(model_path, dtype=self.dtype).to(self.device).eval()
+        self.model = (
+            from_pretrained_checked(T5ForConditionalGeneration, model_path, dtype=self.dtype).to(self.device).eval()
+        )
         if self.model.config.vocab_size <= max(T5_LABEL_TOKEN_IDS):
             raise ValueError(
                 f"{model_path} has {self.model.config.vocab_size} output tokens; MiniCheck reads ids "

@@ -13,6 +13,7 @@ import torch
 
 from fspo.verifiers.base import Pair
 from fspo.verifiers.batching import Features
+from fspo.verifiers.checked_load import from_pretrained_checked
 from fspo.verifiers.model_base import ModelVerifier
 
 ENTAILMENT_NAMES = (
@@ -91,8 +92,8 @@ class NLIVerifier(ModelVerifier):
             tokenizer_path or model_path, trust_remote_code=trust_remote_code
         )
         self.model = (
-            AutoModelForSequenceClassification.from_pretrained(
-                model_path, dtype=self.dtype, trust_remote_code=trust_remote_code
+            from_pretrained_checked(
+                AutoModelForSequenceClassification, model_path, dtype=self.dtype, trust_remote_code=trust_remote_code
             )
             .to(self.device)
             .eval()

@@ -1,0 +1,181 @@
+"""One reader per kind of file the project reads (JSON, JSON Lines, TOML, parquet, a safetensors index, a Hugging
+Face config.json), each turning every failure into one :class:`InputFileError` naming the file and what is wrong.
+
+A missing or unreadable file, bytes that are not UTF-8, malformed text, the wrong top-level type and text holding
+an unpaired surrogate (JSON's ``"\\udcff"`` escape: Python reads it, but cannot encode it to print or write it)
+are all refused here, so that no command meets them later as a traceback. ``fspo <command>`` prints the error
+as one line and exits 2 (:func:`fspo.cli.dispatch`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+class InputFileError(ValueError):
+    """A file the project reads that cannot be used, with its path and what is wrong."""
+
+
+def _name(path: str | os.PathLike) -> str:
+    # A path from a non-UTF-8 file name carries surrogates: shown escaped, so the message itself can be printed.
+    return str(path).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def read_bytes(path: str | os.PathLike, what: str = "file") -> bytes:
+    """The bytes of ``path``; a missing file, a folder or an unreadable file is one :class:`InputFileError`."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputFileError(f"{_name(path)} is a folder, not a {what}")
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise InputFileError(f"{_name(path)} does not exist") from None
+    except OSError as error:
+        raise InputFileError(f"{_name(path)} cannot be read ({error.strerror or error})") from None
+
+
+def read_text(path: str | os.PathLike, what: str = "text file") -> str:
+    """The UTF-8 text of ``path`` (a byte-order mark dropped); bytes that are not UTF-8 are refused."""
+    data = read_bytes(path, what)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise InputFileError(
+            f"{_name(path)} is not UTF-8 text (byte {error.start} is {data[error.start : error.start + 1]!r}): "
+            "save it as UTF-8"
+        ) from None
+
+
+def unpaired_surrogate(value: Any) -> str | None:
+    """The first string in ``value`` (nested lists and dicts, keys too) that UTF-8 cannot encode, or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value
+        return None
+    if isinstance(value, dict):
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        return None
+    for item in items:
+        found = unpaired_surrogate(item)
+        if found is not None:
+            return found
+    return None
+
+
+def _check_encodable(path, value: Any, where: str = "") -> None:
+    bad = unpaired_surrogate(value)
+    if bad is not None:
+        shown = bad.encode("utf-8", "backslashreplace").decode("utf-8")[:60]
+        raise InputFileError(
+            f"{_name(path)}{where}: text {shown!r} holds an unpaired surrogate (a \\ud800-\\udfff escape), which "
+            "is not Unicode text and cannot be written out: fix or drop it"
+        )
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false"}.get(type(value), "a number")
+
+
+def parse_json(path: str | os.PathLike, text: str, expect: type | None = dict, where: str = "") -> Any:
+    """``text`` (read from ``path``) as JSON of type ``expect`` (None: any), with its strings encodable."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputFileError(
+            f"{_name(path)}{where or f', line {error.lineno}'}: not valid JSON ({error.msg})"
+        ) from None
+    except RecursionError:
+        raise InputFileError(f"{_name(path)}{where}: JSON nested too deeply to read") from None
+    if expect is not None and not isinstance(value, expect):
+        wanted = "an object {...}" if expect is dict else "a list [...]" if expect is list else expect.__name__
+        raise InputFileError(f"{_name(path)}{where}: holds {_type_name(value)}, expected {wanted}")
+    _check_encodable(path, value, where)
+    return value
+
+
+def read_json(path: str | os.PathLike, expect: type | None = dict) -> Any:
+    """A JSON file whose top level is ``expect`` (an object by default; None: any)."""
+    return parse_json(path, read_text(path, "JSON file"), expect)
+
+
+def read_jsonl(path: str | os.PathLike, drop_partial_last: bool = False) -> list[dict]:
+    """The objects of a JSON Lines file, one per non-blank line.
+
+    ``drop_partial_last``: a last line that does not parse is a write cut short (a crash, a full disk), dropped.
+    """
+    lines = read_text(path, "JSON Lines file").splitlines()
+    last = max((n for n, line in enumerate(lines) if line.strip()), default=-1)
+    records = []
+    for number, line in enumerate(lines):
+        if not line.strip():
+            continue
+        where = f", line {number + 1}"
+        try:
+            records.append(parse_json(path, line, dict, where))
+        except InputFileError:
+            if drop_partial_last and number == last and not line.rstrip().endswith("}"):
+                break
+            raise
+    return records
+
+
+def read_toml(path: str | os.PathLike) -> dict:
+    """A TOML file as a dict."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        from pip._vendor import tomli as tomllib
+
+    text = read_text(path, "TOML file")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise InputFileError(f"{_name(path)}: not valid TOML ({error})") from None
+
+
+def read_parquet(path: str | os.PathLike, columns: list[str] | None = None):
+    """A parquet file as a pyarrow Table (only ``columns`` when given)."""
+    import pyarrow.parquet as pq
+
+    if not Path(path).is_file():
+        read_bytes(path, "parquet file")  # says missing, a folder or unreadable
+    try:
+        return pq.read_table(path, columns=columns)
+    except Exception as error:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not parquet
+        message = " ".join(str(error).split())
+        raise InputFileError(f"{_name(path)}: not a readable parquet file ({message})") from None
+
+
+def read_parquet_rows(path: str | os.PathLike, columns: list[str] | None = None) -> list[dict]:
+    """The rows of a parquet file as dicts, their text checked encodable."""
+    rows = read_parquet(path, columns).to_pylist()
+    for number, row in enumerate(rows):
+        _check_encodable(path, row, f", row {number}")
+    return rows
+
+
+def read_hf_config(folder: str | os.PathLike) -> dict:
+    """A Hugging Face model folder's config.json, which must be an object naming its ``model_type``."""
+    config = read_json(Path(folder) / "config.json")
+    if "model_type" not in config:
+        raise InputFileError(
+            f"{_name(Path(folder) / 'config.json')}: names no model_type, so transformers cannot load it"
+        )
+    return config
+
+
+def read_safetensors_index(path: str | os.PathLike) -> dict[str, str]:
+    """A sharded checkpoint's ``*.safetensors.index.json``: its ``weight_map`` (tensor name -> shard file)."""
+    index = read_json(path)
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise InputFileError(f"{_name(path)}: has no weight_map object of tensor name -> shard file")
+    return weight_map

@@ -1,0 +1,238 @@
+"""Every command driven with generated bad arguments and malformed files (``tests/test_command_guard.py``; the
+same cases at a larger count: ``FSPO_GUARD_EXAMPLES=2000``).
+
+The commands are enumerated from the dispatcher (:data:`fspo.cli.SUBCOMMANDS`, and the nested ones each
+dispatcher lists in its help), their options from their own ``--help``, and ``fspo train``'s from the ``fspo:``
+block's dataclasses, so that a new command or option is covered without editing this file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import re
+import signal
+from pathlib import Path
+
+from fspo.cli import main as fspo_main
+
+# Values at the edge of every kind of option: numbers that parse but cannot work, text Python cannot encode.
+BAD_VALUES = (
+    "0",
+    "-1",
+    "nan",
+    "inf",
+    "-inf",
+    "1e309",
+    "99999999999999999999",
+    "",
+    " ",
+    "\udcff",
+    "a\ud800b",
+    "x",
+    "name=minicheck",
+    "=",
+    "null",
+)
+# The values no option may accept: every generated case holds at least one, so none of them runs for real.
+ALWAYS_BAD = ("nan", "inf", "-inf", "1e309", "\udcff", "a\ud800b")
+# Malformed files: each name maps to its bytes (a folder where the value is None).
+BAD_FILES: dict[str, bytes | None] = {
+    "truncated.json": b'{"a": 1',
+    "list.json": b"[1, 2, 3]",
+    "latin1.json": b'{"caf\xe9": 1}',
+    "surrogate.json": b'{"evidence": "\\udcff", "response": "\\ud800 x"}',
+    "empty.jsonl": b"",
+    "bad_line.jsonl": b'{"evidence": "e", "response": "r"}\n{oops\n',
+    "list_line.jsonl": b"[1]\n",
+    "surrogate.jsonl": b'{"evidence": "\\udcff", "response": "<think>\\ud800 x.</think>"}\n',
+    "not_utf8.jsonl": b'{"evidence": "\xff\xfe", "response": "r"}\n',
+    "bad.toml": b"[tool\nx = ",
+    "csv.parquet": b"question,answer\nWhere?,Paris\n",
+    "empty.parquet": b"",
+    "a_folder": None,
+}
+# Model folders that look like one at a glance.
+BAD_MODELS: dict[str, dict[str, bytes]] = {
+    "model_bad_config": {"config.json": b'{"model_type": ', "model.safetensors": b"\x00" * 8},
+    "model_list_config": {"config.json": b"[]", "model.safetensors": b"\x00" * 8},
+    "model_no_type": {"config.json": b"{}", "model.safetensors": b"\x00" * 8},
+    "model_bad_index": {
+        "config.json": b'{"model_type": "qwen2"}',
+        "model.safetensors.index.json": b'{"weight_map": [1]}',
+    },
+    "model_truncated_weights": {"config.json": b'{"model_type": "qwen2"}', "model.safetensors": b"\x00" * 8},
+}
+# A folder holding the user's own files, given where a command writes.
+USER_FILES = {"notes.txt": b"mine\n", "results.md": b"my table\n", "results.csv": b"a,b\n"}
+
+
+def make_inputs(root: Path) -> dict[str, Path]:
+    """Write every malformed file and folder under ``root``; their paths by name."""
+    paths = {}
+    for name, content in BAD_FILES.items():
+        path = root / name
+        if content is None:
+            path.mkdir()
+        else:
+            path.write_bytes(content)
+        paths[name] = path
+    for name, files in BAD_MODELS.items():
+        (root / name).mkdir()
+        for file, content in files.items():
+            (root / name / file).write_bytes(content)
+        paths[name] = root / name
+    (root / "user_folder").mkdir()
+    for file, content in USER_FILES.items():
+        (root / "user_folder" / file).write_bytes(content)
+    paths["user_folder"] = root / "user_folder"
+    paths["missing"] = root / "no_such_file.jsonl"
+    return paths
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file and link under ``root`` (relative path -> a digest of its content, or its link target)."""
+    state = {}
+    for path in sorted(root.rglob("*")):
+        key = str(path.relative_to(root))
+        if path.is_symlink():
+            state[key] = "link:" + os.readlink(path)
+        elif path.is_file():
+            state[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            state[key] = "folder"
+    return state
+
+
+def _help(argv: list[str]) -> str:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            fspo_main([*argv, "--help"])
+        except SystemExit:
+            pass
+    return out.getvalue() + err.getvalue()
+
+
+def command_paths() -> list[tuple[str, ...]]:
+    """Every leaf command, as the argv prefix that names it: ``("verify",)``, ``("data", "check")``, ...
+
+    A dispatcher's help lists its commands under ``<noun>s:`` (:func:`fspo.cli.usage`) or names them in its
+    usage lines (``fspo verifier train ...``); anything else is a leaf.
+    """
+    from fspo.cli import SUBCOMMANDS
+
+    leaves = []
+    pending = [(name,) for name in SUBCOMMANDS]
+    while pending:
+        path = pending.pop(0)
+        if path == ("train",):  # Hydra's: its options come from the config (train_keys)
+            leaves.append(path)
+            continue
+        text = _help(list(path))
+        prefix = "fspo " + " ".join(path)
+        nested = []
+        if re.match(rf"usage: {re.escape(prefix)} <\w+>", text):
+            section = text.split("s:\n", 1)[1]
+            nested = [line.split()[0] for line in section.splitlines() if line.startswith("  ") and line.split()]
+        nested += re.findall(rf"{re.escape(prefix)} (\w+) ", text)
+        if nested:
+            pending += [(*path, name) for name in dict.fromkeys(nested)]
+        else:
+            leaves.append(path)
+    return leaves
+
+
+def options(path: tuple[str, ...]) -> list[str]:
+    """The long options a leaf command's help names (``--help`` excepted)."""
+    if path == ("train",):
+        return train_keys()
+    found = re.findall(r"(--[a-z][\w-]*[a-z0-9])(?![\w-])", _help(list(path)))
+    return sorted(set(found) - {"--help"})
+
+
+def train_keys() -> list[str]:
+    """Every key of the ``fspo:`` block (the dataclasses' fields) and the verl sizes its checks read."""
+    from fspo.config.fspo_config import FSPOConfig
+    from fspo.config.verifier import VerifierConfig
+
+    keys = [f"fspo.{f.name}" for f in dataclasses.fields(FSPOConfig) if f.name not in ("verifier", "_target_")]
+    keys += [f"fspo.verifier.{f.name}" for f in dataclasses.fields(VerifierConfig) if f.name != "_target_"]
+    keys += [
+        "data.train_batch_size",
+        "data.max_prompt_length",
+        "data.max_response_length",
+        "actor_rollout_ref.rollout.n",
+        "trainer.total_training_steps",
+    ]
+    return keys
+
+
+class Hang(Exception):
+    """A command ran past the guard's time limit."""
+
+
+@dataclasses.dataclass
+class Outcome:
+    status: int | None
+    stdout: str
+    stderr: str
+    raised: BaseException | None
+
+
+def run_in_process(argv: list[str], limit_s: float) -> Outcome:
+    """``fspo argv`` in this process, its exit status and output; ``raised`` is what escaped ``main``."""
+    # As a terminal's streams encode: stdout strictly (text that is not Unicode fails), stderr escaped.
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict", write_through=True)
+    err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True)
+
+    def expire(signum, frame):
+        raise Hang(f"fspo {' '.join(argv)} ran past {limit_s} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, limit_s)
+    status, raised = None, None
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = fspo_main(argv)
+            except SystemExit as exit_:
+                status = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+                if not isinstance(exit_.code, int | None):
+                    print(exit_.code, file=err)
+    except BaseException as error:  # noqa: BLE001 - the guard reports whatever escaped
+        raised = error
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    return Outcome(status, _written(out), _written(err), raised)
+
+
+def _written(stream: io.TextIOWrapper) -> str:
+    stream.flush()
+    return stream.buffer.getvalue().decode("utf-8")
+
+
+def message_lines(stderr: str) -> list[str]:
+    """stderr's lines that are not argparse's usage block, warnings or logging (what the user must read)."""
+    lines = []
+    skipping_usage = False
+    for line in stderr.splitlines():
+        if line.startswith("usage: "):
+            skipping_usage = True
+            continue
+        if skipping_usage and (line.startswith(" ") or not line.strip()):
+            continue
+        skipping_usage = False
+        if not line.strip() or "Warning" in line or line.startswith(("  warnings.warn", "INFO:", "WARNING:")):
+            continue
+        lines.append(line)
+    return lines
+
+
+def describe(values: list[str]) -> str:
+    return json.dumps(values, ensure_ascii=True)

@@ -1,0 +1,257 @@
+"""The guard: every `fspo` command (enumerated from the dispatcher), the recipes' dry run and
+scripts/merge_checkpoint.sh, driven with generated bad arguments and malformed files.
+
+Each case must end without a traceback, within a time limit, with a non-zero exit and one line saying what is
+wrong when it refuses, and without changing any file outside the command's own output folder. The example
+count is bounded for CI; ``FSPO_GUARD_EXAMPLES=2000`` runs more (the count is printed).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fspo_testing.command_guard import (
+    ALWAYS_BAD,
+    BAD_VALUES,
+    command_paths,
+    describe,
+    make_inputs,
+    message_lines,
+    options,
+    run_in_process,
+    snapshot,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = int(os.environ.get("FSPO_GUARD_EXAMPLES", "120"))
+LIMIT_S = 60.0
+COUNT = {"fspo": 0, "recipe": 0, "merge": 0}
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory, request):
+    """The malformed inputs (built once), a working folder, and the commands and their options."""
+    root = tmp_path_factory.mktemp("guard")
+    (root / "inputs").mkdir()
+    inputs = make_inputs(root / "inputs")
+    work = root / "work"
+    work.mkdir()
+    leaves = command_paths()
+    yield {"root": root, "inputs": inputs, "work": work, "commands": {leaf: options(leaf) for leaf in leaves}}
+    print(f"\ncommand guard: {sum(COUNT.values())} generated cases {COUNT}")
+
+
+def test_every_command_is_enumerated(guarded):
+    """A new command or dataset is covered without editing the guard: the nested ones are found."""
+    commands = guarded["commands"]
+    assert {("verify",), ("evaluate",), ("quickstart",), ("train",), ("data", "check")} <= set(commands)
+    assert ("verifier", "train") in commands and ("verifier", "download") in commands
+    assert ("data", "hotpotqa") in commands and ("data", "synthetic") in commands
+    assert "--output-dir" in commands[("evaluate",)] and "fspo.verifier.threshold" in commands[("train",)]
+
+
+def value_strategy(inputs, always_bad=False, files_only=False):
+    """A value for an option: a bad word or a malformed file; ``always_bad``: one no option may accept (a path
+    only where it is an existing file no command can write into or read: ``files_only``)."""
+    malformed = [name for name, path in inputs.items() if path.is_file()]
+    files = sorted(malformed if always_bad else inputs)
+    paths = st.sampled_from(files).map(lambda name: str(inputs[name]))
+    if files_only:
+        return paths
+    return st.one_of(st.sampled_from(ALWAYS_BAD if always_bad else BAD_VALUES), paths)
+
+
+@st.composite
+def fspo_case(draw, guarded):
+    commands = guarded["commands"]
+    path = draw(st.sampled_from(sorted(commands)))
+    flags = commands[path]
+    # quickstart trains for real once its arguments pass: a word like "nan" is a fine --output-dir there.
+    bad = value_strategy(guarded["inputs"], always_bad=True, files_only=path == ("quickstart",))
+    values = value_strategy(guarded["inputs"])
+    argv = list(path)
+    if path == ("train",):  # the dry run (in_work); platform=cpu: no line about the platform it picked
+        keys = draw(st.lists(st.sampled_from(flags), min_size=1, max_size=3))
+        argv += ["platform=cpu", *(f"{key}={draw(bad if i == 0 else values)}" for i, key in enumerate(keys))]
+        return argv
+    if draw(st.booleans()):
+        argv.append(draw(values))  # a positional: a file, a dataset name, a bad word
+    # One flag at least with a value no option may take, so that no case runs for real.
+    for i, flag in enumerate(draw(st.lists(st.sampled_from(flags), min_size=1, max_size=3))):
+        argv += [flag, draw(bad if i == 0 else values)]
+    return argv
+
+
+@pytest.fixture
+def in_work(guarded, monkeypatch):
+    monkeypatch.chdir(guarded["work"])
+    # The train dry run: validate and print, start nothing; no model is looked up on the hub.
+    monkeypatch.setenv("FSPO_DRY_RUN", "1")
+    monkeypatch.setenv("FSPO_PREFLIGHT", "0")
+    return guarded
+
+
+def check_fspo_case(guarded, argv):
+    COUNT["fspo"] += 1
+    before = snapshot(guarded["inputs"]["truncated.json"].parent)
+    outcome = run_in_process(argv, LIMIT_S)
+    shown = describe(argv)
+    assert outcome.raised is None, f"fspo {shown} raised {outcome.raised!r}"
+    assert "Traceback" not in outcome.stderr, f"fspo {shown}: traceback\n{outcome.stderr[-2000:]}"
+    after = snapshot(guarded["inputs"]["truncated.json"].parent)
+    assert after == before, f"fspo {shown} changed files outside its output: {set(after.items()) ^ set(before.items())}"
+    if outcome.status != 0:
+        lines = message_lines(outcome.stderr)
+        assert len(lines) == 1, f"fspo {shown} exited {outcome.status} with {len(lines)} lines: {lines[:5]}"
+
+
+def test_every_fspo_command_refuses_bad_arguments_in_one_line(in_work, capsys):
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+    )
+    @given(argv=fspo_case(in_work))
+    def case(argv):
+        check_fspo_case(in_work, argv)
+
+    case()
+    with capsys.disabled():
+        print(f"\ncommand guard: {COUNT['fspo']} generated cases over {len(in_work['commands'])} commands")
+
+
+def checkpoint(root: Path, broken: str) -> Path:
+    """A run folder as verl saves it, with one part ``broken``."""
+    run = root / f"run_{broken}"
+    actor = run / "global_step_1" / "actor"
+    (actor / "huggingface").mkdir(parents=True)
+    (run / "latest_checkpointed_iteration.txt").write_text("1\n")
+    (actor / "fsdp_config.json").write_text('{"FSDP_version": 2, "world_size": 1}')
+    (actor / "huggingface" / "config.json").write_text('{"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}')
+    (actor / "model_world_size_1_rank_0.pt").write_bytes(b"not a torch file")
+    if broken == "latest":
+        (run / "latest_checkpointed_iteration.txt").write_text(
+            "\udcff".encode("utf-8", "surrogateescape").decode("latin-1")
+        )
+    elif broken == "fsdp_config":
+        (actor / "fsdp_config.json").write_text("{")
+    elif broken == "fsdp_list":
+        (actor / "fsdp_config.json").write_text("[2]")
+    elif broken == "world_size":
+        (actor / "fsdp_config.json").write_text('{"world_size": 0}')
+    elif broken == "hf_config":
+        (actor / "huggingface" / "config.json").write_text("{")
+    elif broken == "no_shard":
+        (actor / "model_world_size_1_rank_0.pt").unlink()
+    elif broken == "zip_shard":  # a whole zip, not a torch file: verl's merger is what fails
+        with zipfile.ZipFile(actor / "model_world_size_1_rank_0.pt", "w") as archive:
+            archive.writestr("notes.txt", "not tensors")
+    return run
+
+
+MERGE_BREAKS = ("shard", "latest", "fsdp_config", "fsdp_list", "world_size", "hf_config", "no_shard", "zip_shard")
+
+
+@pytest.mark.parametrize("broken", MERGE_BREAKS)
+def test_merge_checkpoint_refuses_a_broken_checkpoint_in_one_line(tmp_path, broken):
+    COUNT["merge"] += 1
+    run = checkpoint(tmp_path, broken)
+    before = snapshot(run)
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts/merge_checkpoint.sh"), "--target-dir", str(tmp_path / "merged"), str(run)],
+        capture_output=True,
+        text=True,
+        timeout=LIMIT_S * 3,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.returncode != 0
+    # Its progress line ("merging A -> B") may come first; the refusal is one line, the last.
+    refusals = [line for line in message_lines(result.stderr) if line.startswith("merge_checkpoint.sh: ")]
+    assert len(refusals) == 1 and message_lines(result.stderr)[-1] == refusals[0], result.stderr[-2000:]
+    assert snapshot(run) == before
+    assert not (tmp_path / "merged").exists()
+
+
+RECIPE_CASES = (
+    ("model_bad_config", "truncated.json", "fspo.verifier.threshold=nan"),
+    ("missing", "csv.parquet", "data.train_batch_size=0"),
+)
+
+
+@pytest.mark.parametrize(("model", "data", "override"), RECIPE_CASES)
+def test_recipe_dry_run_refuses_bad_inputs_without_a_traceback(guarded, tmp_path, model, data, override):
+    COUNT["recipe"] += 1
+    inputs = guarded["inputs"]
+    before = snapshot(inputs["truncated.json"].parent)
+    result = subprocess.run(
+        ["bash", str(REPO / "recipes/run_cpu.sh"), override],
+        capture_output=True,
+        text=True,
+        timeout=LIMIT_S * 3,
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "FSPO_DRY_RUN": "1",
+            "FSPO_PREFLIGHT": "0",
+            "MODEL_PATH": str(inputs[model]),
+            "TRAIN_FILES": f"[{inputs[data]}]",
+            "VAL_FILES": f"[{inputs[data]}]",
+            "CKPT_DIR": str(tmp_path / "ckpt"),
+        },
+    )
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.returncode != 0, result.stderr[-2000:]
+    assert snapshot(inputs["truncated.json"].parent) == before
+
+
+# What the guard found on the code before this round (each was a traceback or Hydra's several lines):
+FOUND = [
+    pytest.param(["quickstart", "--output-dir", "{bad.toml}"], "is a file, not a folder", id="quickstart-output-file"),
+    pytest.param(["quickstart", "--fresh", "\udcff"], "not Unicode text", id="quickstart-surrogate-override"),
+    pytest.param(["quickstart", "{truncated.json}"], "is not a Hydra override", id="quickstart-path-as-override"),
+    pytest.param(["train", "platform=cpu", "fspo.dump_dir=="], "is not a Hydra override", id="train-bad-override"),
+    pytest.param(["train", "platform=cpu", "fspo.flip=a\ud800b"], "not Unicode text", id="train-surrogate"),
+    pytest.param(["data", "math500", "--tokenizer", "{list_line.jsonl}"], "cannot load the tokenizer", id="data-tok"),
+    pytest.param(["data", "check", "--require-evidence", "\udcff"], "cannot train", id="data-check-surrogate-name"),
+    # transformers' message for a hub id it cannot reach offline is several lines
+    pytest.param(["data", "check", "0", "--tokenizer", "nan"], "cannot load the tokenizer 'nan'", id="data-check-tok"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), FOUND)
+def test_what_the_guard_found_is_one_line(in_work, argv, message):
+    inputs = in_work["inputs"]
+    argv = [inputs[arg[1:-1]].as_posix() if arg.startswith("{") else arg for arg in argv]
+    outcome = run_in_process(argv, LIMIT_S)
+    assert outcome.raised is None and "Traceback" not in outcome.stderr, (outcome.raised, outcome.stderr[-2000:])
+    assert outcome.status != 0
+    lines = message_lines(outcome.stderr)
+    assert len(lines) == 1 and message in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "data.max_prompt_length=0",
+        "data.max_response_length=-1",
+        "data.max_response_length=nan",
+        "trainer.total_training_steps=inf",
+        "trainer.total_training_steps=0",
+        "trainer.total_epochs=0",
+    ],
+)
+def test_the_dry_run_refuses_the_sizes_the_run_trips_on(in_work, override):
+    """Was: the dry run accepted these (found by driving it with every edge value), and the run failed in verl."""
+    outcome = run_in_process(["train", "platform=cpu", override], LIMIT_S)
+    assert outcome.status == 2 and outcome.raised is None
+    assert message_lines(outcome.stderr) == [f"fspo: {override} must be a positive integer"], outcome.stderr[-1500:]
