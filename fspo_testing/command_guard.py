@@ -121,8 +121,9 @@ def _help(argv: list[str]) -> str:
 def command_paths() -> list[tuple[str, ...]]:
     """Every leaf command, as the argv prefix that names it: ``("verify",)``, ``("data", "check")``, ...
 
-    A dispatcher's help lists its commands under ``<noun>s:`` (:func:`fspo.cli.usage`) or names them in its
-    usage lines (``fspo verifier train ...``); anything else is a leaf.
+    A dispatcher's help lists its commands under ``<noun>s:`` (:func:`fspo.cli.usage`), names them in its
+    usage lines (``fspo verifier train ...``) or is argparse's subparsers (``{build-pairs,train}``); anything
+    else is a leaf.
     """
     from fspo.cli import SUBCOMMANDS
 
@@ -140,6 +141,9 @@ def command_paths() -> list[tuple[str, ...]]:
             section = text.split("s:\n", 1)[1]
             nested = [line.split()[0] for line in section.splitlines() if line.startswith("  ") and line.split()]
         nested += re.findall(rf"{re.escape(prefix)} (\w+) ", text)
+        choices = re.match(rf"usage: {re.escape(prefix)} (?:\[-h\] )?\{{([\w,-]+)\}}", text)  # argparse subparsers
+        if choices:
+            nested += choices.group(1).split(",")
         if nested:
             pending += [(*path, name) for name in dict.fromkeys(nested)]
         else:
