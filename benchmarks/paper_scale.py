@@ -232,26 +232,6 @@ def _evidences(files: list[str], limit: int) -> list[str]:
         return [json.loads(line).get("knowledge", "") for _, line in zip(range(limit), handle)]
 
 
-def hhem_architecture_model():
-    """A T5-base token classifier with HHEM-2.1-Open's (flan-t5-base) sizes and random weights."""
-    import torch
-    from transformers import T5Config, T5ForTokenClassification
-
-    torch.manual_seed(0)
-    config = T5Config(
-        vocab_size=32128,
-        d_model=768,
-        d_kv=64,
-        d_ff=2048,
-        num_layers=12,
-        num_heads=12,
-        feed_forward_proj="gated-gelu",
-        num_labels=2,
-        is_encoder_decoder=False,
-    )
-    return T5ForTokenClassification(config).eval()
-
-
 def tokens_per_second(model, device: str, dtype, batch: int, length: int, repeats: int) -> float:
     import torch
 
@@ -274,7 +254,9 @@ def measure_throughput(args) -> tuple[float, float, str]:
     """(CPU tokens/s on one thread, GPU tokens/s, where the GPU figure came from)."""
     import torch
 
-    model = hhem_architecture_model()
+    from fspo_testing.tiny_verifiers import hhem_full_size_model
+
+    model = hhem_full_size_model()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a reward worker: Ray sets OMP_NUM_THREADS=1 in actors that ask for no CPUs
     cpu = args.cpu_tokens_per_s or tokens_per_second(model, "cpu", torch.float32, 8, args.pair_tokens, 2)

@@ -125,51 +125,26 @@ class BF16Everywhere(TorchFunctionMode):
 
 
 def hhem_model():
-    from transformers import T5Config, T5ForTokenClassification
+    from fspo_testing.tiny_verifiers import hhem_full_size_model
 
-    config = T5Config(  # flan-t5-base, HHEM-2.1-Open's foundation
-        vocab_size=32128,
-        d_model=768,
-        d_kv=64,
-        d_ff=2048,
-        num_layers=12,
-        num_heads=12,
-        feed_forward_proj="gated-gelu",
-        num_labels=2,
-        is_encoder_decoder=False,
-    )
-    return T5ForTokenClassification(config)
+    return hhem_full_size_model()
 
 
 def minicheck_t5_model():
     from transformers import T5Config, T5ForConditionalGeneration
 
-    from fspo_testing.tiny_verifiers import FULL_SIZE
+    from fspo_testing.tiny_verifiers import FULL_SIZE, LAYOUT
 
-    config = T5Config(  # as fspo_testing.tiny_verifiers.build_flan_t5_checker, at full size
-        **FULL_SIZE["flan-t5-large"],
-        feed_forward_proj="gated-gelu",
-        tie_word_embeddings=False,
-        pad_token_id=0,
-        eos_token_id=1,
-        decoder_start_token_id=0,
-    )
-    return T5ForConditionalGeneration(config)
+    return T5ForConditionalGeneration(T5Config(**FULL_SIZE["flan-t5-large"], **LAYOUT["flan-t5-large"]))
 
 
 def roberta_model():
     from transformers import RobertaConfig, RobertaForSequenceClassification
 
-    from fspo_testing.tiny_verifiers import FULL_SIZE
+    from fspo_testing.tiny_verifiers import FULL_SIZE, LAYOUT
 
-    config = RobertaConfig(  # as build_roberta_checker
-        **FULL_SIZE["roberta-large"],
-        max_position_embeddings=514,
-        type_vocab_size=1,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        num_labels=2,
+    config = RobertaConfig(  # RoBERTa's special ids: <s>=0, <pad>=1, </s>=2
+        **FULL_SIZE["roberta-large"], **LAYOUT["roberta-large"], pad_token_id=1, bos_token_id=0, eos_token_id=2
     )
     return RobertaForSequenceClassification(config)
 
@@ -177,22 +152,9 @@ def roberta_model():
 def deberta_model():
     from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
 
-    from fspo_testing.tiny_verifiers import FULL_SIZE
+    from fspo_testing.tiny_verifiers import FULL_SIZE, LAYOUT
 
-    config = DebertaV2Config(  # as build_deberta_v3_checker
-        **FULL_SIZE["deberta-v3-large"],
-        max_position_embeddings=512,
-        type_vocab_size=0,
-        relative_attention=True,
-        position_buckets=256,
-        norm_rel_ebd="layer_norm",
-        share_att_key=True,
-        pos_att_type=["p2c", "c2p"],
-        position_biased_input=False,
-        layer_norm_eps=1e-7,
-        pad_token_id=0,
-        num_labels=2,
-    )
+    config = DebertaV2Config(**FULL_SIZE["deberta-v3-large"], **LAYOUT["deberta-v3-large"], pad_token_id=0)
     return DebertaV2ForSequenceClassification(config)
 
 

@@ -37,6 +37,29 @@ FULL_SIZE = {
         "vocab_size": 32128,
     },
 }
+# The size-independent fields of each layout's config (the tokenizer's special ids aside).
+LAYOUT = {
+    "roberta-large": {"max_position_embeddings": 514, "type_vocab_size": 1, "num_labels": 2},
+    "deberta-v3-large": {
+        "max_position_embeddings": 512,
+        "type_vocab_size": 0,
+        "relative_attention": True,
+        "position_buckets": 256,
+        "norm_rel_ebd": "layer_norm",
+        "share_att_key": True,
+        "pos_att_type": ["p2c", "c2p"],
+        "position_biased_input": False,
+        "layer_norm_eps": 1e-7,
+        "num_labels": 2,
+    },
+    "flan-t5-large": {
+        "feed_forward_proj": "gated-gelu",
+        "tie_word_embeddings": False,
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+        "decoder_start_token_id": 0,
+    },
+}
 TINY = {
     "roberta-large": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64},
     "deberta-v3-large": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64},
@@ -109,12 +132,10 @@ def build_roberta_checker(
     tokenizer = RobertaTokenizer(vocab=str(output_dir / "vocab.json"), merges=str(output_dir / "merges.txt"))
     config = RobertaConfig(
         **_scaled(dims or TINY["roberta-large"], len(tokenizer)),
-        max_position_embeddings=514,
-        type_vocab_size=1,
+        **LAYOUT["roberta-large"],
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        num_labels=2,
     )
     torch.manual_seed(seed)
     RobertaForSequenceClassification(config).save_pretrained(output_dir)
@@ -151,17 +172,8 @@ def build_deberta_v3_checker(
     )
     config = DebertaV2Config(
         **_scaled(dims or TINY["deberta-v3-large"], len(tokenizer)),
-        max_position_embeddings=512,
-        type_vocab_size=0,
-        relative_attention=True,
-        position_buckets=256,
-        norm_rel_ebd="layer_norm",
-        share_att_key=True,
-        pos_att_type=["p2c", "c2p"],
-        position_biased_input=False,
-        layer_norm_eps=1e-7,
+        **LAYOUT["deberta-v3-large"],
         pad_token_id=tokenizer.pad_token_id,
-        num_labels=2,
     )
     torch.manual_seed(seed)
     DebertaV2ForSequenceClassification(config).save_pretrained(output_dir)
@@ -196,16 +208,33 @@ def build_flan_t5_checker(
     )
     config = T5Config(
         **_scaled(dims or TINY["flan-t5-large"], len(tokenizer)),
-        feed_forward_proj="gated-gelu",
-        tie_word_embeddings=False,
-        pad_token_id=0,
-        eos_token_id=1,
-        decoder_start_token_id=0,
+        **LAYOUT["flan-t5-large"],
     )
     torch.manual_seed(seed)
     T5ForConditionalGeneration(config).save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     return output_dir
+
+
+def hhem_full_size_model():
+    """HHEM-2.1-Open's layout at its size with random weights: a T5 token classifier of flan-t5-base's sizes
+    (encoder only, 2 labels), for throughput and precision benchmarks."""
+    import torch
+    from transformers import T5Config, T5ForTokenClassification
+
+    torch.manual_seed(0)
+    config = T5Config(
+        vocab_size=32128,
+        d_model=768,
+        d_kv=64,
+        d_ff=2048,
+        num_layers=12,
+        num_heads=12,
+        feed_forward_proj="gated-gelu",
+        num_labels=2,
+        is_encoder_decoder=False,
+    )
+    return T5ForTokenClassification(config).eval()
 
 
 BUILDERS = {
