@@ -115,7 +115,7 @@ class Recipe:
     gpu_memory_utilization: float
     lora_rank: int = 0
     verifier: str = "hhem"
-    log_prob_micro_batch: int = 8  # rollout.log_prob_micro_batch_size_per_gpu (ref's is the same)
+    log_prob_micro_batch: int = 4  # rollout.log_prob_micro_batch_size_per_gpu (ref's is the same)
 
 
 RECIPES = {

@@ -114,8 +114,8 @@ FSPO_GPU_OVERRIDES=(
     actor_rollout_ref.rollout.temperature=1.0
     actor_rollout_ref.rollout.tensor_model_parallel_size=2      # GUESS (7-8B in bf16 fits TP=1 too)
     actor_rollout_ref.rollout.gpu_memory_utilization=0.6        # GUESS
-    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8   # GUESS
-    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8       # GUESS
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4   # 8 would be ~77 of 80 GB on the sdpa path (recipes/README.md memory table)
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4       # as the rollout's
     actor_rollout_ref.ref.fsdp_config.param_offload=true
     fspo.enable=true
     fspo.flip=true
