@@ -57,3 +57,27 @@ def test_the_preflight_names_the_endpoint_and_the_setting_when_the_hub_never_ans
         assert time.monotonic() - started < 5
     message = str(refused.value)
     assert f"cannot reach the hub at {hub.endpoint} (no answer within 0.5 s; raise HF_HUB_ETAG_TIMEOUT" in message
+
+
+def test_a_data_build_from_a_hub_that_never_answers_ends_in_one_line(tmp_path):
+    """`fspo data hotpotqa` without --input reads the hub through `datasets`, whose own requests wait 100 s each,
+    retried (still running after 90 s with HF_HUB_ETAG_TIMEOUT=1); one bounded question first ends it."""
+    import os
+    import subprocess
+    import sys
+
+    from fspo_testing.hub_server import StandInHub
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    with StandInHub({}, silent=True) as hub:
+        env.update(HF_ENDPOINT=hub.endpoint, HF_HUB_ETAG_TIMEOUT="1", HF_HOME=str(tmp_path / "hf"))
+        command = [sys.executable, "-m", "fspo.cli", "data", "hotpotqa", "--output-dir", str(tmp_path / "out")]
+        started = time.monotonic()
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        seconds = time.monotonic() - started
+        assert hub.calls
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().count("\n") == 0, done.stderr
+    assert f"cannot reach the hub at {hub.endpoint}" in done.stderr and "HF_HUB_ETAG_TIMEOUT" in done.stderr
+    assert seconds < 60, seconds
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").glob("*.parquet"))

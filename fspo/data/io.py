@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fspo.atomic_file import replacing
+from fspo.hub_deadline import hub_timeout_s, no_answer
 
 SOURCE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
@@ -229,11 +230,36 @@ def read_records(files: Sequence[Path]) -> list[tuple[str, dict]]:
     return pairs
 
 
+def _check_the_hub_answers(name: str, label: str) -> None:
+    """One bounded question to the hub before `datasets` asks its own: `datasets` gives the hub 100 s a
+    request (its ``dataset_info`` calls), retried, so a hub that accepts and never answers held a build for
+    minutes. Skipped offline, where `datasets` reads its cache without asking, and for a local folder."""
+    import datasets
+    import httpx
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError
+
+    if constants.HF_HUB_OFFLINE or datasets.config.HF_DATASETS_OFFLINE or Path(name).exists():
+        return
+    timeout_s = hub_timeout_s()
+    try:
+        HfApi().dataset_info(name, timeout=timeout_s)
+    except (httpx.TimeoutException, httpx.ConnectError) as error:
+        raise FileNotFoundError(
+            f"could not read {label}: cannot reach the hub at {constants.ENDPOINT} "
+            f"({no_answer(timeout_s) if isinstance(error, httpx.TimeoutException) else error}); "
+            "download it and pass --input, or set HF_DATASETS_OFFLINE=1 to use a cached copy"
+        ) from error
+    except (HfHubHTTPError, HFValidationError):
+        pass  # not found, gated, an outage, not a hub id: `datasets` says which, and may fall back to its cache
+
+
 def read_hub(name: str, config: str | None, split: str) -> list[tuple[str, dict]]:
     """(where, record) pairs of a Hugging Face hub dataset split, read with `datasets`."""
     import datasets
 
     label = f"{name}{'/' + config if config else ''}[{split}]"
+    _check_the_hub_answers(name, label)
     try:
         if config and config.endswith((".parquet", ".jsonl", ".json")):  # a file inside the hub repository
             dataset = datasets.load_dataset(name, data_files={split: config}, split=split)
