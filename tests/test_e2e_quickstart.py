@@ -136,8 +136,10 @@ def test_run_progress_announces_each_phase_and_keeps_talking_during_validation(t
 
 
 def _fake_model(path):
+    """A folder that passes the model-folder check (a config naming its type, a weights file), loading nothing."""
     path.mkdir(parents=True)
-    (path / "config.json").write_text("{}")
+    (path / "config.json").write_text('{"model_type": "qwen2"}')
+    (path / "model.safetensors").write_bytes(b"")
     return path
 
 
