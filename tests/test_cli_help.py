@@ -21,6 +21,9 @@ READMES = ("README.md", "data/README.md", "evaluate/README.md", "recipes/README.
 COMMANDS = {
     "fspo verify": ["verify"],
     "fspo verifier train": ["verifier", "train"],
+    "fspo verifier download": ["verifier", "download"],
+    "fspo fdpo build-pairs": ["fdpo", "build-pairs"],
+    "fspo fdpo train": ["fdpo", "train"],
     "fspo data check": ["data", "check"],
     "fspo data synthetic": ["data", "synthetic"],
     "fspo evaluate": ["evaluate"],
@@ -45,7 +48,11 @@ def parser_of(argv: list[str], monkeypatch) -> argparse.ArgumentParser:
     with pytest.raises(SystemExit) as exit_:
         fspo_main([*argv, "--help"])
     assert exit_.value.code == 0, argv
-    return seen[-1]
+    parser = seen[-1]
+    for action in parser._actions:  # argparse subparsers (`fspo fdpo train`): the subcommand's own parser
+        if isinstance(action, argparse._SubParsersAction) and argv[-1] in action.choices:
+            return action.choices[argv[-1]]
+    return parser
 
 
 def option_strings(parser: argparse.ArgumentParser) -> set[str]:

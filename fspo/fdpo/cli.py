@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--epochs", type=float, default=1.0, help="epochs over the pairs (default 1)")
     fit.add_argument("--batch-size", type=int, default=8, help="pairs per device step (default 8)")
     fit.add_argument("--max-length", type=int, default=2048, help="prompt + response tokens kept (default 2048)")
-    fit.add_argument("--seed", type=int, default=0)
+    fit.add_argument("--seed", type=int, default=0, help="seed of the data order and initialisation (default 0)")
     return parser
 
 
