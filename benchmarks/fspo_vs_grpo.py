@@ -69,6 +69,9 @@ DEFAULT_ARMS = ["fspo", "grpo", "grpo_factuality_reward"]
 # The quickstart's rollout budget per training step (run_overrides: train_batch_size=2, rollout.n=4), its
 # sampling temperature and response length, and its learning rate: what F-DPO's samples and update get.
 FDPO_PROMPTS_PER_STEP, FDPO_SAMPLES, FDPO_TEMPERATURE, FDPO_MAX_TOKENS, FDPO_LR = 2, 4, 0.7, 96, 2e-5
+# Pairs per F-DPO update: at most 4 pairs per prompt (build-pairs' default) from steps x 2 prompts gives at most
+# `steps` updates, the RL arms' count (one update per step: ppo_mini_batch_size = train_batch_size).
+FDPO_PAIRS_PER_UPDATE = 4 * FDPO_PROMPTS_PER_STEP
 # (key in a run's figures, column title)
 FIGURES = [
     ("answer_f1", "answer F1"),
@@ -128,7 +131,7 @@ def figures(dump: Path, rows: list[dict], answer_f1: float | None) -> dict:
 def fdpo_model(seed: int, args, model: Path, train_file: Path, out: Path, clock: float) -> Path:
     """F-DPO's model of one seed: the base model's samples on the seed's training questions (the RL arms'
     rollout budget: steps x 2 prompts x 4 samples), F-DPO pairs from them by the lexical verifier, and
-    ``fspo fdpo train`` at the quickstart's learning rate."""
+    ``fspo fdpo train`` at the quickstart's learning rate with at most as many updates as the RL arms."""
     from fspo.evaluation.generation import GenerationSettings, build_generator
     from fspo.evaluation.pipeline import evaluate_benchmark
     from fspo.fdpo.cli import main as fdpo_main
@@ -146,7 +149,7 @@ def fdpo_model(seed: int, args, model: Path, train_file: Path, out: Path, clock:
         raise SystemExit(f"[fdpo seed {seed}] no F-DPO pairs (see above)")
     say(clock, f"[fdpo seed {seed}] training the pairs with F-DPO")
     fit = ["train", "--model", str(model), "--pairs", str(out / "pairs.jsonl"), "--out", str(out / "model")]
-    if fdpo_main([*fit, "--lr", str(FDPO_LR), "--batch-size", "2", "--seed", str(seed)]) != 0:
+    if fdpo_main([*fit, "--lr", str(FDPO_LR), "--batch-size", str(FDPO_PAIRS_PER_UPDATE), "--seed", str(seed)]) != 0:
         raise SystemExit(f"[fdpo seed {seed}] F-DPO training failed (see above)")
     return out / "model"
 

@@ -29,7 +29,21 @@ def test_flip_and_margin_by_hand():
     # Same factuality: unchanged, margin 0 (plain DPO).
     same = flip(Sample("c", 1.0, 1), hallucinated)
     assert not same.flipped and same.margin_weight == 0
-    assert hallucination_label([1, 0, 1]) == 0 and hallucination_label([1, -1]) == 1 and hallucination_label([]) == 0
+    assert hallucination_label([1, 0, 1]) == 0 and hallucination_label([1, -1]) == 1
+    # Nothing judged, nothing labelled: "every step supported" must not hold vacuously for an empty reasoning.
+    assert hallucination_label([]) is None and hallucination_label([0, 0]) is None
+
+
+def test_a_response_with_no_judged_step_pairs_by_score_only():
+    """An unlabelled response (no reasoning to judge) never wins a pair on factuality, is never flipped over,
+    and carries no margin: otherwise F-DPO teaches the policy to stop reasoning."""
+    silent_wrong, silent_right = Sample("s0", 0.0, None), Sample("s1", 1.0, None)
+    hallucinated_wrong, hallucinated_right = Sample("h0", 0.0, 1), Sample("h1", 1.0, 1)
+    assert preference_pairs([silent_wrong, hallucinated_wrong], max_pairs=4) == []
+    (pair,) = preference_pairs([silent_wrong, hallucinated_right], max_pairs=4)
+    assert (pair.chosen, pair.flipped, pair.margin_weight) == (hallucinated_right, False, 0)
+    (pair,) = preference_pairs([silent_right, hallucinated_wrong], max_pairs=4)
+    assert (pair.chosen, pair.flipped, pair.margin_weight) == (silent_right, False, 0)
 
 
 def test_pairs_of_one_prompt_by_hand():
@@ -49,7 +63,8 @@ def test_pairs_of_one_prompt_by_hand():
 
 
 samples = st.lists(
-    st.builds(Sample, st.text(max_size=3), st.sampled_from([0.0, 0.5, 1.0]), st.integers(0, 1)), max_size=7
+    st.builds(Sample, st.text(max_size=3), st.sampled_from([0.0, 0.5, 1.0]), st.sampled_from([0, 1, None])),
+    max_size=7,
 )
 
 
@@ -58,7 +73,12 @@ def test_a_chosen_response_is_never_less_factual(group, max_pairs):
     pairs = preference_pairs(group, max_pairs)
     assert len(pairs) <= max_pairs
     for pair in pairs:
-        assert pair.chosen.hallucinated <= pair.rejected.hallucinated
+        labelled = pair.chosen.hallucinated is not None and pair.rejected.hallucinated is not None
+        if labelled:
+            assert pair.chosen.hallucinated <= pair.rejected.hallucinated
+        else:
+            # Unlabelled: a pair by outcome score alone.
+            assert not pair.flipped and pair.margin_weight == 0 and pair.chosen.score > pair.rejected.score
         assert pair.margin_weight in (0, 1)
         # Unflipped pairs follow the outcome score; a flip only ever moves a factual response up.
         if not pair.flipped:

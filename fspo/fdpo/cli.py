@@ -7,7 +7,7 @@
 
 ``build-pairs`` reads ``fspo evaluate``'s predictions (each row's rendered prompt, evidence, sampled responses
 and their outcome scores), labels every response factual or hallucinated with a step verifier (every judged
-step supported, or not) and writes F-DPO's flipped pairs (:mod:`fspo.fdpo.pairs`). ``train`` trains them with
+step supported, or not; a response with no judged step stays unlabelled) and writes F-DPO's flipped pairs (:mod:`fspo.fdpo.pairs`). ``train`` trains them with
 TRL's DPOTrainer and F-DPO's margin (:mod:`fspo.fdpo.trainer`; the ``fdpo`` extra) and saves a Hugging Face
 model that ``fspo evaluate`` takes.
 """
@@ -102,7 +102,7 @@ def build_pairs(args, verifier, threshold: float) -> int:
     lines, position, counts = (
         [],
         0,
-        {"pairs": 0, "flipped": 0, "margin": 0, "prompts": 0, "hallucinated": 0, "responses": 0},
+        {"pairs": 0, "flipped": 0, "margin": 0, "prompts": 0, "hallucinated": 0, "unlabelled": 0, "responses": 0},
     )
     for (where, record), row in zip(records, steps):
         verdicts_of = []
@@ -111,7 +111,8 @@ def build_pairs(args, verifier, threshold: float) -> int:
             position += len(response_steps)
         samples = record_samples(record, verdicts_of, where)
         counts["responses"] += len(samples)
-        counts["hallucinated"] += sum(s.hallucinated for s in samples)
+        counts["hallucinated"] += sum(s.hallucinated == 1 for s in samples)
+        counts["unlabelled"] += sum(s.hallucinated is None for s in samples)
         chosen = preference_pairs(samples, args.max_pairs_per_prompt)
         counts["prompts"] += bool(chosen)
         for pair in chosen:
@@ -128,7 +129,8 @@ def build_pairs(args, verifier, threshold: float) -> int:
     write_text_atomically(check_output_paths("--out", folder, [name], "fspo fdpo build-pairs") / name, "".join(lines))
     print(
         f"fspo fdpo: {counts['pairs']} pairs from {counts['prompts']} prompts -> {args.out}; "
-        f"{counts['hallucinated']}/{counts['responses']} responses hallucinated, {counts['flipped']} pairs flipped, "
+        f"{counts['hallucinated']}/{counts['responses']} responses hallucinated ({counts['unlabelled']} with no judged "
+        f"step: paired by score only), {counts['flipped']} pairs flipped, "
         f"{counts['margin']} with a factuality margin"
     )
     return 0

@@ -13,6 +13,11 @@ scores below the threshold; unverifiable steps count as neither), and the DPO pr
 outcome scorer: of two responses to one prompt the higher-scoring is chosen. Two responses with equal
 scores but different factuality also make a pair, the factual one chosen: the role of the paper's
 synthetic hallucinated variants (the same question, a hallucinated answer rejected).
+
+A response with no judged step (no reasoning, or none the verifier could judge) gets no label: "every step
+supported" would hold vacuously, and a label there would teach the policy that dropping its reasoning is
+factual (in a smoke run that is what F-DPO learned: 0 steps per answer). Such a response pairs by outcome
+score only, is never flipped and carries no margin.
 """
 
 from __future__ import annotations
@@ -24,11 +29,12 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Sample:
-    """One sampled response: its text, outcome score and hallucination label (1 = a step unsupported)."""
+    """One sampled response: its text, outcome score and hallucination label (1 = a step unsupported,
+    0 = every judged step supported, None = no step judged)."""
 
     text: str
     score: float
-    hallucinated: int
+    hallucinated: int | None
 
 
 @dataclass(frozen=True)
@@ -41,17 +47,28 @@ class Pair:
 
     @property
     def margin_weight(self) -> int:
+        """1 when a factual response is chosen over a hallucinated one; 0 otherwise (or a response unlabelled)."""
+        if not _both_labelled(self.chosen, self.rejected):
+            return 0
         return self.rejected.hallucinated - self.chosen.hallucinated
 
 
-def hallucination_label(verdicts: Sequence[int]) -> int:
-    """F-DPO's binary label of a response from its step verdicts (+1, 0 unverifiable, -1): 1 if any step is -1."""
+def hallucination_label(verdicts: Sequence[int]) -> int | None:
+    """F-DPO's binary label of a response from its step verdicts (+1, 0 unverifiable, -1): 1 if any step is -1,
+    0 if every judged step is +1, None if no step was judged."""
+    if not any(verdicts):
+        return None
     return int(any(verdict < 0 for verdict in verdicts))
 
 
+def _both_labelled(a: Sample, b: Sample) -> bool:
+    return a.hallucinated is not None and b.hallucinated is not None
+
+
 def flip(chosen: Sample, rejected: Sample) -> Pair:
-    """F-DPO's label flip: a hallucinated chosen over a factual rejected swaps places; any other pair stays."""
-    if chosen.hallucinated > rejected.hallucinated:
+    """F-DPO's label flip: a hallucinated chosen over a factual rejected swaps places; any other pair stays
+    (a pair with an unlabelled response too: its factuality is unknown)."""
+    if _both_labelled(chosen, rejected) and chosen.hallucinated > rejected.hallucinated:
         return Pair(chosen=rejected, rejected=chosen, flipped=True)
     return Pair(chosen=chosen, rejected=rejected, flipped=False)
 
@@ -60,7 +77,7 @@ def preference_pairs(samples: Sequence[Sample], max_pairs: int) -> list[Pair]:
     """Up to ``max_pairs`` flipped pairs of one prompt's samples.
 
     Candidates are the sample pairs that differ in outcome score (higher chosen) or, at equal scores, in
-    factuality (factual chosen), then flipped. Pairs whose factuality differs come first (the margin acts on
+    factuality when both are labelled (factual chosen), then flipped. Pairs whose factuality differs come first (the margin acts on
     them), then the larger score gap; ties keep the samples' order, so the result is deterministic.
     """
     if max_pairs < 1:
@@ -69,7 +86,7 @@ def preference_pairs(samples: Sequence[Sample], max_pairs: int) -> list[Pair]:
     for (i, a), (j, b) in itertools.combinations(enumerate(samples), 2):
         if a.score != b.score:
             chosen, rejected = (a, b) if a.score > b.score else (b, a)
-        elif a.hallucinated != b.hallucinated:
+        elif _both_labelled(a, b) and a.hallucinated != b.hallucinated:
             chosen, rejected = (a, b) if a.hallucinated < b.hallucinated else (b, a)
         else:
             continue
