@@ -30,7 +30,7 @@ their intervals, and every seed's raw figures) and ``fspo_vs_grpo.png`` to ``--o
 run is kept: run the command again after an interruption and only the missing runs train (a run finished
 in another dtype is trained again).
 
-    python benchmarks/fspo_vs_grpo.py                     # 3 arms x 3 seeds x 12 steps (99.5 min on 2 cores in bf16)
+    python benchmarks/fspo_vs_grpo.py                     # 3 arms x 3 seeds x 12 steps (126 min on 2 cores in float32)
     python benchmarks/fspo_vs_grpo.py --seeds 1 --steps 1 --val-rows 4   # the smoke test of this script
     python benchmarks/fspo_vs_grpo.py --baseline knowrl --baseline fapo --baseline fdpo   # all six arms
 """
