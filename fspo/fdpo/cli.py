@@ -7,9 +7,9 @@
 
 ``build-pairs`` reads ``fspo evaluate``'s predictions (each row's rendered prompt, evidence, sampled responses
 and their outcome scores), labels every response factual or hallucinated with a step verifier (every judged
-step supported, or not; a response with no judged step stays unlabelled) and writes F-DPO's flipped pairs (:mod:`fspo.fdpo.pairs`). ``train`` trains them with
-TRL's DPOTrainer and F-DPO's margin (:mod:`fspo.fdpo.trainer`; the ``fdpo`` extra) and saves a Hugging Face
-model that ``fspo evaluate`` takes.
+step supported, or not; a response with no judged step stays unlabelled) and writes F-DPO's flipped pairs
+(:mod:`fspo.fdpo.pairs`). ``train`` trains them with TRL's DPOTrainer and F-DPO's margin
+(:mod:`fspo.fdpo.trainer`; the ``fdpo`` extra) and saves a Hugging Face model that ``fspo evaluate`` takes.
 """
 
 from __future__ import annotations
