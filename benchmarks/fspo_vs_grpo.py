@@ -25,6 +25,11 @@ too narrow; the t interval is exact for normally distributed per-seed difference
 should when there are few. Each seed's figure already averages over its held-out questions, so more
 questions shrink the per-seed noise, and more seeds the interval.
 
+**Sizing the next measurement.** Beside each interval the table gives the sd of the per-seed differences,
+the part of it the held-out questions alone explain (a paired bootstrap over the questions within each
+seed: what more questions could remove; the rest is run-to-run noise that only more seeds average out), and
+the seeds a ±0.05 interval would need at that sd.
+
 Writes ``results.json`` (every run), ``results.md`` (mean ± std per arm, the paired differences with
 their intervals, and every seed's raw figures) and ``fspo_vs_grpo.png`` to ``--output-dir``. A finished
 run is kept: run the command again after an interruption and only the missing runs train (a run finished
@@ -42,6 +47,7 @@ import functools
 import json
 import math
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -51,7 +57,8 @@ from pathlib import Path
 from fspo.cpu.compute import DTYPE_ENV, FLOAT32
 from fspo.data.io import read_rows
 from fspo.quickstart.cli import VAL_ROWS, prepare_data, say, train
-from fspo.quickstart.step_report import step_report, validation_samples
+from fspo.quickstart.step_report import judge_counts, step_report, validation_samples
+from fspo.quickstart.world_judge import CONTRADICTED, SUPPORTED
 
 # arm -> the overrides that make it; all train against the quickstart's lexical verifier. knowrl and fapo are
 # reward modes of the same trainer (fspo.mode); fdpo is not an RL run (see fdpo_model), its overrides are those
@@ -94,6 +101,10 @@ COMPARISONS = [
 ]
 COMPARED_FIGURES = [("hallucinated_step_rate", "hallucinated-step rate"), ("answer_f1", "answer F1")]
 CONFIDENCE = 0.95
+# The resolution the comparison table sizes a future run for: the seeds a 95% interval of +-0.05 needs.
+TARGET_HALF_WIDTH = 0.05
+# Resamples of the paired bootstrap over held-out questions that estimates the questions' share of the noise.
+QUESTION_RESAMPLES = 1000
 # The chart shows the rates (0..1); steps per answer stays in the table.
 CHART_FIGURES = [(key, title) for key, title in FIGURES if key != "steps_per_answer"]
 
@@ -118,14 +129,42 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def figures(dump: Path, rows: list[dict], answer_f1: float | None) -> dict:
-    """One validation pass's figures: answer F1 (from the trainer's metrics) and the step report."""
+    """One validation pass's figures: answer F1 (from the trainer's metrics) and the step report, and each
+    held-out question's own counts (:func:`question_figures`)."""
     report = step_report(validation_samples(dump, rows))
     return {
         "answer_f1": answer_f1,
         **{key: report[key] for key, _ in FIGURES if key in report},
         "steps": report["steps"],
         "answers": report["answers"],
+        "per_question": question_figures(dump, rows),
     }
+
+
+def question_figures(dump: Path, rows: list[dict]) -> dict[str, list[float]]:
+    """Per held-out question (its row's index, as a string for JSON): [contradicted steps, judged claims, F1].
+
+    What the run's hallucinated-step rate (contradicted / claims, summed over questions) and answer F1 (the
+    mean) are made of, so that a comparison can tell the questions' part of its noise from the runs'."""
+    evidence = [(index, row.get("extra_info") or {}) for index, row in enumerate(rows)]
+    out = {}
+    for line in Path(dump).read_text().splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        index, info = next(
+            ((i, x) for i, x in evidence if x.get("evidence") and x["evidence"] in record["input"]), (None, None)
+        )
+        if index is None:
+            continue
+        sample = {
+            "response": record["output"],
+            "evidence": info["evidence"],
+            "gold_facts": info.get("gold_facts") or (),
+        }
+        counts = judge_counts([sample])
+        out[str(index)] = [counts[CONTRADICTED], counts[CONTRADICTED] + counts[SUPPORTED], float(record.get("f1", 0.0))]
+    return out
 
 
 def fdpo_model(seed: int, args, model: Path, train_file: Path, out: Path, clock: float) -> Path:
@@ -162,7 +201,7 @@ def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
         result = json.loads(result_path.read_text())
         if result.get("dtype") == FLOAT32:
             say(clock, f"[{arm} seed {seed}] finished before: {result_path}")
-            return result
+            return _with_question_figures(result, out, args)
         say(
             clock, f"[{arm} seed {seed}] finished before in {result.get('dtype', 'bf16')}: training it again in float32"
         )
@@ -192,6 +231,19 @@ def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
         else figures(run["validation_dumps"]["after"], rows, run["after"].get("answer_f1")),
     }
     result_path.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _with_question_figures(result: dict, out: Path, args) -> dict:
+    """A finished result written before per-question figures were kept gets them from its validation dump
+    (the last one; F-DPO's judged answers are its run's first), written back to its result.json."""
+    dumps = sorted((out / "validation").glob("*.jsonl"), key=lambda path: int(path.stem))
+    val_file = args.output_dir / "data" / f"seed{result['seed']}" / "test.parquet"
+    if "per_question" in result["after"] or not dumps or not val_file.is_file():
+        return result
+    dump = dumps[0] if result["arm"] == "fdpo" else dumps[-1]
+    result["after"]["per_question"] = question_figures(dump, read_rows(val_file))
+    (out / "result.json").write_text(json.dumps(result, indent=2))
     return result
 
 
@@ -266,8 +318,55 @@ def paired_differences(results: list[dict], arm: str, baseline: str, key: str) -
     return pairs
 
 
+def seeds_needed(sd: float, half_width: float, confidence: float = CONFIDENCE) -> int:
+    """The fewest seeds (at least 2) whose t interval, t(c, n−1) · sd / √n, is at most ``half_width`` wide on
+    each side, for per-seed differences of standard deviation ``sd``: how to size the next measurement."""
+    if half_width <= 0 or sd < 0 or math.isnan(sd):
+        raise ValueError(f"seeds_needed needs sd >= 0 and half_width > 0, got {sd}, {half_width}")
+    # The normal quantile is below t's, so its n is a lower bound to count up from.
+    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    n = max(2, math.ceil((z * sd / half_width) ** 2))
+    while t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n) > half_width:
+        n += 1
+    return n
+
+
+def _question_figure(per_question: dict, questions: list[str], key: str) -> float:
+    """A run's figure over the given questions (repeats count again): as ``figures`` computes it over all."""
+    if key == "answer_f1":
+        return statistics.fmean(per_question[q][2] for q in questions)
+    claims = sum(per_question[q][1] for q in questions)
+    return sum(per_question[q][0] for q in questions) / claims if claims else math.nan
+
+
+def question_noise_sd(results: list[dict], arm: str, baseline: str, key: str, resamples: int = QUESTION_RESAMPLES):
+    """The standard deviation a seed's difference (``arm`` − ``baseline``) would have from the held-out
+    questions alone: a paired bootstrap over the questions both runs answered, per seed, root-mean-square over
+    seeds. Set against the sd of the differences between seeds, it says how much of the noise more held-out
+    questions could remove (the rest is run to run). None where no seed has both runs' per-question figures."""
+    after = {(r["arm"], r["seed"]): r["after"].get("per_question") for r in results}
+    rng = random.Random(0)
+    variances = []
+    for seed in sorted({r["seed"] for r in results}):
+        mine, theirs = after.get((arm, seed)), after.get((baseline, seed))
+        if not mine or not theirs:
+            continue
+        questions = sorted(set(mine) & set(theirs), key=int)
+        draws = []
+        for _ in range(resamples):
+            sample = rng.choices(questions, k=len(questions))
+            draw = _question_figure(mine, sample, key) - _question_figure(theirs, sample, key)
+            if not math.isnan(draw):
+                draws.append(draw)
+        if len(draws) > 1:
+            variances.append(statistics.pvariance(draws))
+    return math.sqrt(statistics.fmean(variances)) if variances else None
+
+
 def comparisons(results: list[dict]) -> list[dict]:
-    """Each paired comparison that the runs allow: its per-seed differences and their t interval."""
+    """Each paired comparison that the runs allow: its per-seed differences and their t interval, their sd
+    (between seeds) and the part of it the held-out questions explain, and the seeds a ±0.05 interval needs
+    (from three seeds on)."""
     arms = {r["arm"] for r in results}
     rows = []
     for arm, baseline in COMPARISONS:
@@ -275,7 +374,9 @@ def comparisons(results: list[dict]) -> list[dict]:
             continue
         for key, _ in COMPARED_FIGURES:
             pairs = paired_differences(results, arm, baseline, key)
-            mean, low, high, n = t_interval([difference for _, difference in pairs])
+            differences = [difference for _, difference in pairs]
+            mean, low, high, n = t_interval(differences)
+            sd = statistics.stdev(differences) if n > 1 else math.nan
             rows.append(
                 {
                     "arm": arm,
@@ -286,6 +387,10 @@ def comparisons(results: list[dict]) -> list[dict]:
                     "high": high,
                     "seeds": n,
                     "per_seed": dict(pairs),
+                    "sd": sd,
+                    "question_sd": question_noise_sd(results, arm, baseline, key),
+                    # Two seeds' sd has one degree of freedom: too loose to size anything by.
+                    "seeds_for_target": seeds_needed(sd, TARGET_HALF_WIDTH) if n >= 3 else None,
                 }
             )
     return rows
@@ -298,17 +403,23 @@ def _number(value: float) -> str:
 def comparison_table(rows: list[dict]) -> str:
     """The paired differences as a Markdown table, with whether each interval excludes 0."""
     lines = [
-        f"Paired differences after training, mean over seeds with a {CONFIDENCE:.0%} interval (paired t over seeds):",
+        f"Paired differences after training, mean over seeds with a {CONFIDENCE:.0%} interval (paired t over seeds);",
+        "sd: of the per-seed differences; from questions: the sd a seed's difference has from its held-out",
+        f"questions alone (paired bootstrap over them); seeds for ±{TARGET_HALF_WIDTH}: what an interval that narrow",
+        "would need at this sd:",
         "",
-        "| difference | figure | mean | 95% interval | seeds | excludes 0 |",
-        "|---|---|---|---|---|---|",
+        f"| difference | figure | mean | 95% interval | seeds | excludes 0 | sd | from questions | seeds for ±{TARGET_HALF_WIDTH} |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     titles = dict(COMPARED_FIGURES)
     for row in rows:
         excludes = "n/a" if math.isnan(row["low"]) else ("yes" if row["low"] > 0 or row["high"] < 0 else "no")
+        sd, question_sd, needed = row.get("sd", math.nan), row.get("question_sd"), row.get("seeds_for_target")
         lines.append(
             f"| {row['arm']} − {row['baseline']} | {titles[row['figure']]} | {_number(row['mean'])} | "
-            f"[{_number(row['low'])}, {_number(row['high'])}] | {row['seeds']} | {excludes} |"
+            f"[{_number(row['low'])}, {_number(row['high'])}] | {row['seeds']} | {excludes} | "
+            f"{'n/a' if math.isnan(sd) else f'{sd:.3f}'} | {'n/a' if question_sd is None else f'{question_sd:.3f}'} | "
+            f"{'n/a' if needed is None else needed} |"
         )
     return "\n".join(lines)
 

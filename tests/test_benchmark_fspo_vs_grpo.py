@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 _spec = importlib.util.spec_from_file_location(
@@ -97,6 +97,7 @@ def test_t_interval_is_centred_on_the_mean_and_moves_with_the_data(values, scale
         assert this == pytest.approx(scale * that + shift, abs=1e-6)
 
 
+@settings(deadline=None)  # a new confidence level's t quantile is integrated afresh
 @given(values=values_lists)
 def test_a_higher_confidence_gives_a_wider_interval(values):
     _, low_90, high_90, _ = bench.t_interval(values, confidence=0.90)
@@ -191,3 +192,89 @@ def test_baselines_join_the_default_arms(monkeypatch, tmp_path):
     argv = ["--seeds", "1", "--model", str(tmp_path / "m"), "--output-dir", str(tmp_path / "o")]
     assert bench.main([*argv, "--baseline", "fapo", "--baseline", "fdpo"]) == 0
     assert seen == ["fspo", "grpo", "grpo_factuality_reward", "fapo", "fdpo"]
+
+
+def test_seeds_needed_matches_the_t_table():
+    # t(0.975, 11) x 0.078 / sqrt(12) = 0.0496 <= 0.05, and t(0.975, 10) x 0.078 / sqrt(11) = 0.0524 > 0.05.
+    assert bench.seeds_needed(0.078, 0.05) == 12
+    assert bench.seeds_needed(0.0, 0.05) == 2
+    with pytest.raises(ValueError, match="half_width > 0"):
+        bench.seeds_needed(0.1, 0.0)
+
+
+@settings(deadline=None)  # t_quantile's first call per df integrates numerically (cached after)
+@given(st.floats(0.001, 0.3), st.floats(0.02, 0.3))
+def test_seeds_needed_is_the_fewest_whose_interval_is_narrow_enough(sd, half_width):
+    n = bench.seeds_needed(sd, half_width)
+    assert bench.t_quantile(0.975, n - 1) * sd / math.sqrt(n) <= half_width
+    assert n == 2 or bench.t_quantile(0.975, n - 2) * sd / math.sqrt(n - 1) > half_width
+
+
+def _with_questions(run, per_question):
+    return {**run, "after": {**run["after"], "per_question": per_question}}
+
+
+def test_question_noise_is_zero_when_the_runs_differ_by_the_same_on_every_question():
+    same = {str(i): [1, 4, 0.5] for i in range(8)}
+    shifted = {str(i): [1, 4, 0.25] for i in range(8)}
+    results = [_with_questions(_run("fspo", 0, 0.5, 0.25), same), _with_questions(_run("grpo", 0, 0.25, 0.25), shifted)]
+    assert bench.question_noise_sd(results, "fspo", "grpo", "answer_f1") == pytest.approx(0.0, abs=1e-12)
+    assert bench.question_noise_sd(results, "fspo", "grpo", "hallucinated_step_rate") == pytest.approx(0.0, abs=1e-12)
+    # A seed without per-question figures (a result from before they were kept) gives no estimate.
+    assert (
+        bench.question_noise_sd([_run("fspo", 0, 0.5, 0.2), _run("grpo", 0, 0.5, 0.2)], "fspo", "grpo", "answer_f1")
+        is None
+    )
+
+
+def test_question_noise_of_one_differing_question_is_the_bootstrap_mean_sd():
+    """Runs that differ in F1 by 1 on one of N questions: a resample's difference is (times it is drawn) / N,
+    a Binomial(N, 1/N) / N, whose sd is sqrt(1 - 1/N) / N."""
+    n = 4
+    mine = {str(i): [0, 1, 1.0 if i == 0 else 0.0] for i in range(n)}
+    theirs = {str(i): [0, 1, 0.0] for i in range(n)}
+    results = [_with_questions(_run("fspo", 0, 0.25, 0.0), mine), _with_questions(_run("grpo", 0, 0.0, 0.0), theirs)]
+    expected = math.sqrt(1 - 1 / n) / n
+    assert bench.question_noise_sd(results, "fspo", "grpo", "answer_f1", resamples=4000) == pytest.approx(
+        expected, rel=0.08
+    )
+
+
+def test_question_figures_count_each_answered_question_by_its_row(tmp_path):
+    evidence = [
+        "Ada Lin works for Sun Co. Bo Kim works for Rain Ltd. Sun Co is headquartered in Pell. "
+        "Rain Ltd is headquartered in Oster.",
+        "Cy Moe works for Fen Inc. Fen Inc is headquartered in Vale.",
+    ]
+    rows = [
+        {"extra_info": {"evidence": evidence[0], "gold_facts": ["Ada Lin works for Sun Co."]}},
+        {"extra_info": {"evidence": evidence[1], "gold_facts": []}},
+        {"extra_info": {}},
+    ]
+    inventing = (
+        "Ada Lin works for Rain Ltd. Let me think. Rain Ltd is based in Oster. </think> <answer> Oster </answer>"
+    )
+    copying = "Cy Moe works for Fen Inc. Fen Inc is headquartered in Vale. </think> <answer> Vale </answer>"
+    records = [
+        {"input": f"Context:\n{evidence[1]}\nQuestion: ?", "output": copying, "f1": 1.0},
+        {"input": f"Context:\n{evidence[0]}\nQuestion: ?", "output": inventing, "f1": 0.0},
+        {"input": "a prompt of other data", "output": "x", "f1": 1.0},
+    ]
+    dump = tmp_path / "12.jsonl"
+    dump.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    # Row 0: one contradicted step, one supported, one that is no claim; row 1: two supported copies.
+    assert bench.question_figures(dump, rows) == {"0": [1, 2, 0.0], "1": [0, 2, 1.0]}
+
+
+def test_comparisons_size_the_next_measurement_from_three_seeds_on():
+    results = [
+        _run(arm, seed, f1, 0.2)
+        for seed, (a, b) in enumerate([(0.4, 0.3), (0.6, 0.3), (0.4, 0.5)])
+        for arm, f1 in (("fspo", a), ("grpo", b))
+    ]
+    f1 = next(row for row in bench.comparisons(results) if row["figure"] == "answer_f1")
+    assert f1["sd"] == pytest.approx(0.2) and f1["seeds_for_target"] == bench.seeds_needed(0.2, 0.05)
+    assert f1["question_sd"] is None  # the results carry no per-question figures
+    assert "| 3 | no | 0.200 | n/a | 64 |" in bench.comparison_table([f1])
+    two = bench.comparisons(results[:4])
+    assert all(row["seeds_for_target"] is None for row in two)
