@@ -57,8 +57,9 @@ from pathlib import Path
 from fspo.cpu.compute import DTYPE_ENV, FLOAT32
 from fspo.data.io import read_rows
 from fspo.quickstart.cli import VAL_ROWS, prepare_data, say, train
-from fspo.quickstart.step_report import judge_counts, step_report, validation_samples
-from fspo.quickstart.world_judge import CONTRADICTED, SUPPORTED
+from fspo.quickstart.step_report import VERIFIER_THRESHOLDS, step_report, validation_samples
+from fspo.quickstart.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
+from fspo.steps import reasoning_steps
 
 # arm -> the overrides that make it; all train against the quickstart's lexical verifier. knowrl and fapo are
 # reward modes of the same trainer (fspo.mode); fdpo is not an RL run (see fdpo_model), its overrides are those
@@ -87,6 +88,7 @@ FIGURES = [
     ("embedding_supported_step_rate", "supported-step rate (embedding)"),
     ("copy_rate", "copied steps"),
     ("steps_per_answer", "steps per answer"),
+    ("verifier_blind_rate", "hallucinated steps the lexical verifier passes"),
 ]
 # The paired comparisons: (arm, baseline) and the figures compared.
 COMPARISONS = [
@@ -142,10 +144,16 @@ def figures(dump: Path, rows: list[dict], answer_f1: float | None) -> dict:
 
 
 def question_figures(dump: Path, rows: list[dict]) -> dict[str, list[float]]:
-    """Per held-out question (its row's index, as a string for JSON): [contradicted steps, judged claims, F1].
+    """Per held-out question (its row's index, as a string for JSON): [contradicted steps, judged claims, F1,
+    contradicted steps the training verifier passes].
 
     What the run's hallucinated-step rate (contradicted / claims, summed over questions) and answer F1 (the
-    mean) are made of, so that a comparison can tell the questions' part of its noise from the runs'."""
+    mean) are made of, so that a comparison can tell the questions' part of its noise from the runs'; and
+    how many of the judge's hallucinations the ``lexical`` verifier every arm trains with labels supported:
+    those FSPO's flip cannot see (a step made of the evidence's words in a wrong relation)."""
+    from fspo.verifiers.lexical import LexicalVerifier  # imports verl (seconds): only when a run is judged
+
+    verifier, threshold = LexicalVerifier(), VERIFIER_THRESHOLDS["lexical"]
     evidence = [(index, row.get("extra_info") or {}) for index, row in enumerate(rows)]
     out = {}
     for line in Path(dump).read_text().splitlines():
@@ -157,13 +165,14 @@ def question_figures(dump: Path, rows: list[dict]) -> dict[str, list[float]]:
         )
         if index is None:
             continue
-        sample = {
-            "response": record["output"],
-            "evidence": info["evidence"],
-            "gold_facts": info.get("gold_facts") or (),
-        }
-        counts = judge_counts([sample])
-        out[str(index)] = [counts[CONTRADICTED], counts[CONTRADICTED] + counts[SUPPORTED], float(record.get("f1", 0.0))]
+        world = build_world(info["evidence"], info.get("gold_facts") or ())
+        steps = [step.text for step in reasoning_steps(record["output"])]
+        verdicts = [judge_step(step, world).verdict for step in steps]
+        scores = verifier.score([(info["evidence"], step) for step in steps]) if steps else []
+        contradicted = sum(verdict == CONTRADICTED for verdict in verdicts)
+        unseen = sum(v == CONTRADICTED and score >= threshold for v, score in zip(verdicts, scores, strict=True))
+        claims = contradicted + sum(verdict == SUPPORTED for verdict in verdicts)
+        out[str(index)] = [contradicted, claims, float(record.get("f1", 0.0)), unseen]
     return out
 
 
@@ -235,22 +244,39 @@ def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
 
 
 def _with_question_figures(result: dict, out: Path, args) -> dict:
-    """A finished result written before per-question figures were kept gets them from its validation dump
-    (the last one; F-DPO's judged answers are its run's first), written back to its result.json."""
+    """A finished result written before the per-question figures (or their fourth column) were kept gets them
+    from its validation dumps: the first for before training, the last for after (F-DPO's judged answers are
+    its run's first), written back to its result.json."""
     dumps = sorted((out / "validation").glob("*.jsonl"), key=lambda path: int(path.stem))
     val_file = args.output_dir / "data" / f"seed{result['seed']}" / "test.parquet"
-    if "per_question" in result["after"] or not dumps or not val_file.is_file():
+    if not dumps or not val_file.is_file():
         return result
-    dump = dumps[0] if result["arm"] == "fdpo" else dumps[-1]
-    result["after"]["per_question"] = question_figures(dump, read_rows(val_file))
-    (out / "result.json").write_text(json.dumps(result, indent=2))
+    rows = read_rows(val_file)
+    passes = [("after", dumps[0] if result["arm"] == "fdpo" else dumps[-1]), ("before", dumps[0])]
+    stale = [
+        (when, dump) for when, dump in passes if result[when] is not None and not _has_question_figures(result[when])
+    ]
+    for when, dump in stale:
+        result[when]["per_question"] = question_figures(dump, rows)
+    if stale:
+        (out / "result.json").write_text(json.dumps(result, indent=2))
     return result
+
+
+def _has_question_figures(figures: dict) -> bool:
+    per_question = figures.get("per_question")
+    return per_question is not None and all(len(counts) == 4 for counts in per_question.values())
 
 
 def figure_value(figures: dict, key: str) -> float | None:
     """One figure of a validation pass; steps per answer is derived (results written before it lack it)."""
     if key == "steps_per_answer":
         return figures["steps"] / figures["answers"] if figures.get("answers") else None
+    if key == "verifier_blind_rate":
+        # Results written before per-question figures, or before their fourth column, lack it.
+        counts = list(figures["per_question"].values()) if _has_question_figures(figures) else []
+        contradicted = sum(q[0] for q in counts)
+        return sum(q[3] for q in counts) / contradicted if contradicted else None
     return figures.get(key)
 
 

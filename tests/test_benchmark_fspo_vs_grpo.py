@@ -240,30 +240,65 @@ def test_question_noise_of_one_differing_question_is_the_bootstrap_mean_sd():
     )
 
 
-def test_question_figures_count_each_answered_question_by_its_row(tmp_path):
-    evidence = [
-        "Ada Lin works for Sun Co. Bo Kim works for Rain Ltd. Sun Co is headquartered in Pell. "
-        "Rain Ltd is headquartered in Oster.",
-        "Cy Moe works for Fen Inc. Fen Inc is headquartered in Vale.",
+EVIDENCE = [
+    "Ada Lin works for Sun Co. Bo Kim works for Rain Ltd. Sun Co is headquartered in Pell. "
+    "Rain Ltd is headquartered in Oster.",
+    "Cy Moe works for Fen Inc. Fen Inc is headquartered in Vale.",
+]
+# Row 0's answer: a contradicted step made of the evidence's words (the lexical verifier passes it), a step
+# that is no claim, a supported step, and a contradicted step with a word the evidence lacks (it fails).
+INVENTING = (
+    "Ada Lin works for Rain Ltd. Let me think. Rain Ltd is based in Oster. Ada Lin works for Moon Corp. "
+    "</think> <answer> Oster </answer>"
+)
+COPYING = "Cy Moe works for Fen Inc. Fen Inc is headquartered in Vale. </think> <answer> Vale </answer>"
+
+
+def _world_rows():
+    return [
+        {
+            "data_source": "synthetic_multihop",
+            "extra_info": {"evidence": EVIDENCE[0], "gold_facts": ["Ada Lin works for Sun Co."]},
+        },
+        {"data_source": "synthetic_multihop", "extra_info": {"evidence": EVIDENCE[1], "gold_facts": []}},
+        {"data_source": "other", "extra_info": {}},
     ]
-    rows = [
-        {"extra_info": {"evidence": evidence[0], "gold_facts": ["Ada Lin works for Sun Co."]}},
-        {"extra_info": {"evidence": evidence[1], "gold_facts": []}},
-        {"extra_info": {}},
-    ]
-    inventing = (
-        "Ada Lin works for Rain Ltd. Let me think. Rain Ltd is based in Oster. </think> <answer> Oster </answer>"
-    )
-    copying = "Cy Moe works for Fen Inc. Fen Inc is headquartered in Vale. </think> <answer> Vale </answer>"
+
+
+def _write_dump(path, outputs):
     records = [
-        {"input": f"Context:\n{evidence[1]}\nQuestion: ?", "output": copying, "f1": 1.0},
-        {"input": f"Context:\n{evidence[0]}\nQuestion: ?", "output": inventing, "f1": 0.0},
+        {"input": f"Context:\n{EVIDENCE[1]}\nQuestion: ?", "output": outputs[1], "f1": 1.0},
+        {"input": f"Context:\n{EVIDENCE[0]}\nQuestion: ?", "output": outputs[0], "f1": 0.0},
         {"input": "a prompt of other data", "output": "x", "f1": 1.0},
     ]
-    dump = tmp_path / "12.jsonl"
-    dump.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    # Row 0: one contradicted step, one supported, one that is no claim; row 1: two supported copies.
-    assert bench.question_figures(dump, rows) == {"0": [1, 2, 0.0], "1": [0, 2, 1.0]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+
+
+def test_question_figures_count_each_answered_question_by_its_row(tmp_path):
+    _write_dump(tmp_path / "12.jsonl", [INVENTING, COPYING])
+    figures = bench.question_figures(tmp_path / "12.jsonl", _world_rows())
+    # [contradicted, judged claims, F1, contradicted that the lexical verifier passes]
+    assert figures == {"0": [2, 3, 0.0, 1], "1": [0, 2, 1.0, 0]}
+    assert bench.figure_value({"per_question": figures}, "verifier_blind_rate") == 0.5
+
+
+def test_a_finished_result_gets_its_per_question_figures_from_its_dumps(tmp_path):
+    from fspo.data.io import write_parquet
+
+    args = bench._parser().parse_args(["--output-dir", str(tmp_path)])
+    write_parquet(_world_rows()[:2], tmp_path / "data" / "seed0" / "test.parquet")
+    out = tmp_path / "fspo" / "seed0"
+    _write_dump(out / "validation" / "0.jsonl", [INVENTING, COPYING])
+    faithful = "Ada Lin works for Sun Co. Sun Co is headquartered in Pell. </think> <answer> Pell </answer>"
+    _write_dump(out / "validation" / "12.jsonl", [faithful, COPYING])
+    (out / "result.json").write_text(json.dumps({**_run("fspo", 0, 0.5, 0.2), "dtype": "float32"}))
+    result = bench.run_once("fspo", 0, args, tmp_path / "model", clock=0.0)
+    assert result["before"]["per_question"]["0"] == [2, 3, 0.0, 1]
+    assert result["after"]["per_question"]["0"] == [0, 2, 0.0, 0]
+    assert json.loads((out / "result.json").read_text()) == result  # kept: the next summary reads it
+    assert bench.figure_value(result["before"], "verifier_blind_rate") == 0.5
+    assert bench.figure_value(_run("fspo", 0, 0.5, 0.2)["after"], "verifier_blind_rate") is None
 
 
 def test_comparisons_size_the_next_measurement_from_three_seeds_on():
