@@ -313,3 +313,27 @@ def test_comparisons_size_the_next_measurement_from_three_seeds_on():
     assert "| 3 | no | 0.200 | n/a | 64 |" in bench.comparison_table([f1])
     two = bench.comparisons(results[:4])
     assert all(row["seeds_for_target"] is None for row in two)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_judged_run_drops_its_weights_unless_asked_to_keep_them(tmp_path, monkeypatch, keep):
+    from fspo.data.io import write_parquet
+
+    val_file = write_parquet(_world_rows()[:2], tmp_path / "val.parquet")
+    out = tmp_path / "o" / "fspo" / "seed0"
+
+    def train(name, setup, run_out, steps, seed, overrides, clock):
+        (run_out / "ckpt" / "global_step_1").mkdir(parents=True)
+        (run_out / "ckpt" / "global_step_1" / "optim.pt").write_bytes(b"0" * 64)
+        dumps = {"before": run_out / "validation" / "0.jsonl", "after": run_out / "validation" / "1.jsonl"}
+        return {"seconds": 1.0, "before": {}, "after": {}, "validation_dumps": dumps}
+
+    monkeypatch.setattr(bench, "prepare_data", lambda folder, seed, rows: (val_file, val_file))
+    monkeypatch.setattr(bench, "train", train)
+    monkeypatch.setattr(bench, "figures", lambda dump, rows, f1: {"answer_f1": f1})
+    argv = ["--output-dir", str(tmp_path / "o"), *(["--keep-models"] if keep else [])]
+    args = bench._parser().parse_args(argv)
+    args.output_dir = args.output_dir.resolve()
+    bench.run_once("fspo", 0, args, tmp_path / "model", clock=0.0)
+    assert (out / "result.json").is_file()
+    assert (out / "ckpt").exists() == keep
