@@ -141,19 +141,20 @@ def _parser() -> argparse.ArgumentParser:
 def figures(dump: Path, rows: list[dict], answer_f1: float | None) -> dict:
     """One validation pass's figures: answer F1 (from the trainer's metrics) and the step report, and each
     held-out question's own counts (:func:`question_figures`)."""
-    report = step_report(validation_samples(dump, rows))
+    samples = validation_samples(dump, rows)
+    report = step_report(samples)
     return {
         "answer_f1": answer_f1,
         **{key: report[key] for key, _ in FIGURES if key in report},
         "steps": report["steps"],
         "answers": report["answers"],
-        "per_question": question_figures(dump, rows),
+        "per_question": question_figures(samples, rows),
     }
 
 
-def question_figures(dump: Path, rows: list[dict]) -> dict[str, list[float]]:
+def question_figures(samples: list[dict], rows: list[dict]) -> dict[str, list[float]]:
     """Per held-out question (its row's index, as a string for JSON): [contradicted steps, judged claims, F1,
-    contradicted steps the training verifier passes].
+    contradicted steps the training verifier passes], from a validation pass's ``validation_samples``.
 
     What the run's hallucinated-step rate (contradicted / claims, summed over questions) and answer F1 (the
     mean) are made of, so that a comparison can tell the questions' part of its noise from the runs'; and
@@ -162,25 +163,17 @@ def question_figures(dump: Path, rows: list[dict]) -> dict[str, list[float]]:
     from fspo.verifiers.lexical import LexicalVerifier  # imports verl (seconds): only when a run is judged
 
     verifier, threshold = LexicalVerifier(), VERIFIER_THRESHOLDS["lexical"]
-    evidence = [(index, row.get("extra_info") or {}) for index, row in enumerate(rows)]
+    row_of = {(row.get("extra_info") or {}).get("evidence"): index for index, row in enumerate(rows)}
     out = {}
-    for line in Path(dump).read_text().splitlines():
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        index, info = next(
-            ((i, x) for i, x in evidence if x.get("evidence") and x["evidence"] in record["input"]), (None, None)
-        )
-        if index is None:
-            continue
-        world = build_world(info["evidence"], info.get("gold_facts") or ())
-        steps = [step.text for step in reasoning_steps(record["output"])]
+    for sample in samples:
+        world = build_world(sample["evidence"], sample["gold_facts"])
+        steps = [step.text for step in reasoning_steps(sample["response"])]
         verdicts = [judge_step(step, world).verdict for step in steps]
-        scores = verifier.score([(info["evidence"], step) for step in steps]) if steps else []
+        scores = verifier.score([(sample["evidence"], step) for step in steps]) if steps else []
         contradicted = sum(verdict == CONTRADICTED for verdict in verdicts)
         unseen = sum(v == CONTRADICTED and score >= threshold for v, score in zip(verdicts, scores, strict=True))
         claims = contradicted + sum(verdict == SUPPORTED for verdict in verdicts)
-        out[str(index)] = [contradicted, claims, float(record.get("f1", 0.0)), unseen]
+        out[str(row_of[sample["evidence"]])] = [contradicted, claims, float(sample["f1"] or 0.0), unseen]
     return out
 
 
@@ -256,28 +249,21 @@ def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
 
 
 def _with_question_figures(result: dict, out: Path, args) -> dict:
-    """A finished result written before the per-question figures (or their fourth column) were kept gets them
-    from its validation dumps: the first for before training, the last for after (F-DPO's judged answers are
-    its run's first), written back to its result.json."""
+    """A finished result written before the per-question figures were kept gets them from its validation
+    dumps: the first for before training, the last for after (F-DPO's judged answers are its run's first),
+    written back to its result.json."""
     dumps = sorted((out / "validation").glob("*.jsonl"), key=lambda path: int(path.stem))
     val_file = args.output_dir / "data" / f"seed{result['seed']}" / "test.parquet"
     if not dumps or not val_file.is_file():
         return result
     rows = read_rows(val_file)
     passes = [("after", dumps[0] if result["arm"] == "fdpo" else dumps[-1]), ("before", dumps[0])]
-    stale = [
-        (when, dump) for when, dump in passes if result[when] is not None and not _has_question_figures(result[when])
-    ]
+    stale = [(when, dump) for when, dump in passes if result[when] is not None and "per_question" not in result[when]]
     for when, dump in stale:
-        result[when]["per_question"] = question_figures(dump, rows)
+        result[when]["per_question"] = question_figures(validation_samples(dump, rows), rows)
     if stale:
         (out / "result.json").write_text(json.dumps(result, indent=2))
     return result
-
-
-def _has_question_figures(figures: dict) -> bool:
-    per_question = figures.get("per_question")
-    return per_question is not None and all(len(counts) == 4 for counts in per_question.values())
 
 
 def figure_value(figures: dict, key: str) -> float | None:
@@ -285,8 +271,8 @@ def figure_value(figures: dict, key: str) -> float | None:
     if key == "steps_per_answer":
         return figures["steps"] / figures["answers"] if figures.get("answers") else None
     if key == "verifier_blind_rate":
-        # Results written before per-question figures, or before their fourth column, lack it.
-        counts = list(figures["per_question"].values()) if _has_question_figures(figures) else []
+        # Results written before per-question figures were kept lack it.
+        counts = list(figures.get("per_question", {}).values())
         contradicted = sum(q[0] for q in counts)
         return sum(q[3] for q in counts) / contradicted if contradicted else None
     return figures.get(key)

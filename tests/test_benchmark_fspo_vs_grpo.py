@@ -277,7 +277,7 @@ def _write_dump(path, outputs):
 
 def test_question_figures_count_each_answered_question_by_its_row(tmp_path):
     _write_dump(tmp_path / "12.jsonl", [INVENTING, COPYING])
-    figures = bench.question_figures(tmp_path / "12.jsonl", _world_rows())
+    figures = bench.question_figures(bench.validation_samples(tmp_path / "12.jsonl", _world_rows()), _world_rows())
     # [contradicted, judged claims, F1, contradicted that the lexical verifier passes]
     assert figures == {"0": [2, 3, 0.0, 1], "1": [0, 2, 1.0, 0]}
     assert bench.figure_value({"per_question": figures}, "verifier_blind_rate") == 0.5

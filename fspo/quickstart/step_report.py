@@ -87,7 +87,8 @@ def validation_samples(dump: str | Path, rows: Sequence[dict]) -> list[dict]:
     """Pairs verl's validation dump (``trainer.validation_data_dir/<step>.jsonl``) with the rows it answered.
 
     A dumped record carries the decoded prompt, not the row, so each is matched to the synthetic row whose
-    evidence its prompt contains. Records of other data (no synthetic-world row) are left out.
+    evidence its prompt contains; the record's answer F1 comes along (``f1``, None where verl dumped none).
+    Records of other data (no synthetic-world row) are left out.
     """
     worlds = [r["extra_info"] for r in rows if r.get("data_source") == DATA_SOURCE and r.get("extra_info")]
     samples = []
@@ -98,6 +99,11 @@ def validation_samples(dump: str | Path, rows: Sequence[dict]) -> list[dict]:
         row = next((info for info in worlds if info["evidence"] and info["evidence"] in record["input"]), None)
         if row is not None:
             samples.append(
-                {"response": record["output"], "evidence": row["evidence"], "gold_facts": list(row["gold_facts"])}
+                {
+                    "response": record["output"],
+                    "evidence": row["evidence"],
+                    "gold_facts": list(row["gold_facts"]),
+                    "f1": record.get("f1"),
+                }
             )
     return samples
