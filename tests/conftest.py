@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import tempfile
+from pathlib import Path
 
 import pytest
+
+from fspo.run_ledger import LEDGER_ENV
+from fspo_testing.scheduling import ordered_by_cost, read_durations, shared_fixture_groups
 
 # Nothing may reach the Hugging Face hub from a test: every model and tokenizer is built locally.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -92,3 +99,86 @@ def chat_server():
     yield start
     for server in servers:
         server.close()
+
+
+# --- How the suite shares two cores, and the ledger of its trainer runs ------------------------------------------
+# scripts/test.sh runs two xdist workers (fspo_testing/scheduling.py says how work is split). Every trainer run a
+# test starts appends its wall and CPU seconds to the ledger (fspo/run_ledger.py); the run fails when it starts
+# more than TRAINER_RUN_BUDGET. A new end-to-end assertion joins a run that exists (a shared fixture); raising
+# the budget is a deliberate commit that says why.
+TRAINER_RUN_BUDGET = 21
+# Session or module fixtures that another worker may build again at little cost (their builds are cached on
+# disk: fspo_testing/build_cache.py), so they do not pin the tests that use them to one worker.
+CHEAP_TO_REPEAT = ("qwen_tokenizer", "tiny_reasoner", "varied_reward_overrides", "released_schema", "inputs")
+DURATIONS = Path(__file__).resolve().parent / "durations.json"
+
+
+def _is_controller(config) -> bool:
+    return not hasattr(config, "workerinput")
+
+
+def pytest_configure(config):
+    if _is_controller(config):  # this run's own ledger, whatever the environment named
+        handle, path = tempfile.mkstemp(prefix="fspo-run-ledger-", suffix=".jsonl")
+        os.close(handle)
+        os.environ[LEDGER_ENV] = path  # the xdist workers, started after this, inherit it
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist renames grouped tests
+def pytest_collection_modifyitems(config, items):
+    groups = shared_fixture_groups(items, CHEAP_TO_REPEAT)
+    for item in items:
+        if item.nodeid in groups:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    items[:] = ordered_by_cost(items, groups, read_durations(DURATIONS))
+
+
+_SECONDS: dict[str, float] = {}  # per test, setup + call + teardown (the controller's, from every worker)
+
+
+def pytest_runtest_logreport(report):
+    # Setup counts: a shared fixture's trainer run is paid in the setup of its group's first test.
+    nodeid = re.sub(r"@[^\[\]@]+$", "", report.nodeid)  # without xdist's @group suffix
+    _SECONDS[nodeid] = _SECONDS.get(nodeid, 0.0) + report.duration
+
+
+def _ledger() -> list[dict]:
+    path = os.environ.get(LEDGER_ENV)
+    if not path or not os.path.exists(path):
+        return []
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if not _is_controller(config):
+        return
+    record = os.environ.get("FSPO_RECORD_DURATIONS")
+    if record and _SECONDS:
+        Path(record).write_text(json.dumps({k: round(v, 1) for k, v in sorted(_SECONDS.items())}, indent=0) + "\n")
+    runs = _ledger()
+    if len(runs) > TRAINER_RUN_BUDGET:
+        config._fspo_over_budget = True
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not _is_controller(config):
+        return
+    runs = _ledger()
+    if not runs:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section(f"trainer runs: {len(runs)} of a budget of {TRAINER_RUN_BUDGET} (tests/conftest.py)")
+    for run in sorted(runs, key=lambda run: -run["wall_s"]):
+        write(f"{run['wall_s']:7.1f} s wall {run['cpu_s']:7.1f} s CPU  {run['outcome']:5}  {run['test'] or run['run']}")
+    write(
+        f"{sum(r['wall_s'] for r in runs):7.1f} s wall {sum(r['cpu_s'] for r in runs):7.1f} s CPU  in all"
+        " (wall times overlap where two workers ran at once)"
+    )
+    if getattr(config, "_fspo_over_budget", False):
+        write(
+            f"FAILED: {len(runs)} trainer runs, over the budget of {TRAINER_RUN_BUDGET}: let the new assertion "
+            "share a run that exists, or raise TRAINER_RUN_BUDGET in tests/conftest.py in a commit that says why",
+            red=True,
+        )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from fspo.attention import (
     importable,
 )
 from fspo.config.vocabulary import ConfigError
+from fspo_testing.warm_python import warm_python
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -99,7 +99,7 @@ def test_a_gpu_recipe_dry_run_without_flash_attn_says_so_in_one_line_and_runs_sd
         **os.environ,
         "FSPO_DRY_RUN": "1",
         "FSPO_PREFLIGHT": "0",
-        "PYTHON": sys.executable,
+        "PYTHON": warm_python(),
         "MODEL_PATH": "/nonexistent/model",
     }
     process = subprocess.run(
@@ -126,7 +126,7 @@ def test_a_gae_dry_run_without_flash_attn_runs_the_critic_on_sdpa_too(tmp_path):
     from fspo_testing.tiny_model import build_tiny_model
 
     model = build_tiny_model(tmp_path / "model")  # verl reads the critic's config.json when it checks the critic
-    env = {**os.environ, "FSPO_DRY_RUN": "1", "FSPO_PREFLIGHT": "0", "PYTHON": sys.executable, "MODEL_PATH": str(model)}
+    env = {**os.environ, "FSPO_DRY_RUN": "1", "FSPO_PREFLIGHT": "0", "PYTHON": warm_python(), "MODEL_PATH": str(model)}
     process = subprocess.run(
         [
             "bash",

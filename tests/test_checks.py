@@ -8,10 +8,12 @@ import sys
 import pandas as pd
 import pytest
 
+from fspo_testing.warm_python import warm_python
+
 
 def run_main(*overrides, env=None, cwd=None):
     return subprocess.run(
-        [sys.executable, "-m", "fspo.main", *overrides], capture_output=True, text=True, env=env, cwd=cwd
+        [warm_python(), "-m", "fspo.main", *overrides], capture_output=True, text=True, env=env, cwd=cwd
     )
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from fspo.cli import main as fspo_main
 from fspo.data.registry import DATASETS
+from fspo_testing.warm_python import warm_python
 
 REPO = Path(__file__).resolve().parents[1]
 READMES = ("README.md", "data/README.md", "evaluate/README.md", "recipes/README.md")
@@ -83,7 +83,7 @@ def test_every_option_of_every_command_has_help_text(parsers):
 
 def test_fspo_train_help_exits_0():
     result = subprocess.run(
-        [sys.executable, "-m", "fspo.cli", "train", "--help"], capture_output=True, text=True, timeout=300, cwd=REPO
+        [warm_python(), "-m", "fspo.cli", "train", "--help"], capture_output=True, text=True, timeout=300, cwd=REPO
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "fspo" in result.stdout

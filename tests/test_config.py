@@ -6,7 +6,6 @@ import dataclasses
 import os
 import pickle
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from omegaconf import OmegaConf
 from fspo.config.fspo_config import FSPOConfig, fspo_config
 from fspo.config.verifier import VerifierConfig, verifier_config
 from fspo.config.vocabulary import ConfigError
+from fspo_testing.warm_python import warm_python
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,7 +46,7 @@ WRONG_VALUES = [
 
 def dry_run(*overrides: str) -> subprocess.CompletedProcess:
     """``recipes/run_qwen2.5_7b_instruct.sh`` with ``FSPO_DRY_RUN=1``: validates the config, starts no Ray."""
-    env = {**os.environ, "FSPO_DRY_RUN": "1", "PYTHON": sys.executable, "MODEL_PATH": "/nonexistent/model"}
+    env = {**os.environ, "FSPO_DRY_RUN": "1", "PYTHON": warm_python(), "MODEL_PATH": "/nonexistent/model"}
     return subprocess.run(
         ["bash", str(REPO / "recipes" / "run_qwen2.5_7b_instruct.sh"), *overrides],
         env=env,

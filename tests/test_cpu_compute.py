@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 import yaml
@@ -17,6 +16,7 @@ from fspo.cpu.compute import (
     compute_dtype_choice,
     cpu_threads,
 )
+from fspo_testing.warm_python import warm_python
 
 
 def features(capability, machine="x86_64", avx512_bf16=False, amx=False, arm_bf16=False):
@@ -82,7 +82,7 @@ def test_the_cpu_preset_gives_every_fsdp_worker_and_the_rollout_the_choice(tmp_p
     # FSPO_PREFLIGHT=0: the weights check is not what this measures (tests/test_preflight.py is).
     env = {**os.environ, "FSPO_DRY_RUN": "1", "FSPO_PREFLIGHT": "0", "FSPO_CPU_DTYPE": BFLOAT16}
     result = subprocess.run(
-        [sys.executable, "-m", "fspo.main", f"actor_rollout_ref.model.path={tmp_path}", "platform=cpu"],
+        [warm_python(), "-m", "fspo.main", f"actor_rollout_ref.model.path={tmp_path}", "platform=cpu"],
         capture_output=True,
         text=True,
         env=env,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -12,6 +11,7 @@ import pytest
 
 from fspo.data.check import main, scan_file
 from fspo.data.registry import main as data_main
+from fspo_testing.warm_python import warm_python
 
 PROMPT = "A conversation between User and Assistant.\n\nUser: Where did he study?\nAssistant: Let me solve this step by step. <think>"
 
@@ -141,7 +141,7 @@ def test_token_counts_with_a_tokenizer(files, qwen_tokenizer):
 
 
 def run_main(*overrides, env=None):
-    return subprocess.run([sys.executable, "-m", "fspo.main", *overrides], capture_output=True, text=True, env=env)
+    return subprocess.run([warm_python(), "-m", "fspo.main", *overrides], capture_output=True, text=True, env=env)
 
 
 def test_the_trainer_stops_before_ray_on_what_data_check_reports(files, tmp_path):

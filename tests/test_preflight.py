@@ -32,6 +32,7 @@ from fspo.preflight import (
 )
 from fspo.verifiers.hhem import HHEM_FOUNDATION, HHEM_MODEL
 from fspo_testing.hub_server import StandInHub
+from fspo_testing.warm_python import warm_python
 
 REPO = Path(__file__).resolve().parent.parent
 CLOSED_PORT = "http://127.0.0.1:9"  # the discard port: nothing listens, the connection is refused at once
@@ -422,7 +423,7 @@ def test_platform_gpu_on_a_gpu_machine_changes_nothing(monkeypatch):
 
 def dry_run_recipe(*overrides: str, **env: str) -> tuple[subprocess.CompletedProcess, float]:
     full_env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN")}
-    full_env.update(FSPO_DRY_RUN="1", PYTHON=sys.executable, **env)
+    full_env.update(FSPO_DRY_RUN="1", PYTHON=warm_python(), **env)
     started = time.monotonic()
     process = subprocess.run(
         ["bash", str(REPO / "recipes" / "run_qwen2.5_7b_instruct.sh"), *overrides],

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from fspo_testing.twins import CPU_REPLACEMENTS, RECIPE_FAMILIES, REPO, TWIN_REWARD, TWIN_SIZES, twin_command, twin_env
+from fspo_testing.warm_python import warm_python
 
 # Keys verl fills from others (a mirror of a size, the disabled critic, the unused teacher, the platform's env var).
 DERIVED = (
@@ -55,7 +56,12 @@ def cpu_preset_keys() -> set[str]:
 
 def dry_run(command: list[str], env: dict[str, str]) -> dict:
     process = subprocess.run(
-        command, env={**env, "FSPO_DRY_RUN": "1"}, cwd=REPO, capture_output=True, text=True, timeout=300
+        command,
+        env={**env, "FSPO_DRY_RUN": "1", "PYTHON": warm_python()},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert process.returncode == 0, process.stderr[-3000:]
     return flat(yaml.safe_load("\n".join(line for line in process.stdout.splitlines() if not line.startswith("["))))

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from fspo.verifier_tools.quality import calibrated_threshold
+from fspo_testing.warm_python import warm_python
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "recipes"
@@ -65,7 +66,7 @@ def run_recipe(name: str, *overrides: str, **env: str) -> subprocess.CompletedPr
     full_env = {
         **os.environ,
         "FSPO_DRY_RUN": "1",
-        "PYTHON": sys.executable,
+        "PYTHON": warm_python(),
         **weights_env(),
         **env,
     }
@@ -227,7 +228,7 @@ def test_cpu_recipe_defaults_to_the_quickstarts_smollm2(tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
-        env={**env, "FSPO_CACHE": str(tmp_path), "FSPO_DRY_RUN": "1", "PYTHON": sys.executable},
+        env={**env, "FSPO_CACHE": str(tmp_path), "FSPO_DRY_RUN": "1", "PYTHON": warm_python()},
     )
     assert printed_config(process)["actor_rollout_ref"]["model"]["path"] == str(model)
 

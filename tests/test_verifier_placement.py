@@ -16,6 +16,7 @@ from fspo.config.verifier import verifier_config
 from fspo.config.vocabulary import REWARD_ROUTER
 from fspo.verifiers import build_verifier
 from fspo.verifiers.placement import describe_placement, resolve_placement, resolve_verifier_placement
+from fspo_testing.warm_python import warm_python
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -185,7 +186,7 @@ def _dry_run(address: str) -> subprocess.CompletedProcess:
     # FSPO_PREFLIGHT=0: the preset is under test here, not the weights (tests/test_preflight.py)
     env.update(FSPO_DRY_RUN="1", RAY_ADDRESS=address, RAY_AUTH_MODE="disabled", FSPO_PREFLIGHT="0")
     return subprocess.run(
-        [sys.executable, "-m", "fspo.main", "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct"],
+        [warm_python(), "-m", "fspo.main", "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct"],
         env=env,
         capture_output=True,
         text=True,
