@@ -1,0 +1,176 @@
+"""What makes the suite fit CI's budget: the xdist grouping and order, the build cache, the warm interpreter and
+the trainer-run ledger (fspo_testing/scheduling.py, build_cache.py, warm_python.py; fspo/run_ledger.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fspo.run_ledger import LEDGER_ENV, ledger_entry
+from fspo_testing import build_cache
+from fspo_testing.scheduling import ordered_by_cost, shared_fixture_groups
+from fspo_testing.warm_python import environment_key, warm_python
+
+# --- scheduling: stand-ins carry exactly the attributes of a pytest item the scheduler reads ------------------------
+
+
+def _item(nodeid: str, module: str, fixtures: dict[str, str], e2e: bool = False):
+    """A test item using ``fixtures`` (name -> scope) of the project's own (non-empty baseid)."""
+    definitions = {name: [SimpleNamespace(scope=scope, baseid="tests")] for name, scope in fixtures.items()}
+    return SimpleNamespace(
+        nodeid=nodeid,
+        module=SimpleNamespace(__name__=module),
+        fixturenames=[*fixtures, "tmp_path"],
+        _fixtureinfo=SimpleNamespace(
+            name2fixturedefs={**definitions, "tmp_path": [SimpleNamespace(scope="function", baseid="")]}
+        ),
+        get_closest_marker=lambda name, e2e=e2e: object() if (e2e and name == "e2e") else None,
+    )
+
+
+def test_tests_sharing_an_expensive_fixture_share_a_group_transitively():
+    items = [
+        _item("a.py::1", "a", {"run": "module"}),
+        _item("a.py::2", "a", {"run": "module", "other": "module"}),
+        _item("a.py::3", "a", {"other": "module"}),
+        _item("a.py::4", "a", {}),
+        _item("b.py::1", "b", {"run": "module"}),  # another module's fixture of the same name: another instance
+        _item("c.py::1", "c", {"grpo": "session"}),
+        _item("d.py::1", "d", {"grpo": "session", "cheap": "session"}),
+        _item("e.py::1", "e", {"cheap": "session"}),
+    ]
+    groups = shared_fixture_groups(items, cheap=["cheap"])
+    assert groups["a.py::1"] == groups["a.py::2"] == groups["a.py::3"]
+    assert "a.py::4" not in groups and "e.py::1" not in groups
+    assert groups["b.py::1"] != groups["a.py::1"]
+    assert groups["c.py::1"] == groups["d.py::1"]
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.floats(0, 1000), st.booleans()), max_size=30))
+def test_work_goes_out_longest_unit_first_and_no_test_is_lost(spec):
+    items = [_item(f"t{i}", "m", {}, e2e) for i, (_, _, e2e) in enumerate(spec)]
+    groups = {f"t{i}": f"g{g}" for i, (g, _, _) in enumerate(spec) if g}
+    seconds = {f"t{i}": s for i, (_, s, _) in enumerate(spec)}
+    ordered = ordered_by_cost(items, groups, seconds)
+    assert sorted(i.nodeid for i in ordered) == sorted(i.nodeid for i in items)
+    units, costs = [], []
+    for item in ordered:
+        unit = groups.get(item.nodeid, item.nodeid)
+        if not units or units[-1] != unit:
+            assert unit not in units, "a group's tests must go out together"
+            units.append(unit)
+            costs.append(0.0)
+        costs[-1] += seconds[item.nodeid]
+    assert costs == sorted(costs, reverse=True)
+
+
+# --- the build cache ------------------------------------------------------------------------------------------------
+
+
+def _slow_builder(output_dir, size: int = 3, source: Path | None = None) -> dict:
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "sub").mkdir(exist_ok=True)
+    (output_dir / "sub" / "data.txt").write_text("x" * size + (source.read_text() if source else ""))
+    (output_dir / "link").symlink_to("sub/data.txt")
+    with open(os.environ["FSPO_TEST_BUILD_COUNT"], "a") as count:
+        count.write("built\n")
+    return {"root": output_dir, "data": output_dir / "sub" / "data.txt", "sizes": [size]}
+
+
+_cached_slow_builder = build_cache.cached_build(_slow_builder)
+
+
+def _build_in_a_process(target: str) -> str:
+    return str(_cached_slow_builder(target)["data"])
+
+
+def test_cached_build_builds_once_per_key_and_copies_with_paths_moved(tmp_path, monkeypatch):
+    monkeypatch.setenv("FSPO_TEST_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("FSPO_TEST_BUILD_COUNT", str(tmp_path / "count"))
+    first = _cached_slow_builder(tmp_path / "one")
+    second = _cached_slow_builder(tmp_path / "two")
+    assert second == {"root": tmp_path / "two", "data": tmp_path / "two" / "sub" / "data.txt", "sizes": [3]}
+    assert first["data"].read_text() == second["data"].read_text() == "xxx"
+    assert (tmp_path / "two" / "link").is_symlink() and (tmp_path / "two" / "link").read_text() == "xxx"
+    assert (tmp_path / "count").read_text().count("built") == 1
+    _cached_slow_builder(tmp_path / "three", size=4)  # another argument, another key
+    source = tmp_path / "source.txt"
+    source.write_text("a")
+    _cached_slow_builder(tmp_path / "four", source=source)
+    source.write_text("b")  # the same path with other contents: another key
+    assert _cached_slow_builder(tmp_path / "five", source=source)["data"].read_text() == "xxxb"
+    assert (tmp_path / "count").read_text().count("built") == 4
+
+
+def test_concurrent_builders_of_one_key_build_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("FSPO_TEST_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("FSPO_TEST_BUILD_COUNT", str(tmp_path / "count"))
+    with ProcessPoolExecutor(2) as pool:
+        paths = list(pool.map(_build_in_a_process, [str(tmp_path / f"out{i}") for i in range(4)]))
+    assert all(Path(path).read_text() == "xxx" for path in paths)
+    assert (tmp_path / "count").read_text().count("built") == 1
+
+
+# --- the warm interpreter -------------------------------------------------------------------------------------------
+
+
+def test_the_servers_key_follows_only_what_imports_may_read():
+    base = {"PATH": "/bin", "HF_HUB_CACHE": "/a", "FSPO_DRY_RUN": "1", "MODEL_PATH": "/m"}
+    assert environment_key(base) == environment_key({**base, "FSPO_DRY_RUN": "0", "MODEL_PATH": "/other"})
+    assert environment_key(base) != environment_key({**base, "HF_HUB_CACHE": "/b"})
+    assert environment_key(base) != environment_key({**base, "VERL_PLATFORM": "cpu"})
+
+
+def test_a_warm_dry_run_answers_as_a_cold_interpreter_does(tmp_path):
+    """The same refusal and exit status; the second call is served by the server the first one started."""
+    env = {**os.environ, "FSPO_DRY_RUN": "1"}
+    command = ["-m", "fspo.main", "platform=cpu", f"actor_rollout_ref.model.path={tmp_path / 'absent'}"]
+    cold = subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True, cwd=tmp_path)
+    warm = [subprocess.run([warm_python(), *command], env=env, capture_output=True, text=True, cwd=tmp_path)]
+    started = time.monotonic()
+    warm.append(subprocess.run([warm_python(), *command], env=env, capture_output=True, text=True, cwd=tmp_path))
+    served_s = time.monotonic() - started
+    for process in warm:
+        assert process.returncode == cold.returncode == 2
+        assert process.stderr.strip().splitlines()[-1] == cold.stderr.strip().splitlines()[-1]
+        assert "does not exist" in process.stderr
+    assert served_s < 30, f"a served dry run took {served_s:.1f} s"
+
+
+# --- the ledger ----------------------------------------------------------------------------------------------------
+
+
+def test_the_ledger_records_a_run_with_the_cpu_of_its_children(tmp_path, monkeypatch):
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    burn = "import time\nend = time.process_time() + 3\nwhile time.process_time() < end: pass"
+    with ledger_entry("project/run"):
+        subprocess.run(
+            [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"],
+            check=True,
+        )
+    with pytest.raises(RuntimeError), ledger_entry("project/failed"):
+        raise RuntimeError("the run failed")
+    first, second = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert first["run"] == "project/run" and first["outcome"] == "ok"
+    assert first["test"].endswith("test_the_ledger_records_a_run_with_the_cpu_of_its_children")
+    assert 1.0 <= first["cpu_s"] and first["wall_s"] >= 1.0
+    assert second["outcome"] == "error"
+
+
+def test_no_ledger_no_file(tmp_path, monkeypatch):
+    monkeypatch.delenv(LEDGER_ENV, raising=False)
+    with ledger_entry("project/run"):
+        pass
+    assert list(tmp_path.iterdir()) == []
