@@ -17,8 +17,10 @@ import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-# A test this file has no figure for: an end-to-end test starts a trainer run (minutes), any other takes about a second.
+# A test this file has no figure for: an end-to-end test starts a trainer run and a network test waits on the
+# package index (minutes each); any other takes about a second.
 UNKNOWN_E2E_S = 120.0
+LONG_MARKERS = ("e2e", "network")
 UNKNOWN_S = 1.0
 
 
@@ -85,14 +87,15 @@ def read_durations(path: Path) -> dict[str, float]:
 def ordered_by_cost(items: list, groups: Mapping[str, str], seconds: Mapping[str, float]) -> list:
     """``items`` with the work units (a group, or a lone test) in descending order of their summed seconds.
 
-    A test without a recorded figure counts :data:`UNKNOWN_E2E_S` if marked ``e2e``, else :data:`UNKNOWN_S`.
+    A test without a recorded figure counts :data:`UNKNOWN_E2E_S` if marked ``e2e`` or ``network``, else
+    :data:`UNKNOWN_S`.
     Within a unit the tests keep their collection order; equal units keep theirs (the sort is stable).
     """
 
     def cost(item) -> float:
         if item.nodeid in seconds:
             return seconds[item.nodeid]
-        return UNKNOWN_E2E_S if item.get_closest_marker("e2e") else UNKNOWN_S
+        return UNKNOWN_E2E_S if any(item.get_closest_marker(name) for name in LONG_MARKERS) else UNKNOWN_S
 
     units: dict[str, list] = {}
     for item in items:
