@@ -32,8 +32,9 @@ the seeds a ±0.05 interval would need at that sd.
 
 Writes ``results.json`` (every run), ``results.md`` (mean ± std per arm, the paired differences with
 their intervals, and every seed's raw figures) and ``fspo_vs_grpo.png`` to ``--output-dir``. A finished
-run is kept: run the command again after an interruption and only the missing runs train (a run finished
-in another dtype is trained again). A finished run keeps its result, metrics, log and validation answers;
+run is kept: run the command again after an interruption and only the missing runs train. Each run records the
+commit it was trained on (the table lists them) and its configuration (the quickstart's overrides, the arm's, the
+seed, the sizes, the model, the dtype); a run finished under another configuration is trained again. A finished run keeps its result, metrics, log and validation answers;
 its trained weights are deleted unless ``--keep-models`` (an RL run's checkpoint with its Adam state is
 1.6 GB at SmolLM2 in float32, F-DPO's model 0.5 GB: 18 runs would hold 29 GB that nothing here reads).
 
@@ -52,13 +53,14 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from fspo.cpu.compute import DTYPE_ENV, FLOAT32
 from fspo.data.io import read_rows
-from fspo.quickstart.cli import VAL_ROWS, prepare_data, say, train
+from fspo.quickstart.cli import VAL_ROWS, prepare_data, run_overrides, say, train
 from fspo.quickstart.step_report import VERIFIER_THRESHOLDS, step_report, validation_samples
 from fspo.quickstart.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
 from fspo.steps import reasoning_steps
@@ -203,18 +205,59 @@ def fdpo_model(seed: int, args, model: Path, train_file: Path, out: Path, clock:
     return out / "model"
 
 
+def run_config(arm: str, seed: int, args) -> list[str]:
+    """What decides a run's figures besides the code: the quickstart's overrides (its paths left out), the arm's,
+    the user's, the seed, the held-out size and the model. A finished run is reused only under the same list."""
+    setup = {"model": "<model>", "train": "<train>", "val": "<val>"}
+    return [
+        *run_overrides(setup, Path("<run>"), args.steps),
+        *ARMS[arm],
+        *args.overrides,
+        f"seed={seed}",
+        f"val_rows={args.val_rows}",
+        f"model={args.model.name if args.model else 'SmolLM2-135M-Instruct'}",
+        f"dtype={FLOAT32}",
+    ]
+
+
+@functools.cache
+def code_version() -> str:
+    """The commit this benchmark runs on (``-dirty`` with uncommitted changes), recorded in every run it trains."""
+    try:
+        described = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return described.stdout.strip() if described.returncode == 0 and described.stdout.strip() else "unknown"
+
+
+def finished_result(result_path: Path, config: list[str]) -> tuple[dict | None, str]:
+    """A finished run's result if it was trained under ``config``, else None; and why, for the log."""
+    if not result_path.is_file():
+        return None, "not trained yet"
+    result = json.loads(result_path.read_text())
+    if result.get("config") != config:
+        changed = sorted(set(result.get("config") or []) ^ set(config))
+        return None, "finished before under another configuration (" + (", ".join(changed[:4]) or "none recorded") + ")"
+    return result, f"finished before (code {result.get('code_version', 'unknown')})"
+
+
 def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
     """Trains one arm with one seed (or reads its finished result) and returns its figures."""
     out = args.output_dir / arm / f"seed{seed}"
     result_path = out / "result.json"
+    config = run_config(arm, seed, args)
+    result, why = finished_result(result_path, config)
+    if result is not None:
+        say(clock, f"[{arm} seed {seed}] {why}: {result_path}")
+        return _with_question_figures(result, out, args)
     if result_path.is_file():
-        result = json.loads(result_path.read_text())
-        if result.get("dtype") == FLOAT32:
-            say(clock, f"[{arm} seed {seed}] finished before: {result_path}")
-            return _with_question_figures(result, out, args)
-        say(
-            clock, f"[{arm} seed {seed}] finished before in {result.get('dtype', 'bf16')}: training it again in float32"
-        )
+        say(clock, f"[{arm} seed {seed}] {why}: training it again")
     # A half-finished run's checkpoint would be resumed by verl: start it afresh.
     shutil.rmtree(out, ignore_errors=True)
     train_file, val_file = prepare_data(args.output_dir / "data" / f"seed{seed}", seed, args.val_rows)
@@ -233,6 +276,8 @@ def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
         "arm": arm,
         "seed": seed,
         "dtype": FLOAT32,
+        "code_version": code_version(),
+        "config": config,
         "seconds": round(time.time() - started if arm == "fdpo" else run["seconds"], 1),
         # fdpo: its model's figures are after F-DPO; the base model's come from the other arms.
         "before": None if arm == "fdpo" else before,
@@ -482,14 +527,14 @@ def summarise(results: list[dict]) -> dict[str, dict[str, tuple[float, float, in
     }
 
 
-def markdown_table(summary: dict, steps: int, seeds: int, val_rows: int, run_s: float) -> str:
+def markdown_table(summary: dict, steps: int, seeds: int, val_rows: int, run_s: float, versions: str = "") -> str:
     """The results as a Markdown table of mean ± std, with how they were measured.
 
     A figure some runs lack (a run whose answers hold no closed reasoning has no step figures) shows over
     how many runs it is taken, ``(n=2)``, so a collapsed seed does not vanish into the mean unseen."""
     lines = [
         f"{val_rows} held-out questions, greedy; {steps} training steps per run; mean ± std over {seeds} "
-        f"seed(s); {run_s / 60:.1f} min of runs (Ray start-up, validation, training)",
+        f"seed(s); {run_s / 60:.1f} min of runs (Ray start-up, validation, training); code: {versions}",
         "",
         "| arm | " + " | ".join(title for _, title in FIGURES) + " |",
         "|---|" + "---|" * len(FIGURES),
@@ -502,6 +547,15 @@ def markdown_table(summary: dict, steps: int, seeds: int, val_rows: int, run_s: 
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def code_versions(results: list[dict]) -> str:
+    """The commits the runs were trained on, with how many runs each: ``abc123 (6 runs), def456 (3 runs)``."""
+    counts: dict[str, int] = {}
+    for result in results:
+        version = result.get("code_version", "unknown")
+        counts[version] = counts.get(version, 0) + 1
+    return ", ".join(f"{version} ({count} run{'s' if count > 1 else ''})" for version, count in counts.items())
 
 
 def plot(summary: dict, path: Path) -> None:
@@ -554,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     paired = comparisons(results)
     table = "\n\n".join(
         [
-            markdown_table(summary, args.steps, args.seeds, args.val_rows, run_s),
+            markdown_table(summary, args.steps, args.seeds, args.val_rows, run_s, code_versions(results)),
             comparison_table(paired),
             "Every run's figures after training:\n\n" + per_seed_table(results),
         ]

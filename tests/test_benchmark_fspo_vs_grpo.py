@@ -152,11 +152,14 @@ def test_paired_differences_pair_arms_by_seed_and_skip_missing_figures():
     assert "| 1 | grpo | 0.300 | n/a |" in per_seed and per_seed.count("base model") == 3
 
 
-def test_a_float32_result_is_kept_and_one_of_another_dtype_is_trained_again(tmp_path, monkeypatch):
+def test_a_result_is_kept_only_under_the_configuration_it_was_trained_with(tmp_path, monkeypatch):
+    """A finished run is reused when its recorded configuration (the quickstart's overrides, the arm's, seed,
+    sizes, model, dtype) is this invocation's; one without a record (bf16 runs of older code) or under another
+    configuration (another verifier setting passed through) is trained again."""
     args = bench._parser().parse_args(["--output-dir", str(tmp_path)])
     done = tmp_path / "fspo" / "seed0"
     done.mkdir(parents=True)
-    kept = {**_run("fspo", 0, 0.4, 0.1), "dtype": "float32"}
+    kept = {**_run("fspo", 0, 0.4, 0.1), "dtype": "float32", "config": bench.run_config("fspo", 0, args)}
     (done / "result.json").write_text(json.dumps(kept))
     assert bench.run_once("fspo", 0, args, tmp_path / "model", clock=0.0) == kept
 
@@ -164,9 +167,25 @@ def test_a_float32_result_is_kept_and_one_of_another_dtype_is_trained_again(tmp_
         raise RuntimeError("trains")
 
     monkeypatch.setattr(bench, "train", train)
-    (done / "result.json").write_text(json.dumps(_run("fspo", 0, 0.4, 0.1)))  # measured in bf16, before dtypes
+    other = bench._parser().parse_args(["--output-dir", str(tmp_path), "fspo.verifier.threshold=0.5"])
+    with pytest.raises(RuntimeError, match="trains"):
+        bench.run_once("fspo", 0, other, tmp_path / "model", clock=0.0)
+    assert bench.run_config("fspo", 1, args) != bench.run_config("fspo", 0, args)
+    assert bench.run_config("grpo", 0, args) != bench.run_config("fspo", 0, args)
+    done.mkdir(parents=True, exist_ok=True)  # the retrained run above started afresh
+    (done / "result.json").write_text(json.dumps(_run("fspo", 0, 0.4, 0.1)))  # no configuration recorded
     with pytest.raises(RuntimeError, match="trains"):
         bench.run_once("fspo", 0, args, tmp_path / "model", clock=0.0)
+
+
+def test_each_run_records_the_commit_it_was_trained_on_and_the_table_lists_them():
+    assert bench.code_version() != ""
+    results = [
+        {**_run("fspo", 0, 0.4, 0.1), "code_version": "abc"},
+        {**_run("grpo", 0, 0.3, 0.1), "code_version": "abc"},
+    ]
+    results.append({**_run("fspo", 1, 0.4, 0.1), "code_version": "def-dirty"})
+    assert bench.code_versions(results) == "abc (2 runs), def-dirty (1 run)"
 
 
 def test_an_fdpo_run_gives_no_base_model_figures():
@@ -292,7 +311,8 @@ def test_a_finished_result_gets_its_per_question_figures_from_its_dumps(tmp_path
     _write_dump(out / "validation" / "0.jsonl", [INVENTING, COPYING])
     faithful = "Ada Lin works for Sun Co. Sun Co is headquartered in Pell. </think> <answer> Pell </answer>"
     _write_dump(out / "validation" / "12.jsonl", [faithful, COPYING])
-    (out / "result.json").write_text(json.dumps({**_run("fspo", 0, 0.5, 0.2), "dtype": "float32"}))
+    finished = {**_run("fspo", 0, 0.5, 0.2), "dtype": "float32", "config": bench.run_config("fspo", 0, args)}
+    (out / "result.json").write_text(json.dumps(finished))
     result = bench.run_once("fspo", 0, args, tmp_path / "model", clock=0.0)
     assert result["before"]["per_question"]["0"] == [2, 3, 0.0, 1]
     assert result["after"]["per_question"]["0"] == [0, 2, 0.0, 0]
