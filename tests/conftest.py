@@ -53,7 +53,12 @@ def grpo_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
         "algorithm.adv_estimator=grpo",
         "trainer.resume_mode=auto",
     ]
-    first = launch([*base, "trainer.save_freq=2"], out / "first.log", out / "first.jsonl")
+    # Its rollouts are kept: test_e2e_reproducible compares them with a run at another sampling seed.
+    first = launch(
+        [*base, "trainer.save_freq=2", f"trainer.rollout_data_dir={out / 'rollouts'}"],
+        out / "first.log",
+        out / "first.jsonl",
+    )
     resumed = launch(
         [*base, "trainer.total_training_steps=3", "trainer.save_freq=1", f"fspo.dump_dir={out / 'dump_resumed'}"],
         out / "resumed.log",
@@ -106,7 +111,7 @@ def chat_server():
 # test starts appends its wall and CPU seconds to the ledger (fspo/run_ledger.py); the run fails when it starts
 # more than TRAINER_RUN_BUDGET. A new end-to-end assertion joins a run that exists (a shared fixture); raising
 # the budget is a deliberate commit that says why.
-TRAINER_RUN_BUDGET = 21
+TRAINER_RUN_BUDGET = 20
 # Session or module fixtures that another worker may build again at little cost (their builds are cached on
 # disk: fspo_testing/build_cache.py), so they do not pin the tests that use them to one worker.
 CHEAP_TO_REPEAT = ("qwen_tokenizer", "tiny_reasoner", "varied_reward_overrides", "released_schema", "inputs")
