@@ -98,17 +98,31 @@ def test_a_model_backend_merges_at_most_its_token_budget():
 # --- the run-level guard ---------------------------------------------------------------------------
 
 
-@given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 20)), max_size=30), st.integers(0, 4), st.floats(0, 1))
+# One update: rollouts whose request failed, rollouts verified, and the share of their steps failed alone.
+_UPDATES = st.tuples(st.integers(0, 20), st.integers(0, 20), st.floats(0, 1))
+
+
+@given(st.lists(_UPDATES, max_size=30), st.integers(0, 4), st.floats(0, 1))
 def test_the_guard_stops_exactly_after_enough_failing_updates_in_a_row(updates, max_steps, max_share):
     guard = VerifierLossGuard(max_share, max_steps)
     run = 0
-    for failed, verified in updates:
-        run = run + 1 if failed_share(failed, verified) > max_share else 0
+    for failed, verified, part in updates:
+        failed_in_verified = part * verified
+        share = failed_share(failed, verified, failed_in_verified)
+        assert 0 <= share <= 1
+        run = run + 1 if share > max_share else 0
         if max_steps and run >= max_steps:
             with pytest.raises(VerifierLossError, match="max_failed_share"):
-                guard.observe(failed, verified)
+                guard.observe(failed, verified, failed_in_verified=failed_in_verified)
             return
-        guard.observe(failed, verified)
+        guard.observe(failed, verified, failed_in_verified=failed_in_verified)
+
+
+@given(st.integers(1, 20), st.integers(0, 20), st.floats(0, 1))
+def test_a_step_failed_alone_weighs_its_share_of_a_rollout(verified, failed, part):
+    """Verified rollouts whose steps failed in part add that part: all of them failed weigh as failed requests."""
+    assert failed_share(failed, verified, part * verified) >= failed_share(failed, verified)
+    assert failed_share(failed, verified, verified) == failed_share(failed + verified, 0) == 1
 
 
 def test_the_guard_reads_the_update_metrics_and_names_the_cause():
