@@ -390,3 +390,29 @@ def test_the_transformers_backend_ignores_the_models_sampling_defaults(tiny_dir,
     assert (generator.generation_config.top_k, generator.generation_config.repetition_penalty) == (0, 1.0)
     (samples,) = generator.generate(["Question: where is Piobrdell?"])
     assert len(set(samples)) > 1
+
+
+def test_evaluate_run_sh_runs_without_an_activated_venv_at_the_longest_recipe_length(tiny_dir, bench, tmp_path):
+    """evaluate/run.sh finds this checkout's .venv as the recipes do (a bare `fspo` exits 127 without an activated
+    environment) and, without RECIPE=, generates up to the longest response a recipe trains (Qwen3's 4096)."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    if not (repo / ".venv" / "bin" / "python").exists():
+        pytest.skip("needs this checkout's .venv (scripts/setup.sh)")
+    (tmp_path / "data" / "synth").mkdir(parents=True)
+    (tmp_path / "data" / "synth" / "test.parquet").write_bytes(bench.read_bytes())
+    env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHON", "MAX_NEW_TOKENS")}
+    env.update(
+        PATH="/usr/bin:/bin", DATA_DIR=str(tmp_path / "data"), BENCHMARKS="synth", OUTPUT_DIR=str(tmp_path / "eval")
+    )
+    command = ["bash", str(repo / "evaluate" / "run.sh"), str(tiny_dir), "--", "--limit", "1", "--backend", "hf"]
+    # The last --max-new-tokens wins: the default is read from the script's line, the run kept short.
+    process = subprocess.run(
+        [*command, "--max-new-tokens", "4"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert process.returncode == 0, process.stderr[-2000:]
+    assert "generating up to 4096 new tokens, the longest data.max_response_length in recipes/" in process.stderr
+    assert list((tmp_path / "eval" / "predictions").glob("*.jsonl"))
