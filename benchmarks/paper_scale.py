@@ -503,7 +503,7 @@ def print_settling(rows: list[dict], gpu_rates: tuple) -> None:
         "settle: one GPU measurement, HHEM's tokens/s on an H100 at 350-token rows while vLLM decodes beside it "
         "(this benchmark measures HHEM alone on a GPU; run it beside `vllm bench throughput` for the colocated "
         f"rate), replaces the x{spread:.1f} rate assumption by a figure; vLLM's decode tokens/s on the same GPU "
-        "checks the step's rollout phase, its largest part"
+        "checks the step's rollout phase; the recipes' own data (--data) replaces the evidence bounds"
     )
 
 
