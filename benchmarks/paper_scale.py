@@ -4,9 +4,11 @@ Nothing here can run the recipes (8-GPU nodes, vLLM, HHEM from the hub), so this
 
 - the recipe's scale comes from its own dry run (``FSPO_DRY_RUN=1 recipes/<recipe>``: batch, rollouts
   per prompt, nodes, GPUs per node, reward workers);
-- evidence comes from a data file (``--data``, verl parquet; default: HaluEval-QA's HotpotQA-derived
-  knowledge, which ships offline) — the share of rows with evidence and its length in tokens
-  (all-MiniLM's WordPiece tokenizer, offline, as a stand-in for HHEM's flan-t5 SentencePiece);
+- evidence comes from a data file (``--data``, verl parquet: the recipes' ``fspo data hotpotqa`` output measures
+  it) — the share of rows with evidence and its length in tokens (all-MiniLM's WordPiece tokenizer, offline,
+  as a stand-in for HHEM's flan-t5 SentencePiece; they differ by some 10% either way on English). Without it
+  the length is bounded: HaluEval-QA's knowledge (offline; HotpotQA's supporting sentences, a subset of the
+  gold paragraphs the recipes store) below, two 150-token paragraphs above;
 - steps per response: measured, not assumed. :func:`fspo.steps.reasoning_steps` cuts real multi-step
   reasoning written out in full into steps, counted per 1k tokens of the policy's (Qwen2) tokenizer:
   the GPQA-Diamond expert explanations and the GSM8K reference solutions shipped offline by the
@@ -27,8 +29,11 @@ Nothing here can run the recipes (8-GPU nodes, vLLM, HHEM from the hub), so this
   the sequences in flight read once per decoded token, at most as many sequences as the KV cache holds),
   the two log-prob passes (old policy and reference: one forward each) and the update (forward, backward
   and the recompute of gradient checkpointing; LoRA skips the frozen weights' gradients), at an assumed
-  MFU. Every rate is cited where it is defined. Weight sync, offload and stragglers are left out, so the
-  step is a lower bound and the verifier's share, verifier / (step + verifier), an upper bound;
+  MFU, plus the weight sync to vLLM and vLLM's sleep/wake. Every rate is cited where it is defined;
+- bounds, not point figures: every assumption (``ASSUMPTIONS``) has a value at each end and says which side
+  it errs on. The low share pairs the shortest evidence, the fewest steps and the fastest verifier with the
+  slowest step; the high share the reverse. So the verifier's share, verifier / (step + verifier), lies
+  between them as far as the assumptions do; the printed spread says which assumption to measure first;
 - the verifier's GPU precision: the default (``fspo.verifier.dtype`` null = TF32 on CUDA,
   ``fspo.config.vocabulary.GPU_DTYPES``).
 
@@ -76,14 +81,12 @@ def t5_base_flops_per_token(length: float) -> float:
 H100_BF16_FLOPS, H100_TF32_FLOPS, H100_FP32_FLOPS, H100_HBM_BYTES_PER_S = 989e12, 495e12, 67e12, 3.35e12
 H100_GB = 80
 # Model FLOPs utilisation of the actor's forward/backward: Llama 3's 38-43% bf16 MFU on H100s (Dubey et
-# al. 2024, "The Llama 3 Herd of Models", arXiv:2407.21783, Table 4); 40% here.
-TRAIN_MFU = 0.40
+# al. 2024, "The Llama 3 Herd of Models", arXiv:2407.21783, Table 4); bounded in ASSUMPTIONS["train_mfu"].
 # vLLM decode reaches about this share of HBM bandwidth: ~77% at batch 1 on an A100 (a vLLM concurrency
-# sweep of Llama-3.1-8B, https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on); 60% assumed at the
-# recipes' batches (paged attention's scattered KV reads). The implied rate is printed beside third-party
+# sweep of Llama-3.1-8B, https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on); bounded in
+# ASSUMPTIONS["decode_bandwidth_efficiency"] (paged attention's scattered KV reads at the recipes' batches). The implied rate is printed beside third-party
 # figures for the same engine: ~12,500 output tokens/s for Llama-3.1-8B bf16 on one H100
 # (https://www.morphllm.com/vllm-benchmarks; vLLM v0.6 blog, https://blog.vllm.ai/2024/09/05/perf-update.html).
-DECODE_BANDWIDTH_EFFICIENCY = 0.60
 VLLM_OVERHEAD_GB = 2.0  # vLLM's activations and CUDA graphs inside its share (benchmarks/recipe_memory.py)
 # Without a GPU to measure: an H100 at 15% of its 67 TFLOP/s fp32 (no tensor cores) on this small
 # encoder, at 350-token rows. Pass the figure you measured with --gpu-tokens-per-s.
@@ -95,6 +98,40 @@ TF32_SPEEDUP = 3.0
 DEFAULT_GPU_TOKENS_PER_S = round(TF32_SPEEDUP * FP32_GPU_TOKENS_PER_S, -3)
 # Tokens of a prompt (question + chat template; the evidence travels in extra_info, not the prompt).
 PROMPT_TOKENS_DEFAULT = 200
+
+# Every assumption of the bounds: (value at the low end of the verifier's share, value at the high end), and why.
+# The low share pairs the shortest evidence and the fastest verifier with the slowest step; the high share the
+# longest evidence and the slowest verifier with the fastest step. Each figure says which side it errs on.
+ASSUMPTIONS = {
+    # Evidence tokens per row of `fspo data hotpotqa` (two gold paragraphs). Low: HaluEval-QA's knowledge,
+    # measured here, is HotpotQA's supporting sentences, a subset of the gold paragraphs (errs short). High: two
+    # Wikipedia first paragraphs of 150 tokens (HotpotQA's 10-paragraph distractor context runs ~1,000 tokens,
+    # ~100 a paragraph; errs long). No HotpotQA ships offline: --data data/hotpotqa/train.parquet measures it.
+    "evidence_tokens": (None, 300.0),
+    # Tokens per evidence sentence for the top-k rows' high end (Wikipedia sentences run ~25; errs long).
+    "sentence_tokens": (None, 30.0),
+    # Verifier tokens/s per GPU at 350-token rows. Low share: the TF32 estimate with the GPU to itself (errs
+    # fast: nothing measured, and vLLM decodes beside it). High share: the fp32 estimate (no tensor cores, 15%
+    # of 67 TFLOP/s) at half the GPU, vLLM's decode taking the rest (errs slow).
+    "gpu_tokens_per_s": (DEFAULT_GPU_TOKENS_PER_S, round(0.5 * FP32_GPU_TOKENS_PER_S, -3)),
+    # Training MFU: low share 25% (RL's small micro-batches and padding; errs slow), high share 50% (above Llama
+    # 3's 38-43% pre-training; errs fast).
+    "train_mfu": (0.25, 0.50),
+    # vLLM decode's share of HBM bandwidth: low share 45% (errs slow), high share 77% (measured at batch 1 on an
+    # A100; paged attention at the recipes' batches reads less contiguously; errs fast).
+    "decode_bandwidth_efficiency": (0.45, 0.77),
+    # Weight sync actor -> vLLM per step, GB/s per GPU (FSDP all-gather and copy into vLLM over NVLink, 900 GB/s
+    # peak): low share 50 (per-tensor copies; errs slow), high share 300 (errs fast).
+    "sync_gb_per_s": (50.0, 300.0),
+    # Host <-> GPU for vLLM's level-1 sleep/wake (LoRA: the base weights offloaded and reloaded each step), GB/s:
+    # low share 12 (pageable memory; errs slow), high share 50 (pinned, PCIe 5 x16's 64 peak; errs fast).
+    "host_gb_per_s": (12.0, 50.0),
+    # Fixed seconds per step to put vLLM to sleep, wake it (KV cache re-allocated) and reshard: low share 5
+    # (errs slow), high share 0.5 (errs fast).
+    "sleep_wake_s": (5.0, 0.5),
+}
+# Index of each end in ASSUMPTIONS' pairs.
+LOW_SHARE, HIGH_SHARE = 0, 1
 
 
 def recipe_scale(recipe: str) -> dict:
@@ -264,10 +301,11 @@ def measure_throughput(args) -> tuple[float, float, str]:
     print(f"cpu tokens/s, 1 thread, fp32, batch 8 x {args.pair_tokens} tokens: {cpu:,.0f}")
     if not torch.cuda.is_available():
         print(
-            f"gpu tokens/s, assumed (no GPU here; --gpu-tokens-per-s): {args.gpu_tokens_per_s:,.0f} "
-            f"(fp32 estimate {FP32_GPU_TOKENS_PER_S:,.0f} x {TF32_SPEEDUP:g} for TF32, the GPU default)"
+            f"gpu tokens/s, assumed (no GPU here; --gpu-tokens-per-s): {args.gpu_tokens_per_s[0]:,.0f} (fp32 "
+            f"estimate {FP32_GPU_TOKENS_PER_S:,.0f} x {TF32_SPEEDUP:g} for TF32, the GPU default, the GPU to itself) / "
+            f"{args.gpu_tokens_per_s[1]:,.0f} (fp32, half the GPU beside vLLM's decode)"
         )
-        return cpu, args.gpu_tokens_per_s, "assumed, TF32"
+        return cpu, args.gpu_tokens_per_s, "assumed"
     best = 0.0
     for precision, dtype in (("ieee", torch.float32), ("tf32", torch.float32), ("ieee", torch.bfloat16)):
         torch.backends.cuda.matmul.fp32_precision = precision
@@ -290,8 +328,13 @@ def evidence_rows(evidence_tokens: float, step_tokens: float, max_row_tokens: in
     return rows, float(max_row_tokens)
 
 
-def step_seconds(scale: dict, model_name: str, prompt_tokens: float, response_tokens: float) -> dict:
-    """Seconds of one training step on H100s, by phase, from the recipe's sizes (see the module doc)."""
+def step_seconds(
+    scale: dict, model_name: str, prompt_tokens: float, response_tokens: float, end: int = LOW_SHARE
+) -> dict:
+    """Seconds of one training step on H100s, by phase, from the recipe's sizes (see the module doc), at ``end``
+    of the assumptions (``LOW_SHARE``: the slow step; ``HIGH_SHARE``: the fast one)."""
+    mfu = ASSUMPTIONS["train_mfu"][end]
+    efficiency = ASSUMPTIONS["decode_bandwidth_efficiency"][end]
     if str(REPO / "benchmarks") not in sys.path:  # recipe_memory.py, beside this file
         sys.path.insert(0, str(REPO / "benchmarks"))
     from recipe_memory import MODELS
@@ -319,11 +362,11 @@ def step_seconds(scale: dict, model_name: str, prompt_tokens: float, response_to
     bytes_per_step = weights_per_gpu + in_flight * mean_context * kv_bytes / tp
     flops_per_step = in_flight * (2 * model.parameters + attention_flops(mean_context)) / tp
     decode_step = max(
-        bytes_per_step / (DECODE_BANDWIDTH_EFFICIENCY * H100_HBM_BYTES_PER_S),
-        flops_per_step / (TRAIN_MFU * H100_BF16_FLOPS),
+        bytes_per_step / (efficiency * H100_HBM_BYTES_PER_S),
+        flops_per_step / (mfu * H100_BF16_FLOPS),
     )
     decode = (sequences / in_flight) * response_tokens * decode_step
-    cluster_flops = gpus * TRAIN_MFU * H100_BF16_FLOPS
+    cluster_flops = gpus * mfu * H100_BF16_FLOPS
     prefill = rollouts * prompt_tokens * (2 * model.parameters + attention_flops(prompt_tokens / 2)) / cluster_flops
     # One forward over every rollout's prompt + response (causal attention: mean context half the row).
     forward = rollouts * context * (2 * model.parameters + attention_flops(context / 2)) / cluster_flops
@@ -331,37 +374,68 @@ def step_seconds(scale: dict, model_name: str, prompt_tokens: float, response_to
     # Full fine-tuning: forward + backward (2x) + recompute = 4 forwards; LoRA: no frozen-weight gradients, 3.
     update = scale["ppo_epochs"] * (3 if scale["lora_rank"] else 4) * forward
     rollout = decode + prefill
+    # Weight sync and vLLM's sleep/wake: full fine-tuning sends every weight shard to vLLM (level-2 sleep discards
+    # them); LoRA sends the adapters, and vLLM's level-1 sleep offloads its base weights to host memory and back.
+    shard_bytes = 2 * model.parameters / tp
+    if scale["lora_rank"]:
+        sync = 2 * adapters / (ASSUMPTIONS["sync_gb_per_s"][end] * 1e9)
+        sync += 2 * shard_bytes / (ASSUMPTIONS["host_gb_per_s"][end] * 1e9)
+    else:
+        sync = shard_bytes / (ASSUMPTIONS["sync_gb_per_s"][end] * 1e9)
+    sync += ASSUMPTIONS["sleep_wake_s"][end]
     return {
         "rollout": rollout,
         "log_probs": log_probs,
         "update": update,
-        "step": rollout + log_probs + update,
+        "sync": sync,
+        "step": rollout + log_probs + update + sync,
         "in_flight": in_flight,
         "decode_tokens_per_s_per_gpu": in_flight / decode_step / tp,
     }
 
 
+def evidence_ends(evidence: dict, measured: bool, top_k: int) -> dict:
+    """Evidence tokens (whole, and as its top-k sentences) at each end: the data's where it is the recipes' own
+    (``--data``), else the HaluEval-measured low end and the assumed high end (``ASSUMPTIONS``)."""
+    if measured:
+        return {end: {"tokens": evidence["tokens"], "top_k_tokens": evidence["top_k_tokens"]} for end in (0, 1)}
+    high = ASSUMPTIONS["evidence_tokens"][HIGH_SHARE]
+    top_k_high = min(high, top_k * ASSUMPTIONS["sentence_tokens"][HIGH_SHARE])
+    return {
+        LOW_SHARE: {"tokens": evidence["tokens"], "top_k_tokens": evidence["top_k_tokens"]},
+        HIGH_SHARE: {"tokens": high, "top_k_tokens": max(top_k_high, evidence["top_k_tokens"])},
+    }
+
+
 def price(
-    recipe: str, scale: dict, evidence: dict, density: dict, args, cpu_rate: float, gpu_rate: float, gpu_source: str
+    recipe: str, scale: dict, evidence: dict, density: dict, args, cpu_rate: float, gpu_rates: tuple, measured: bool
 ) -> list[dict]:
-    """Print one recipe's figures; return its table rows (one per evidence mode, low and high)."""
+    """Print one recipe's figures; return its table rows (one per evidence mode, each end of the share).
+
+    ``gpu_rates``: verifier tokens/s per GPU at the low-share and high-share ends (the same figure twice when
+    measured). ``measured``: whether ``evidence`` is the recipes' own data (else its length is bounded).
+    """
     rollouts = scale["prompts"] * scale["n"]
     verified = rollouts * evidence["share"]
     response_tokens = args.response_tokens or scale["response_tokens"]
-    step = step_seconds(scale, RECIPE_MODELS[recipe], args.prompt_tokens, response_tokens)
+    step = {end: step_seconds(scale, RECIPE_MODELS[recipe], args.prompt_tokens, response_tokens, end) for end in (0, 1)}
     lora = f", LoRA rank {scale['lora_rank']}" if scale["lora_rank"] else ""
-    print(
-        f"{recipe}: training step on H100s ({RECIPE_MODELS[recipe]}{lora}, {args.prompt_tokens} + {response_tokens} "
-        f"tokens per rollout): rollout {step['rollout']:,.0f} s (vLLM TP {scale['rollout_tp']}, "
-        f"{step['in_flight']:,.0f} sequences in flight per replica, {step['decode_tokens_per_s_per_gpu']:,.0f} "
-        f"decode tokens/s per GPU), log-probs {step['log_probs']:,.0f} s, update {step['update']:,.0f} s: "
-        f"{step['step']:,.0f} s"
-    )
-    steps = {bound: density[bound] * response_tokens / 1000 for bound in ("low", "high")}
+    for end, name in ((LOW_SHARE, "slow"), (HIGH_SHARE, "fast")):
+        phases = step[end]
+        print(
+            f"{recipe}: training step on H100s, {name} end ({RECIPE_MODELS[recipe]}{lora}, {args.prompt_tokens} + "
+            f"{response_tokens} tokens per rollout): rollout {phases['rollout']:,.0f} s (vLLM TP {scale['rollout_tp']}, "
+            f"{phases['in_flight']:,.0f} sequences in flight per replica, "
+            f"{phases['decode_tokens_per_s_per_gpu']:,.0f} decode tokens/s per GPU), log-probs "
+            f"{phases['log_probs']:,.0f} s, update {phases['update']:,.0f} s, weight sync and sleep/wake "
+            f"{phases['sync']:,.1f} s: {phases['step']:,.0f} s"
+        )
+    steps = {LOW_SHARE: density["low"] * response_tokens / 1000, HIGH_SHARE: density["high"] * response_tokens / 1000}
     step_tokens = args.step_tokens or density["step_tokens"]
     gpus = scale["nnodes"] * scale["gpus_per_node"]
-    # Both rates were measured at --pair-tokens; a row of another length costs its FLOPs per token.
+    # The rates were measured at --pair-tokens; a row of another length costs its FLOPs per token.
     reference = t5_base_flops_per_token(args.pair_tokens)
+    ends = evidence_ends(evidence, measured, args.top_k)
     print(f"{recipe}: prompts x rollouts per step: {scale['prompts']} x {scale['n']} = {rollouts}")
     print(
         f"{recipe}: nodes x GPUs: {scale['nnodes']} x {scale['gpus_per_node']}; reward workers: {scale['reward_workers']}"
@@ -370,70 +444,87 @@ def price(
     print(f"{recipe}: rollouts with evidence per step: {verified:,.0f}")
     print(
         f"{recipe}: reasoning steps per response of {response_tokens} tokens, low / high: "
-        f"{steps['low']:.0f} / {steps['high']:.0f} ({step_tokens:.0f} tokens each)"
+        f"{steps[LOW_SHARE]:.0f} / {steps[HIGH_SHARE]:.0f} ({step_tokens:.0f} tokens each)"
     )
-    modes = (
-        ("whole evidence", 1.0, PROMPT_TOKENS + evidence["tokens"] + step_tokens),
-        (f"windows of {args.max_row_tokens}", *evidence_rows(evidence["tokens"], step_tokens, args.max_row_tokens)),
-        (f"top-{args.top_k} sentences", 1.0, PROMPT_TOKENS + evidence["top_k_tokens"] + step_tokens),
-    )
+
+    def modes(end: int) -> list[tuple[str, float, float]]:
+        tokens = ends[end]["tokens"]
+        return [
+            ("whole evidence", 1.0, PROMPT_TOKENS + tokens + step_tokens),
+            (f"windows of {args.max_row_tokens}", *evidence_rows(tokens, step_tokens, args.max_row_tokens)),
+            (f"top-{args.top_k} sentences", 1.0, PROMPT_TOKENS + ends[end]["top_k_tokens"] + step_tokens),
+        ]
+
     rows = []
-    for label, rows_per_pair, row_tokens in modes:
-        slowdown = t5_base_flops_per_token(row_tokens) / reference
-        attention = 2 * row_tokens * T5_D_MODEL / (4 * T5_D_MODEL**2 + 3 * T5_D_MODEL * T5_D_FF)
-        row = {"recipe": recipe, "evidence": label, "steps": steps, "row_tokens": row_tokens}
-        for bound in ("low", "high"):
-            pairs = verified * steps[bound]
+    for index, label in enumerate(mode[0] for mode in modes(LOW_SHARE)):
+        row = {"recipe": recipe, "evidence": label, "steps": steps}
+        for end, bound in ((LOW_SHARE, "low"), (HIGH_SHARE, "high")):
+            _, rows_per_pair, row_tokens = modes(end)[index]
+            slowdown = t5_base_flops_per_token(row_tokens) / reference
+            pairs = verified * steps[end]
             tokens = pairs * rows_per_pair * row_tokens
-            row[bound] = {
+            figures = {
                 "pairs": pairs,
+                "evidence_tokens": ends[end]["tokens"] if index < 2 else ends[end]["top_k_tokens"],
+                "row_tokens": row_tokens,
                 "tokens": tokens,
                 "local": tokens * slowdown / (cpu_rate * scale["reward_workers"]),
-                "colocated": tokens * slowdown / (gpu_rate * gpus),
-                "ray": tokens * slowdown / gpu_rate,
+                "colocated": tokens * slowdown / (gpu_rates[end] * gpus),
+                "ray": tokens * slowdown / gpu_rates[end],
+                "step": step[end]["step"],
             }
-            verifier = row[bound][scale["placement"] if scale["placement"] in row[bound] else "colocated"]
-            row[bound]["step"] = step["step"]
-            row[bound]["verifier"] = verifier
-            row[bound]["share"] = verifier / (step["step"] + verifier)
-            figures = row[bound]
+            figures["verifier"] = figures[scale["placement"] if scale["placement"] in figures else "colocated"]
+            figures["share"] = figures["verifier"] / (figures["step"] + figures["verifier"])
+            row[bound] = figures
             print(
-                f"{recipe}: {label}, {bound}: {pairs:,.0f} pairs, {rows_per_pair:.1f} row(s) of {row_tokens:.0f} tokens "
-                f"each (attention +{attention:.0%} FLOPs), {tokens / 1e6:.2f} M verifier tokens per step"
+                f"{recipe}: {label}, {bound} share: {pairs:,.0f} pairs, {rows_per_pair:.1f} row(s) of "
+                f"{row_tokens:.0f} tokens, {tokens / 1e6:.2f} M verifier tokens at {gpu_rates[end]:,.0f} tokens/s "
+                f"per GPU: colocated ({gpus} GPUs) {figures['colocated']:,.1f} s; ray (1 GPU) {figures['ray']:,.1f} s; "
+                f"local ({scale['reward_workers']} reward workers x 1 CPU thread) {figures['local']:,.0f} s"
             )
             print(
-                f"{recipe}: {label}, {bound}: seconds per step: colocated ({gpus} GPUs, {gpu_source}) "
-                f"{figures['colocated']:,.1f}; ray (1 GPU) {figures['ray']:,.1f}; local ({scale['reward_workers']} "
-                f"reward workers x 1 CPU thread) {figures['local']:,.0f}"
-            )
-            print(
-                f"{recipe}: {label}, {bound}: verifier share of the step ({scale['placement']}): "
-                f"{figures['verifier']:,.1f} / ({figures['step']:,.0f} + {figures['verifier']:,.1f}) = {figures['share']:.1%}"
+                f"{recipe}: {label}, {bound} share ({scale['placement']}): {figures['verifier']:,.1f} / "
+                f"({figures['step']:,.0f} + {figures['verifier']:,.1f}) = {figures['share']:.1%}"
             )
         rows.append(row)
     return rows
 
 
-def print_table(rows: list[dict]) -> None:
-    """The figures as a Markdown table: each cell low-high."""
+def print_settling(rows: list[dict], gpu_rates: tuple) -> None:
+    """What one GPU measurement would settle: how much of the share's spread is the verifier's rate."""
+    spread = gpu_rates[LOW_SHARE] / gpu_rates[HIGH_SHARE]
+    row = rows[0]
+    step_spread = row["low"]["step"] / row["high"]["step"]
+    print(
+        f"spread: the verifier's GPU rate spans x{spread:.1f}, {row['recipe']}'s step x{step_spread:.1f}, its "
+        f"verifier tokens x{row['high']['tokens'] / row['low']['tokens']:.1f} (evidence and steps per response)"
+    )
+    print(
+        "settle: one GPU measurement, HHEM's tokens/s on an H100 at 350-token rows while vLLM decodes beside it "
+        "(this benchmark measures HHEM alone on a GPU; run it beside `vllm bench throughput` for the colocated "
+        f"rate), replaces the x{spread:.1f} rate assumption by a figure; vLLM's decode tokens/s on the same GPU "
+        "checks the step's rollout phase; the recipes' own data (--data) replaces the evidence bounds"
+    )
 
-    def span(row, key, digits=0):
-        return f"{row['low'][key]:,.{digits}f}-{row['high'][key]:,.{digits}f}"
+
+def print_table(rows: list[dict]) -> None:
+    """The figures as a Markdown table: each cell low-high (the ends of the verifier's share)."""
+
+    def span(row, key, digits=0, scale=1.0):
+        return f"{row['low'][key] / scale:,.{digits}f}-{row['high'][key] / scale:,.{digits}f}"
 
     print()
     print(
-        "| recipe | steps per response | evidence | M verifier tokens per step | training step s | verifier s "
-        "(recipe's placement) | verifier share | seconds per step: colocated | ray | local |"
+        "| recipe | steps per response | evidence | evidence tokens | M verifier tokens per step | training step s "
+        "| verifier s (recipe's placement) | verifier share | local s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
-        steps = f"{row['steps']['low']:.0f}-{row['steps']['high']:.0f}"
-        tokens = f"{row['low']['tokens'] / 1e6:.1f}-{row['high']['tokens'] / 1e6:.1f}"
+        steps = f"{row['steps'][LOW_SHARE]:.0f}-{row['steps'][HIGH_SHARE]:.0f}"
         print(
-            f"| {row['recipe'].removeprefix('run_').removesuffix('.sh')} | {steps} | {row['evidence']} | {tokens} | "
-            f"{row['low']['step']:,.0f} | {span(row, 'verifier', 1)} | "
-            f"{row['low']['share']:.1%}-{row['high']['share']:.1%} | "
-            f"{span(row, 'colocated', 1)} | {span(row, 'ray')} | {span(row, 'local')} |"
+            f"| {row['recipe'].removeprefix('run_').removesuffix('.sh')} | {steps} | {row['evidence']} | "
+            f"{span(row, 'evidence_tokens')} | {span(row, 'tokens', 1, 1e6)} | {span(row, 'step')} | "
+            f"{span(row, 'verifier', 1)} | {row['low']['share']:.1%}-{row['high']['share']:.1%} | {span(row, 'local')} |"
         )
 
 
@@ -482,8 +573,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gpu-tokens-per-s",
         type=float,
-        default=DEFAULT_GPU_TOKENS_PER_S,
-        help="verifier tokens/s per GPU when no GPU is present (default: an estimate from FLOPs, TF32)",
+        nargs=2,
+        metavar=("FAST", "SLOW"),
+        default=ASSUMPTIONS["gpu_tokens_per_s"],
+        help="verifier tokens/s per GPU at the low and high share ends when no GPU is present (default: TF32 "
+        "alone, and fp32 at half a GPU; give one measured figure twice)",
     )
     args = parser.parse_args(argv)
 
@@ -511,9 +605,19 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"steps: tokens per step, mean: {density['step_tokens']:.1f}")
     cpu_rate, gpu_rate, gpu_source = measure_throughput(args)
+    gpu_rates = (gpu_rate, gpu_rate) if gpu_source.startswith("measured") else args.gpu_tokens_per_s
+    print(f"gpu tokens/s per GPU at the low / high share end ({gpu_source}): {gpu_rates[0]:,.0f} / {gpu_rates[1]:,.0f}")
+    measured = bool(args.data) or args.evidence_tokens is not None
+    if not measured:
+        print(
+            f"data: evidence tokens, low / high share end: {evidence['tokens']:.0f} (HaluEval-QA knowledge: HotpotQA's "
+            f"supporting sentences, a subset of the gold paragraphs `fspo data hotpotqa` stores) / "
+            f"{ASSUMPTIONS['evidence_tokens'][HIGH_SHARE]:.0f} (assumed: two gold paragraphs of 150; --data measures it)"
+        )
     rows = []
     for recipe in args.recipe or RECIPES:
-        rows += price(recipe, recipe_scale(recipe), evidence, density, args, cpu_rate, gpu_rate, gpu_source)
+        rows += price(recipe, recipe_scale(recipe), evidence, density, args, cpu_rate, gpu_rates, measured)
+    print_settling(rows, gpu_rates)
     print_table(rows)
     return 0
 

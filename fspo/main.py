@@ -29,6 +29,7 @@ from fspo.hub_env import describe, driver_has_token, hub_env_vars, with_env_vars
 from fspo.run_ledger import ledger_entry
 from fspo.trainer import fspo_trainer_class
 from fspo.verifier_loss import VerifierLossError
+from fspo.verifier_tools.quality import register_threshold_resolver
 
 # verl's platform name for CUDA GPUs (verl.plugin.platform: "nvidia").
 CUDA_PLATFORM = "nvidia"
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry point; ``argv`` are Hydra overrides (``key=value``)."""
     register_chat_template_resolver()  # ${fspo_chat_template:qwen-base} in configs
     register_dtype_resolver()  # ${fspo_cpu_dtype:} in the CPU preset
+    register_threshold_resolver()  # ${fspo_calibrated_threshold:...} in the CPU preset
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         # Hydra's own flags (--help, --cfg job, ...) are its to read; the overrides are checked here.

@@ -12,7 +12,8 @@ For each finished rollout it
    :func:`fspo.outcome.compute_score`);
 2. cuts the ``<think>`` reasoning into steps (:func:`fspo.steps.reasoning_steps`) and has the
    verifier score each step against the row's evidence; rollouts that reach the verifier together
-   are verified in one batched call (:meth:`fspo.verifiers.Verifier.ascore`);
+   are verified in one batched call (:meth:`fspo.verifiers.Verifier.ascore_with_failures`; the pairs
+   it failed on are counted apart from those it legitimately could not judge);
 3. lays the verdicts on the response tokens (:func:`fspo.token_labels.step_labels_for_response`) and
    returns them with the rollout's numbers in ``reward_extra_info`` (:mod:`fspo.reward_extra_info`),
    for :class:`fspo.trainer.FSPOTrainer` to apply after the advantage estimator.
@@ -228,7 +229,7 @@ class FSPORewardManager(RewardManagerBase):
             return unlabelled
         started = time.perf_counter()
         try:
-            scores = await self.verifier.ascore(pairs)
+            scored = await self.verifier.ascore_with_failures(pairs)
         except Exception as error:  # noqa: BLE001 - a verifier failure must not end the run
             warnings.warn(f"fspo: verifier failed, this rollout gets no step labels: {error!r}", stacklevel=1)
             stats.verifier_failed = 1.0
@@ -236,7 +237,8 @@ class FSPORewardManager(RewardManagerBase):
         stats.verifier_seconds = time.perf_counter() - started
         stats.verified = 1.0
         stats.verifier_ray_gpu = 1.0 if self.verifier.ray_gpu_assigned else 0.0
-        verdicts = verdicts_from_scores(scores, self.verifier.threshold, self.verifier.strict_threshold)
+        stats.failed_steps = float(len(scored.failed))
+        verdicts = verdicts_from_scores(scored.scores, self.verifier.threshold, self.verifier.strict_threshold)
         stats.supported = float(sum(v > 0 for v in verdicts))
         stats.unsupported = float(sum(v < 0 for v in verdicts))
         stats.unverifiable = float(sum(v == 0 for v in verdicts))

@@ -37,7 +37,8 @@ class RolloutStats:
     steps: float = 0.0  # reasoning steps found
     supported: float = 0.0  # steps the verifier supported (+1)
     unsupported: float = 0.0  # steps it did not (-1)
-    unverifiable: float = 0.0  # steps it could not score (NaN: timeout, garbage) -> 0
+    unverifiable: float = 0.0  # steps it could not score (NaN: nothing to check, or failed_steps) -> 0
+    failed_steps: float = 0.0  # of those, steps whose pair the verifier failed on alone (an OOM row, no verdict)
     has_evidence: float = 0.0  # 1 when the row carries evidence
     labelled: float = 0.0  # 1 when the rollout got step labels (evidence, closed reasoning, verifier ok)
     verifier_failed: float = 0.0  # 1 when the verifier raised for this rollout -> labels 0
@@ -199,6 +200,12 @@ def step_metrics(infos: Sequence[Mapping]) -> dict[str, float]:
         "fspo/verifier_failures": total("verifier_failed"),
         # Rollouts the verifier scored (with verifier_failures: the rollouts sent to it; fspo.verifier_loss).
         "fspo/verified_rollouts": verified,
+        # Steps of verified rollouts whose pair the verifier failed on alone (NaN, label 0), and the same as
+        # rollouts' worth: each verified rollout counts the share of its steps that failed (fspo.verifier_loss).
+        "fspo/verifier_failed_steps": total("failed_steps"),
+        "fspo/verifier_failed_step_rollouts": float(
+            sum(s.failed_steps / s.steps for s in stats if s.verified and s.steps)
+        ),
         # Mean time a rollout's reward waited on the (batched) verifier.
         "fspo/verifier_seconds": total("verifier_seconds") / with_evidence if with_evidence else 0.0,
         "fspo/step_reward_mean": total("step_reward") / rollouts if rollouts else 0.0,

@@ -511,3 +511,20 @@ def test_the_dry_run_keeps_the_users_hydra_settings(argv):
     keys = [arg.split("=", 1)[0].lstrip("+~") for arg in extended]
     assert len(keys) == len(set(keys))  # each key set once: the user's value wins
     assert set(keys) >= {override.split("=", 1)[0] for override in DRY_RUN_HYDRA_OVERRIDES}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "backend"),
+    [([], "lexical"), (["fspo.verifier.name=embedding"], "embedding")],
+)
+def test_the_cpu_preset_trains_at_the_backends_calibrated_threshold(trainer_config, overrides, backend):
+    """`fspo train` on a machine without a GPU takes the CPU preset: its verifier's threshold is the calibrated one
+    (lexical 1.0, as the quickstart and recipes/run_cpu.sh train), and a threshold given on the command line wins."""
+    from fspo.verifier_tools.quality import calibrated_threshold, register_threshold_resolver
+
+    register_threshold_resolver()
+    config = trainer_config("platform=cpu", *overrides)
+    assert config.fspo.verifier.name == backend
+    assert config.fspo.verifier.threshold == calibrated_threshold(backend)
+    assert trainer_config("platform=cpu", *overrides, "fspo.verifier.threshold=0.3").fspo.verifier.threshold == 0.3
+    assert calibrated_threshold("lexical") == 1.0

@@ -15,6 +15,7 @@ from fspo.data.io import read_rows, write_parquet
 from fspo.data.synthetic import make_rows
 from fspo.evaluation import evaluate_model, results_table, supported_step_rate, write_results
 from fspo.evaluation.cli import main, named_path
+from fspo.evaluation.generation import GenerationSettings, hf_generation_config, vllm_sampling_options
 from fspo.evaluation.records import read_records
 from fspo.verifiers import build_verifier
 
@@ -346,3 +347,72 @@ def test_a_users_results_or_a_link_in_the_output_folder_is_refused_not_replaced(
     linked.symlink_to(out)
     assert main([*argv[:5], str(linked), *argv[6:]]) == 0
     assert linked.is_symlink() and (out / "results.md").is_file()
+
+
+# --- sampling: one set of parameters for both backends --------------------------------------------
+
+_SETTINGS = st.builds(
+    GenerationSettings,
+    temperature=st.sampled_from([0.0, 0.6, 1.0]),
+    top_p=st.floats(0.05, 1.0),
+    top_k=st.integers(0, 50),
+    samples=st.integers(1, 4),
+)
+
+
+@given(_SETTINGS)
+def test_both_backends_take_the_same_sampling_parameters(settings):
+    """vLLM's SamplingParams and transformers' GenerationConfig come from GenerationSettings.sampling() alone."""
+    vllm = vllm_sampling_options(settings)
+    hf = hf_generation_config(settings, eos_token_id=2, pad_token_id=0)
+    assert hf.repetition_penalty == vllm["repetition_penalty"] == 1.0
+    assert hf.max_new_tokens == vllm["max_tokens"]
+    if settings.temperature == 0:
+        assert not hf.do_sample and vllm["temperature"] == 0  # greedy in both: HF decodes once, the caller repeats
+        return
+    assert hf.num_return_sequences == vllm["n"]
+    assert hf.do_sample and (hf.temperature, hf.top_p) == (vllm["temperature"], vllm["top_p"])
+    assert (hf.top_k or 0) == max(vllm["top_k"], 0)  # off: HF 0, vLLM -1
+
+
+def test_the_transformers_backend_ignores_the_models_sampling_defaults(tiny_dir, tmp_path):
+    """A model whose generation_config.json says top_k 1 (greedy in effect) still samples as the settings say, as
+    vLLM does: at temperature 1 the samples of one prompt differ."""
+    import shutil
+
+    from fspo.evaluation.generation import HFGenerator
+
+    model_dir = shutil.copytree(tiny_dir, tmp_path / "model")
+    config_file = model_dir / "generation_config.json"
+    config = json.loads(config_file.read_text()) if config_file.exists() else {}
+    config_file.write_text(json.dumps({**config, "top_k": 1, "repetition_penalty": 1.3, "do_sample": True}))
+    generator = HFGenerator(model_dir, GenerationSettings(temperature=1.0, max_new_tokens=6, samples=6), device="cpu")
+    assert (generator.generation_config.top_k, generator.generation_config.repetition_penalty) == (0, 1.0)
+    (samples,) = generator.generate(["Question: where is Piobrdell?"])
+    assert len(set(samples)) > 1
+
+
+def test_evaluate_run_sh_runs_without_an_activated_venv_at_the_longest_recipe_length(tiny_dir, bench, tmp_path):
+    """evaluate/run.sh finds this checkout's .venv as the recipes do (a bare `fspo` exits 127 without an activated
+    environment) and, without RECIPE=, generates up to the longest response a recipe trains (Qwen3's 4096)."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    if not (repo / ".venv" / "bin" / "python").exists():
+        pytest.skip("needs this checkout's .venv (scripts/setup.sh)")
+    (tmp_path / "data" / "synth").mkdir(parents=True)
+    (tmp_path / "data" / "synth" / "test.parquet").write_bytes(bench.read_bytes())
+    env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHON", "MAX_NEW_TOKENS")}
+    env.update(
+        PATH="/usr/bin:/bin", DATA_DIR=str(tmp_path / "data"), BENCHMARKS="synth", OUTPUT_DIR=str(tmp_path / "eval")
+    )
+    command = ["bash", str(repo / "evaluate" / "run.sh"), str(tiny_dir), "--", "--limit", "1", "--backend", "hf"]
+    # The last --max-new-tokens wins: the default is read from the script's line, the run kept short.
+    process = subprocess.run(
+        [*command, "--max-new-tokens", "4"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert process.returncode == 0, process.stderr[-2000:]
+    assert "generating up to 4096 new tokens, the longest data.max_response_length in recipes/" in process.stderr
+    assert list((tmp_path / "eval" / "predictions").glob("*.jsonl"))

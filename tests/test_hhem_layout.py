@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fspo.config.vocabulary import ConfigError
 from fspo.verifiers.hhem import HHEM_FOUNDATION, HHEM_MODEL, HHEM_PROMPT
@@ -142,3 +144,49 @@ def test_a_missing_foundation_offline_is_named_before_anything_loads(tmp_path, m
     with pytest.raises(ConfigError, match=f"{HHEM_MODEL} is not in the HF cache"):
         monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
         build_verifier(verifier_config({"name": "hhem"}))
+
+
+# --- the prompt's token ids: evidence tokenized once per distinct evidence --------------------------
+
+# Text as rollouts and evidence bring it: words, digits, punctuation, every kind of whitespace (CJK and
+# no-break spaces, tabs, newlines), combining marks, zero-width characters, braces and special-token strings.
+_PIECES = st.sampled_from(
+    ["Paris", "capital", "1,889", " ", "  ", "\n\n", "\t", "\u00a0", "\u3000", "\u200b", "e\u0301", "ﬁ", "{x}",
+     "</s>", "<pad>", ":", "?", "Ünïcödé", "東京", "🙂", ".", "-", "_"]
+)  # fmt: skip
+_TEXT = st.lists(st.one_of(_PIECES, st.text(max_size=6)), max_size=400).map("".join)
+
+
+@pytest.fixture(scope="module")
+def t5_tokenizer(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from fspo_testing.tiny_model import build_t5_tokenizer
+
+    return AutoTokenizer.from_pretrained(build_t5_tokenizer(tmp_path_factory.mktemp("t5_tokenizer")))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_TEXT, min_size=1, max_size=3), st.lists(_TEXT, min_size=1, max_size=6), st.data())
+def test_the_prompt_ids_match_the_whole_prompts_tokenized(t5_tokenizer, evidences, claims, data):
+    """HHEM's prompt tokenized as the evidence's part (once per distinct evidence, cached) followed by the claim's
+    gives the ids tokenizing each whole prompt gives, on long evidence and any text; cached parts too."""
+    from fspo.verifiers.hhem import PromptIds
+
+    pairs = [(data.draw(st.sampled_from(evidences)), claim) for claim in claims]
+    prompt_ids = PromptIds(t5_tokenizer, HHEM_PROMPT)
+    assert prompt_ids.split  # T5 splits at whitespace first: the fast path is the one tested
+    whole = t5_tokenizer([HHEM_PROMPT.format(text1=e, text2=c) for e, c in pairs])["input_ids"]
+    assert prompt_ids(pairs) == whole
+    assert prompt_ids(pairs[::-1]) == whole[::-1]  # from the cache
+    assert prompt_ids.heads_tokenized == len(set(e for e, _ in pairs))
+
+
+def test_a_tokenizer_that_does_not_split_at_whitespace_tokenizes_each_prompt_whole(qwen_tokenizer):
+    """Qwen's byte-level BPE keeps a space with the word after it: no split, the whole prompt is tokenized."""
+    from fspo.verifiers.hhem import PromptIds, claim_splits_off
+
+    assert not claim_splits_off(qwen_tokenizer, HHEM_PROMPT)
+    pairs = [("Paris is the capital.", "Paris is  big."), ("Rome.", "")]
+    expected = qwen_tokenizer([HHEM_PROMPT.format(text1=e, text2=c) for e, c in pairs])["input_ids"]
+    assert PromptIds(qwen_tokenizer, HHEM_PROMPT)(pairs) == expected

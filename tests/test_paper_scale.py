@@ -38,21 +38,50 @@ EVIDENCE = {"rows": 100, "share": 1.0, "tokens": 78.0, "top_k_tokens": 76.0}
 DENSITY = {"low": 33.7, "high": 50.8, "step_tokens": 25.0}
 
 
-def test_the_step_is_its_phases_and_the_share_is_verifier_over_step_plus_verifier(capsys):
-    rows = paper_scale.price("run_qwen2.5_7b_base.sh", SCALE, EVIDENCE, DENSITY, ARGS, 540.0, 165_000.0, "assumed")
-    step = paper_scale.step_seconds(SCALE, "Qwen2.5-7B", 200, 2048)
-    assert step["step"] == pytest.approx(step["rollout"] + step["log_probs"] + step["update"])
-    assert step["update"] == pytest.approx(2 * step["log_probs"])  # 4 forwards against 2
-    # Between the cited bounds: vLLM decodes a 7B model at thousands of tokens/s per H100, not 100s or 100ks.
-    assert 3_000 < step["decode_tokens_per_s_per_gpu"] < 40_000
+def test_the_step_is_its_phases_and_the_share_is_bounded_by_the_ends_of_every_assumption(capsys):
+    rates = paper_scale.ASSUMPTIONS["gpu_tokens_per_s"]
+    rows = paper_scale.price("run_qwen2.5_7b_base.sh", SCALE, EVIDENCE, DENSITY, ARGS, 540.0, rates, False)
+    slow, fast = (paper_scale.step_seconds(SCALE, "Qwen2.5-7B", 200, 2048, end) for end in (0, 1))
+    for step in (slow, fast):
+        assert step["step"] == pytest.approx(step["rollout"] + step["log_probs"] + step["update"] + step["sync"])
+        assert step["update"] == pytest.approx(2 * step["log_probs"])  # 4 forwards against 2
+        assert step["sync"] > 0  # weight sync and vLLM's sleep/wake are in the step
+        # Between the cited figures: vLLM decodes a 7B model at thousands of tokens/s per H100.
+        assert 3_000 < step["decode_tokens_per_s_per_gpu"] < 40_000
+    assert slow["step"] > fast["step"] and slow["sync"] > fast["sync"]
     for row in rows:
-        for bound in ("low", "high"):
-            figures = row[bound]
+        low, high = row["low"], row["high"]
+        for figures in (low, high):
             assert figures["verifier"] == figures["colocated"]  # the recipe's placement
             assert figures["share"] == pytest.approx(figures["verifier"] / (figures["step"] + figures["verifier"]))
-        assert row["low"]["share"] < row["high"]["share"]  # more steps per response, more verifying
+        # The low end pairs the least verifying at the fastest rate with the slowest step; the high end the reverse.
+        assert (low["step"], high["step"]) == (slow["step"], fast["step"])
+        assert low["tokens"] < high["tokens"] and low["verifier"] < high["verifier"] and low["share"] < high["share"]
+    whole = rows[0]
+    assert whole["low"]["evidence_tokens"] == EVIDENCE["tokens"]  # measured (HaluEval: errs short)
+    assert whole["high"]["evidence_tokens"] == paper_scale.ASSUMPTIONS["evidence_tokens"][1]  # assumed long
     out = capsys.readouterr().out
-    assert f"= {rows[0]['low']['share']:.1%}" in out
+    assert f"= {rows[0]['low']['share']:.1%}" in out and f"= {rows[0]['high']['share']:.1%}" in out
+
+
+def test_the_recipes_own_data_replaces_the_evidence_bounds_and_one_measured_rate_narrows_the_share():
+    measured = paper_scale.price("run_qwen2.5_7b_base.sh", SCALE, EVIDENCE, DENSITY, ARGS, 540.0, (1e5, 1e5), True)
+    bounded = paper_scale.price("run_qwen2.5_7b_base.sh", SCALE, EVIDENCE, DENSITY, ARGS, 540.0, (3e5, 3e4), False)
+    for row in measured:
+        assert row["low"]["evidence_tokens"] == row["high"]["evidence_tokens"]
+    for narrow, wide in zip(measured, bounded):
+        assert wide["low"]["share"] < narrow["low"]["share"] < narrow["high"]["share"] < wide["high"]["share"]
+
+
+def test_every_assumption_has_two_ends_on_the_sides_it_names():
+    """Each assumption's low-share value makes the step slower or the verifier faster than its high-share value."""
+    ends = paper_scale.ASSUMPTIONS
+    assert ends["gpu_tokens_per_s"][0] > ends["gpu_tokens_per_s"][1]  # a faster verifier: a smaller share
+    assert ends["train_mfu"][0] < ends["train_mfu"][1]  # a slower step: a smaller share
+    assert ends["decode_bandwidth_efficiency"][0] < ends["decode_bandwidth_efficiency"][1]
+    assert ends["sync_gb_per_s"][0] < ends["sync_gb_per_s"][1] and ends["host_gb_per_s"][0] < ends["host_gb_per_s"][1]
+    assert ends["sleep_wake_s"][0] > ends["sleep_wake_s"][1]
+    assert ends["evidence_tokens"][1] > EVIDENCE["tokens"]
 
 
 def test_lora_skips_the_frozen_gradients_and_one_gpu_decodes_in_waves():

@@ -15,7 +15,9 @@ import torch
 from omegaconf import OmegaConf
 
 from fspo.reward import FSPORewardManager, MissingEvidenceError
-from fspo.reward_extra_info import OUTPUT_SEPARATOR, STAT_KEYS, decode_labels
+from fspo.reward_extra_info import OUTPUT_SEPARATOR, STAT_KEYS, decode_labels, step_metrics
+from fspo.verifier_loss import VerifierLossError, VerifierLossGuard
+from fspo_testing.faulty_verifier import RAISE_MARKER, FaultyVerifier
 from fspo_testing.rollouts import single_rollout
 
 EVIDENCE = "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell."
@@ -104,6 +106,7 @@ def test_unreachable_judge_gives_no_labels_and_the_run_goes_on(qwen_tokenizer):
     info = out["reward_extra_info"]
     assert set(decode_labels(info["fspo_labels"], length)) == {0}
     assert info["fspo_unverifiable"] == 2 and info["fspo_labelled"] == 0
+    assert info["fspo_failed_steps"] == 2  # no verdict is the judge's failure, which the run-level guard counts
     assert out["reward_score"] == 1.0  # the outcome reward is untouched
 
 
@@ -238,3 +241,34 @@ def test_the_scorer_sees_extra_info_as_verls_managers_complete_it(qwen_tokenizer
     assert seen["num_turns"] == 4 and seen["rollout_reward_scores"] == {"tool": 0.5} and seen["turn"] == 1
     assert seen["evidence"] == EVIDENCE and seen["index"] == 7
     assert "num_turns" not in data.non_tensor_batch["extra_info"][-1]  # the row's own dict is left alone
+
+
+def test_pairs_the_verifier_fails_on_alone_are_failures_not_verdicts(qwen_tokenizer):
+    """The server's batcher isolates a pair that fails on its own (an out-of-memory row) and scores it NaN, as the
+    lexical verifier scores a step with nothing to check; only the first is a failure, and the run-level guard
+    counts it: a run whose every long-evidence row fails stops instead of training as plain GRPO."""
+    reward_manager = manager(qwen_tokenizer)
+    reward_manager.verifier = FaultyVerifier()
+    response = (
+        " Stesta Bagu works for Vigio Shipping. Then it is so.\n"
+        f"{RAISE_MARKER} Vigio Shipping is headquartered in Piobrdell.\n</think> <answer> Piobrdell </answer>"
+    )
+    data, length = rollout(qwen_tokenizer, response)
+    info = score(reward_manager, data)["reward_extra_info"]
+    assert (info["fspo_steps"], info["fspo_supported"], info["fspo_unverifiable"]) == (3, 1, 2)
+    assert info["fspo_failed_steps"] == 1 and info["fspo_verified"] == 1 and info["fspo_verifier_failed"] == 0
+    assert set(decode_labels(info["fspo_labels"], length)) == {0, 1}
+
+    metrics = step_metrics([info] * 4)
+    assert metrics["fspo/verifier_failed_steps"] == 4
+    assert metrics["fspo/verifier_failed_step_rollouts"] == pytest.approx(4 / 3)
+    guard = VerifierLossGuard(max_share=0.1, max_steps=2)  # a third of each rollout's steps failed
+    guard.observe_metrics(metrics, step=1)
+    with pytest.raises(
+        VerifierLossError, match=r"failed 1.33 of 4 rollouts .*1.33 of them: steps it failed alone \(out-of-memory rows"
+    ):
+        guard.observe_metrics(metrics, step=2)
+    filler_only = rollout(qwen_tokenizer, " Then it is so.\n</think> <answer> Piobrdell </answer>")[0]
+    legitimately_unverifiable = score(reward_manager, filler_only)["reward_extra_info"]
+    assert legitimately_unverifiable["fspo_unverifiable"] == 1 and legitimately_unverifiable["fspo_failed_steps"] == 0
+    VerifierLossGuard(max_share=0.1, max_steps=1).observe_metrics(step_metrics([legitimately_unverifiable] * 4))

@@ -16,7 +16,7 @@ from fspo.config.verifier import verifier_config
 from fspo.config.vocabulary import ConfigError
 from fspo.reward_extra_info import RolloutStats, step_metrics
 from fspo.verifier_loss import VerifierLossError, VerifierLossGuard, failed_share
-from fspo.verifiers.batching import device_broken
+from fspo.verifiers.batching import ErrorKind, classify_error, device_broken, is_out_of_memory
 from fspo.verifiers.lexical import LexicalVerifier
 from fspo.verifiers.model_base import MERGED_MICRO_BATCHES, ray_cuda_index
 
@@ -98,17 +98,31 @@ def test_a_model_backend_merges_at_most_its_token_budget():
 # --- the run-level guard ---------------------------------------------------------------------------
 
 
-@given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 20)), max_size=30), st.integers(0, 4), st.floats(0, 1))
+# One update: rollouts whose request failed, rollouts verified, and the share of their steps failed alone.
+_UPDATES = st.tuples(st.integers(0, 20), st.integers(0, 20), st.floats(0, 1))
+
+
+@given(st.lists(_UPDATES, max_size=30), st.integers(0, 4), st.floats(0, 1))
 def test_the_guard_stops_exactly_after_enough_failing_updates_in_a_row(updates, max_steps, max_share):
     guard = VerifierLossGuard(max_share, max_steps)
     run = 0
-    for failed, verified in updates:
-        run = run + 1 if failed_share(failed, verified) > max_share else 0
+    for failed, verified, part in updates:
+        failed_in_verified = part * verified
+        share = failed_share(failed, verified, failed_in_verified)
+        assert 0 <= share <= 1
+        run = run + 1 if share > max_share else 0
         if max_steps and run >= max_steps:
             with pytest.raises(VerifierLossError, match="max_failed_share"):
-                guard.observe(failed, verified)
+                guard.observe(failed, verified, failed_in_verified=failed_in_verified)
             return
-        guard.observe(failed, verified)
+        guard.observe(failed, verified, failed_in_verified=failed_in_verified)
+
+
+@given(st.integers(1, 20), st.integers(0, 20), st.floats(0, 1))
+def test_a_step_failed_alone_weighs_its_share_of_a_rollout(verified, failed, part):
+    """Verified rollouts whose steps failed in part add that part: all of them failed weigh as failed requests."""
+    assert failed_share(failed, verified, part * verified) >= failed_share(failed, verified)
+    assert failed_share(failed, verified, verified) == failed_share(failed + verified, 0) == 1
 
 
 def test_the_guard_reads_the_update_metrics_and_names_the_cause():
@@ -149,8 +163,86 @@ def test_a_server_takes_the_gpu_ray_assigned_when_ray_leaves_cuda_visible_device
     assert ray_cuda_index(["99"], listed) is None
 
 
-def test_only_a_broken_device_counts_as_broken():
-    assert device_broken(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))
-    assert device_broken(RuntimeError("CUDA error: device-side assert triggered"))
-    assert not device_broken(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
-    assert not device_broken(ValueError("3 marked pair(s) in a batch of 8"))
+# torch's wording of each failure. c10_cuda_check_implementation (pytorch/pytorch c10/cuda/CUDAException.cpp):
+# "CUDA error: " + cudaGetErrorString + the suffix below, raised as torch.AcceleratorError (torch >= 2.8).
+# TORCH_CUDABLAS_CHECK (aten/src/ATen/cuda/Exceptions.h): "CUDA error: <status> when calling `<expr>`", a
+# RuntimeError. AT_CUDNN_CHECK: "cuDNN error: <status>". The caching allocator: torch.OutOfMemoryError.
+CUDA_CHECK_SUFFIX = (
+    "\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might "
+    "be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to "
+    "enable device-side assertions.\n"
+)
+
+
+def cuda_check(runtime_message: str) -> BaseException:
+    return torch.AcceleratorError(f"CUDA error: {runtime_message}{CUDA_CHECK_SUFFIX}")
+
+
+def cublas_check(status: str, call: str = "cublasGemmEx( handle, opa, opb, m, n, k, ...)") -> BaseException:
+    return RuntimeError(f"CUDA error: {status} when calling `{call}`")
+
+
+ERRORS = [
+    (
+        torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which "
+            "1.06 GiB is free. Including non-PyTorch memory, this process has 5.88 GiB memory in use. Of the "
+            "allocated memory 4.12 GiB is allocated by PyTorch, and 1.25 GiB is reserved by PyTorch but unallocated."
+        ),
+        ErrorKind.OUT_OF_MEMORY,
+    ),
+    (cuda_check("out of memory"), ErrorKind.OUT_OF_MEMORY),
+    (cublas_check("CUBLAS_STATUS_ALLOC_FAILED", "cublasCreate(handle)"), ErrorKind.OUT_OF_MEMORY),
+    (cublas_check("CUBLAS_STATUS_NOT_INITIALIZED", "cublasCreate(handle)"), ErrorKind.OUT_OF_MEMORY),
+    (RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"), ErrorKind.OUT_OF_MEMORY),
+    (
+        RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 4611686018427387904 bytes."),
+        ErrorKind.OUT_OF_MEMORY,
+    ),
+    (cuda_check("an illegal memory access was encountered"), ErrorKind.DEVICE_BROKEN),
+    (RuntimeError("CUDA error: an illegal memory access was encountered"), ErrorKind.DEVICE_BROKEN),  # torch < 2.8
+    (cuda_check("device-side assert triggered"), ErrorKind.DEVICE_BROKEN),
+    (cuda_check("unspecified launch failure"), ErrorKind.DEVICE_BROKEN),
+    (cuda_check("misaligned address"), ErrorKind.DEVICE_BROKEN),
+    (cuda_check("uncorrectable ECC error encountered"), ErrorKind.DEVICE_BROKEN),
+    (RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered"), ErrorKind.DEVICE_BROKEN),
+    (cublas_check("CUBLAS_STATUS_EXECUTION_FAILED"), ErrorKind.DEVICE_BROKEN),
+    (RuntimeError("cuDNN error: CUDNN_STATUS_EXECUTION_FAILED"), ErrorKind.DEVICE_BROKEN),
+    # Not sticky: the same call fails again in a fresh process; the run-level guard sees it if it persists.
+    (cuda_check("invalid configuration argument"), ErrorKind.OTHER),
+    (cuda_check("invalid argument"), ErrorKind.OTHER),
+    (cublas_check("CUBLAS_STATUS_INVALID_VALUE"), ErrorKind.OTHER),
+    (cublas_check("CUBLAS_STATUS_NOT_SUPPORTED"), ErrorKind.OTHER),
+    (ValueError("3 marked pair(s) in a batch of 8"), ErrorKind.OTHER),
+    (
+        RuntimeError("The size of tensor a (512) must match the size of tensor b (600) at non-singleton dimension 1"),
+        ErrorKind.OTHER,
+    ),
+]
+
+
+def _case_id(value) -> str | None:
+    return str(value).splitlines()[0][:50] if isinstance(value, BaseException) else None
+
+
+@pytest.mark.parametrize(("error", "kind"), ERRORS, ids=_case_id)
+def test_each_failure_is_classified_by_what_it_says_about_the_process(error, kind):
+    """Only a lost CUDA context restarts a server: an allocation failure (cuBLAS's ALLOC_FAILED included) would
+    meet the same full GPU in a fresh process, so it is an out-of-memory call (halved, then its rows fail)."""
+    assert classify_error(error) is kind
+    assert device_broken(error) == (kind is ErrorKind.DEVICE_BROKEN)
+    assert is_out_of_memory(error) == (kind is ErrorKind.OUT_OF_MEMORY)
+
+
+# Words that name no failure: lower-case letters, digits and punctuation only.
+_PLAIN_WORDS = st.text(alphabet=st.sampled_from("abcdefghijklmnopqrstuvwxyz0123456789 .:()"), max_size=40)
+
+
+@given(st.sampled_from(ERRORS), _PLAIN_WORDS, _PLAIN_WORDS, st.sampled_from([RuntimeError, torch.AcceleratorError]))
+def test_the_class_of_a_failure_survives_the_words_around_it(case, before, after, error_type):
+    """A failure re-raised inside another message and type (a backend's, a library's) is classed the same, and an
+    allocation failure stays one whatever else its message names."""
+    error, kind = case
+    assert classify_error(error_type(f"{before} {error} {after}")) is kind
+    both = error_type(f"{before} CUBLAS_STATUS_ALLOC_FAILED after {error} {after}")
+    assert classify_error(both) is ErrorKind.OUT_OF_MEMORY

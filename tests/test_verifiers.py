@@ -16,6 +16,7 @@ from fspo.verifiers.base import PairPipeline
 from fspo.verifiers.batching import plan_micro_batches, run_batched
 from fspo.verifiers.lexical import lexical_support
 from fspo.verifiers.text import content_tokens, split_sentences, top_k_evidence
+from fspo_testing.faulty_verifier import RAISE_MARKER, FaultyVerifier
 
 EVIDENCE = (
     "Paris is the capital of France. It has 2,100,000 inhabitants. The Seine flows through Paris. "
@@ -156,6 +157,33 @@ def test_failure_in_a_merged_call_reaches_every_caller():
     assert all(isinstance(r, RuntimeError) for r in asyncio.run(run()))
 
 
+# A claim of each kind: one the verifier scores, one with nothing to check (NaN, a verdict), one it fails on.
+_CLAIMS = {"scored": "The Seine flows through Paris.", "nothing": "Then it is so.", "fails": f"{RAISE_MARKER} Paris."}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(sorted(_CLAIMS)), min_size=1, max_size=6), min_size=1, max_size=5))
+def test_merged_requests_report_exactly_the_pairs_that_failed_on_their_own(requests):
+    """Concurrent requests merged into one call that raises: each request's failed pairs are its own pairs that
+    fail alone, a step with nothing to check is NaN but not failed, and a request whose every pair fails raises."""
+    import asyncio
+
+    verifier = FaultyVerifier()
+
+    async def run():
+        calls = (verifier.ascore_with_failures([(EVIDENCE, _CLAIMS[kind]) for kind in kinds]) for kinds in requests)
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    everything_fails = all(kind == "fails" for kinds in requests for kind in kinds)
+    for kinds, result in zip(requests, asyncio.run(run())):
+        if everything_fails:
+            assert isinstance(result, ValueError)
+            continue
+        assert result.failed == tuple(i for i, kind in enumerate(kinds) if kind == "fails")
+        unscored = [math.isnan(score) for score in result.scores]
+        assert unscored == [kind != "scored" for kind in kinds]
+
+
 # --- batching -------------------------------------------------------------------------------------
 @given(st.lists(st.integers(1, 300), max_size=60), st.integers(1, 1000))
 def test_micro_batches_cover_every_row_once_within_budget(lengths, budget):
@@ -175,7 +203,13 @@ def cpu_allocator_error() -> RuntimeError:
 
 
 @pytest.mark.parametrize(
-    "error", [torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), cpu_allocator_error()]
+    "error",
+    [
+        torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"),
+        cpu_allocator_error(),
+        # What a colocated process gets when vLLM and the actor leave cuBLAS no workspace.
+        RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+    ],
 )
 def test_out_of_memory_halves_the_micro_batch(error):
     rows = [{"input_ids": [1] * n} for n in (3, 5, 2, 7, 4, 6)]

@@ -97,7 +97,8 @@ class VerifierConfig(BaseConfig):
         0.1,
         "Run-level guard: an actor update in which more than this share of the rollouts sent to the verifier "
         "got no verdict because the verifier failed (servers dead or hung past the deadline, the backend "
-        "raising; not missing evidence or steps) counts as a verifier-loss update; 1 = never.",
+        "raising; a rollout whose pairs failed in part counts that part, e.g. out-of-memory rows; not missing "
+        "evidence or steps, nor steps with nothing to check) counts as a verifier-loss update; 1 = never.",
     )
     max_failed_steps: int = _option(
         2,

@@ -12,11 +12,14 @@ from fspo.data.templates import render_prompt
 
 @dataclass(frozen=True)
 class GenerationSettings:
-    """Sampling settings shared by both backends.
+    """Sampling settings shared by both backends: each draws from :meth:`sampling` alone, never from the
+    model's ``generation_config.json`` (transformers' ``generate`` would take its top_k and repetition penalty,
+    which vLLM's explicit sampling parameters leave out, so the two backends would sample differently).
 
     Args:
         temperature: 0 means greedy decoding.
         top_p: Nucleus sampling mass.
+        top_k: Sample among the k likeliest tokens; 0 = every token.
         max_new_tokens: Longest response, in tokens.
         samples: Responses per prompt (pass@1 is averaged over them).
         batch_size: Prompts per forward batch (transformers backend only; vLLM schedules its own).
@@ -29,12 +32,19 @@ class GenerationSettings:
     samples: int = 1
     batch_size: int = 8
     seed: int = 0
+    top_k: int = 0
+
+    def sampling(self) -> dict[str, float | int]:
+        """The sampling distribution, every knob that shapes it stated: both backends take it from here."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "repetition_penalty": 1.0}
 
     def __post_init__(self):
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         for name in ("max_new_tokens", "samples", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -51,6 +61,39 @@ def vllm_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def vllm_sampling_options(settings: GenerationSettings) -> dict:
+    """``vllm.SamplingParams`` keyword arguments for ``settings`` (vLLM: temperature 0 is greedy, top_k -1 is off)."""
+    sampling = settings.sampling()
+    return {
+        **sampling,
+        "top_k": sampling["top_k"] or -1,
+        "n": settings.samples,
+        "max_tokens": settings.max_new_tokens,
+        "seed": settings.seed,
+    }
+
+
+def hf_generation_config(settings: GenerationSettings, eos_token_id, pad_token_id):
+    """A ``transformers.GenerationConfig`` for ``settings`` alone: the model's own sampling defaults (top_k,
+    repetition penalty) are not merged in; only its end-of-sequence ids, at which vLLM stops too."""
+    from transformers import GenerationConfig
+
+    sampling = settings.sampling()
+    greedy = sampling["temperature"] == 0
+    common = dict(
+        max_new_tokens=settings.max_new_tokens,
+        num_return_sequences=1 if greedy else settings.samples,  # greedy: one response, repeated by the caller
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        repetition_penalty=sampling["repetition_penalty"],
+    )
+    if greedy:
+        return GenerationConfig(do_sample=False, temperature=None, top_p=None, top_k=None, **common)
+    return GenerationConfig(
+        do_sample=True, temperature=sampling["temperature"], top_p=sampling["top_p"], top_k=sampling["top_k"], **common
+    )
 
 
 def render_prompts(tokenizer, rows: list[dict], prompt_format: str | None = None) -> list[str]:
@@ -85,13 +128,7 @@ class VLLMGenerator:
 
         self.llm = LLM(model=str(model_dir), tensor_parallel_size=tensor_parallel_size, seed=settings.seed)
         self.tokenizer = self.llm.get_tokenizer()
-        self.params = SamplingParams(
-            n=settings.samples,
-            temperature=settings.temperature,
-            top_p=settings.top_p,
-            max_tokens=settings.max_new_tokens,
-            seed=settings.seed,
-        )
+        self.params = SamplingParams(**vllm_sampling_options(settings))
 
     def generate(self, prompts: list[str]) -> list[list[str]]:
         outputs = self.llm.generate(prompts, self.params, use_tqdm=False)
@@ -116,6 +153,10 @@ class HFGenerator:
         else:  # bf16 only on a CPU with bf16 instructions: elsewhere it is several times slower
             dtype = torch_compute_dtype()
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
+        eos = self.model.generation_config.eos_token_id
+        self.generation_config = hf_generation_config(
+            settings, self.tokenizer.eos_token_id if eos is None else eos, self.tokenizer.pad_token_id
+        )
         self._torch = torch
 
     def generate(self, prompts: list[str]) -> list[list[str]]:
@@ -125,19 +166,13 @@ class HFGenerator:
             batch = prompts[start : start + settings.batch_size]
             # The chat template already holds the special tokens: add none.
             inputs = self.tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
-            sampling = settings.temperature > 0
-            options = dict(
-                do_sample=sampling, max_new_tokens=settings.max_new_tokens, num_return_sequences=settings.samples
-            )
-            if sampling:
-                options.update(temperature=settings.temperature, top_p=settings.top_p)
-            else:
-                options.update(temperature=None, top_p=None, top_k=None)
             torch.manual_seed(settings.seed + start)
             with torch.no_grad():
-                output = self.model.generate(**inputs, **options, pad_token_id=self.tokenizer.pad_token_id)
+                output = self.model.generate(**inputs, generation_config=self.generation_config)
             texts = self.tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
-            responses += [texts[i : i + settings.samples] for i in range(0, len(texts), settings.samples)]
+            drawn = self.generation_config.num_return_sequences
+            repeat = settings.samples // drawn  # greedy decoding gives every sample the same response, as in vLLM
+            responses += [texts[i : i + drawn] * repeat for i in range(0, len(texts), drawn)]
         return responses
 
 

@@ -29,6 +29,19 @@ def calibrated_threshold(verifier_name: str) -> float:
     return CALIBRATED_THRESHOLDS.get(verifier_name, DEFAULT_THRESHOLD)
 
 
+# ``${fspo_calibrated_threshold:${fspo.verifier.name}}`` in a config (the CPU preset): the backend's calibrated
+# threshold, so the preset, the quickstart and recipes/run_cpu.sh train at the one figure above.
+THRESHOLD_RESOLVER = "fspo_calibrated_threshold"
+
+
+def register_threshold_resolver() -> None:
+    """Make ``${fspo_calibrated_threshold:NAME}`` resolve to :func:`calibrated_threshold` of ``NAME``."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver(THRESHOLD_RESOLVER):
+        OmegaConf.register_new_resolver(THRESHOLD_RESOLVER, lambda name: calibrated_threshold(str(name)))
+
+
 def _check(scores: Sequence[float], labels: Sequence[int]) -> tuple[int, int]:
     """Validates the inputs; returns (positives, negatives)."""
     if len(scores) != len(labels):

@@ -1,9 +1,11 @@
 """The verifier interface and the pipeline every backend shares.
 
 A verifier maps (evidence, claim) pairs to the probability that the evidence supports the claim.
-``math.nan`` means *unverifiable* (the server timed out, the judge answered garbage): the FSPO reward
-manager turns NaN into label 0 (neither rewarded nor penalised) and counts it, so a flaky verifier
-shows up in the metrics instead of silently biasing the labels.
+``math.nan`` means *unverifiable*: the FSPO reward manager turns NaN into label 0 (neither rewarded nor
+penalised) and counts it, so a flaky verifier shows up in the metrics instead of silently biasing the labels.
+A NaN comes two ways, told apart by :class:`ScoredPairs`: a pair that holds nothing to check (a step without
+content words) is a verdict; a pair the verifier failed on (an error isolated to it, such as an out-of-memory
+row; a judge that gave no verdict) is a failure, counted by the run-level guard (:mod:`fspo.verifier_loss`).
 """
 
 from __future__ import annotations
@@ -13,17 +15,40 @@ import math
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from fspo.coalesce import Coalescer
 from fspo.config.vocabulary import STRICT_THRESHOLD_BACKENDS
 from fspo.verifiers.text import top_k_evidence
 
 UNVERIFIABLE = math.nan
+# What the coalescer gives a pair that failed on its own (isolate_failures); reported as NaN plus its index.
+_PAIR_FAILED = object()
 
 # A backend without a token budget merges at most this many pairs into one call (see Verifier.merge_budget).
 MAX_MERGED_PAIRS = 4096
 
 Pair = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class ScoredPairs:
+    """One request's scores, and which of its NaN scores are failures rather than verdicts.
+
+    Attributes:
+        scores: one per pair, in ``[0, 1]`` or NaN (unverifiable).
+        failed: indices of the pairs the verifier failed to score (their score is NaN); a NaN not listed
+            is legitimately unverifiable (nothing in the pair to check).
+    """
+
+    scores: list[float]
+    failed: tuple[int, ...] = ()
+
+
+def scored_with_failures(results: Sequence, failed_marker: object) -> ScoredPairs:
+    """``results`` with each ``failed_marker`` replaced by NaN and its index listed as failed."""
+    failed = tuple(i for i, result in enumerate(results) if result is failed_marker)
+    return ScoredPairs([UNVERIFIABLE if result is failed_marker else result for result in results], failed)
 
 
 def check_pairs(pairs: Sequence[Pair]) -> list[Pair]:
@@ -84,12 +109,17 @@ class Verifier(ABC):
         return 1
 
     async def ascore(self, pairs: Sequence[Pair]) -> list[float]:
-        """[`~Verifier.score`] for async callers such as verl's reward loop, which scores one rollout per call.
+        """[`~Verifier.score`] for async callers: :meth:`ascore_with_failures`' scores."""
+        return (await self.ascore_with_failures(pairs)).scores
+
+    async def ascore_with_failures(self, pairs: Sequence[Pair]) -> ScoredPairs:
+        """The scores of ``pairs`` for async callers such as verl's reward loop (one rollout per call), and the
+        pairs that failed.
 
         Concurrent calls are merged by a [`fspo.coalesce.Coalescer`], up to :meth:`merge_budget`, so the
         model sees many rollouts' pairs in one batched [`~Verifier.score`] call, run in a worker thread. A
-        merged batch that raises is split until the failing pairs are isolated: they score NaN
-        (unverifiable), the others are scored; a request whose every pair fails gets the error. A request
+        merged batch that raises is split until the failing pairs are isolated: they score NaN and are listed
+        as failed, the others are scored; a request whose every pair fails gets the error. A request
         cancelled before its call runs (a client's deadline) is dropped, never computed.
         """
         loop = asyncio.get_running_loop()
@@ -98,13 +128,13 @@ class Verifier(ABC):
             coalescer = self._coalescer = Coalescer(
                 lambda _key, batch: self.score(batch),
                 window_s=self.coalesce_ms / 1000,
-                failed_result=UNVERIFIABLE,
+                failed_result=_PAIR_FAILED,
                 max_cost=self.merge_budget(),
                 cost=self.pair_cost,
             )
             self._coalescer_loop = loop
-        scores, _ = await coalescer.submit(check_pairs(pairs))
-        return scores
+        results, _ = await coalescer.submit(check_pairs(pairs))
+        return scored_with_failures(results, _PAIR_FAILED)
 
     def close(self) -> None:  # noqa: B027 - optional hook: most verifiers hold nothing to release
         """Releases resources (threads, models). The default holds none."""

@@ -1,14 +1,19 @@
-"""Token-budget micro-batching for model verifiers, with halving on CUDA out-of-memory.
+"""Token-budget micro-batching for model verifiers, with halving on out-of-memory, and what a failed call means.
 
 Every sequence of a training step is tokenized once, sorted by length (longest first, so an OOM shows
 up on the first micro-batch) and grouped so that each micro-batch's padded size
 ``longest length x rows`` stays within ``max_tokens_per_batch`` and, when a backend gives one, its
 attention size ``longest length^2 x rows`` within ``max_attention_cells`` (eager attention keeps
 ``rows x heads x L x L`` tensors: with long rows that term, not the token count, bounds the memory).
+
+A failed call is classified (:func:`classify_error`): an allocation failure (cuBLAS's ``ALLOC_FAILED`` included)
+is retried in halves and then fails its rows alone; only a lost CUDA context (:func:`device_broken`) makes a
+verifier server exit for Ray to restart it, since a fresh process would meet the same full GPU.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
@@ -65,26 +70,62 @@ def pad_features(rows: Sequence[Features], pad_token_id: int, device: torch.devi
     return {key: value.to(device) for key, value in batch.items()}
 
 
-def _is_out_of_memory(error: BaseException) -> bool:
-    """CUDA's out-of-memory error, or the CPU allocator's (a RuntimeError: "can't allocate memory")."""
+class ErrorKind(enum.Enum):
+    """What a failed model call says about the process that ran it."""
+
+    OUT_OF_MEMORY = "out of memory"  # this call asked for more than was free: retry smaller, or fail its rows
+    DEVICE_BROKEN = "device broken"  # the CUDA context is lost: every later call fails until the process ends
+    OTHER = "other"  # a bad input or setting: the same call fails again, a fresh process changes nothing
+
+
+# Allocation failures, as torch words them: its caching allocator ("CUDA out of memory."), a CUDA call
+# (cudaErrorMemoryAllocation: "out of memory"), the CPU allocator, and the CUDA libraries' ``*_ALLOC_FAILED``
+# statuses (cuBLAS, cuSOLVER, cuDNN, cuFFT) that torch puts in the message. cuBLAS reports
+# ``CUBLAS_STATUS_NOT_INITIALIZED`` from ``cublasCreate`` when the handle's own allocations fail (its docs: "an
+# error in the CUDA Runtime API called by the cuBLAS routine"): a colocated process meets it when vLLM and the
+# actor left no memory.
+_OUT_OF_MEMORY_SIGNS = ("out of memory", "can't allocate memory", "_alloc_failed", "cublas_status_not_initialized")
+# The CUDA runtime's sticky errors (cudaGetErrorString's wording; the CUDA Runtime API's error types say of
+# each that "the process must be terminated and relaunched"), as they appear inside torch's and Triton's
+# messages, plus the libraries' statuses for a kernel that failed to execute. Matched whole: every torch CUDA
+# error ends "... to enable device-side assertions", which is not a device-side assert.
+_BROKEN_DEVICE_SIGNS = (
+    "an illegal memory access was encountered",
+    "device-side assert triggered",
+    "unspecified launch failure",
+    "misaligned address",
+    "an illegal instruction was encountered",
+    "hardware stack error",
+    "invalid program counter",
+    "operation not supported on global/shared address space",
+    "the launch timed out and was terminated",
+    "uncorrectable ecc error encountered",
+    "cublas_status_execution_failed",
+    "cudnn_status_execution_failed",
+)
+
+
+def classify_error(error: BaseException) -> ErrorKind:
+    """Whether ``error`` is an allocation failure, a lost CUDA context, or anything else (by torch's type and
+    the CUDA runtime's and libraries' words in its message; an allocation failure wins over anything else)."""
     message = str(error).lower()
-    return (
-        isinstance(error, torch.cuda.OutOfMemoryError)
-        or "out of memory" in message
-        or "can't allocate memory" in message
-    )
+    if isinstance(error, torch.cuda.OutOfMemoryError) or any(sign in message for sign in _OUT_OF_MEMORY_SIGNS):
+        return ErrorKind.OUT_OF_MEMORY
+    if any(sign in message for sign in _BROKEN_DEVICE_SIGNS):
+        return ErrorKind.DEVICE_BROKEN
+    return ErrorKind.OTHER
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is an allocation failure (:func:`classify_error`): the call may succeed smaller."""
+    return classify_error(error) is ErrorKind.OUT_OF_MEMORY
 
 
 def device_broken(error: BaseException) -> bool:
-    """Whether ``error`` says the process's accelerator context is broken (an illegal memory access, a
-    device-side assert: every later CUDA call fails too), as opposed to a bad input or an out-of-memory batch."""
-    if _is_out_of_memory(error):
-        return False
-    accelerator_error = getattr(torch, "AcceleratorError", ())  # torch >= 2.8 raises it for CUDA errors
-    if accelerator_error and isinstance(error, accelerator_error):
-        return True
-    message = str(error)
-    return any(sign in message for sign in ("CUDA error", "device-side assert", "CUBLAS_STATUS_", "cuDNN error"))
+    """Whether ``error`` says the process's CUDA context is lost (an illegal memory access, a device-side
+    assert: every later CUDA call fails too), so only a fresh process helps; not an out-of-memory call (a fresh
+    process would load into the same full GPU) nor a bad input."""
+    return classify_error(error) is ErrorKind.DEVICE_BROKEN
 
 
 def run_batched(
@@ -109,7 +150,7 @@ def run_batched(
             with torch.inference_mode():
                 output = forward(pad_features([rows[i] for i in indices], pad_token_id, device))
         except (torch.cuda.OutOfMemoryError, RuntimeError) as error:
-            if not _is_out_of_memory(error) or len(indices) == 1:
+            if not is_out_of_memory(error) or len(indices) == 1:
                 raise
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()

@@ -25,9 +25,12 @@ evidence).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
+from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import torch
@@ -38,7 +41,12 @@ from fspo.preflight import check_verifier, has_tokenizer_files
 from fspo.verifiers.base import Pair
 from fspo.verifiers.batching import Features
 from fspo.verifiers.checked_load import from_pretrained_checked
-from fspo.verifiers.model_base import VERIFIER_ACTIVATION_BYTES, ModelVerifier, attention_cells
+from fspo.verifiers.model_base import (
+    EVIDENCE_SPANS_CACHED,
+    VERIFIER_ACTIVATION_BYTES,
+    ModelVerifier,
+    attention_cells,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +148,57 @@ def load_hhem(
     return model.to(device).eval(), tokenizer, prompt
 
 
+def claim_splits_off(tokenizer, prompt: str) -> bool:
+    """Whether ``tokenizer``'s ids of ``prompt`` are its ids up to the claim followed by the claim's own, for every
+    evidence and claim: the prompt ends with `` {text2}``, the tokenizer splits its input at whitespace before
+    anything else (T5's ``WhitespaceSplit``, which drops the whitespace, so no token spans the cut) and adds
+    special tokens only after the text (T5: ``</s>``)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not prompt.endswith(" {text2}") or prompt.count("{text2}") != 1:
+        return False
+    pre_tokenizer = json.loads(backend.to_str()).get("pre_tokenizer") or {}
+    first = (pre_tokenizer.get("pretokenizers") or [pre_tokenizer])[0] if pre_tokenizer else {}
+    if first.get("type") != "WhitespaceSplit":
+        return False
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    return tokenizer("a")["input_ids"][: len(plain)] == plain  # special tokens, if any, come after the text
+
+
+class PromptIds:
+    """Token ids of HHEM's prompt filled with each pair, as ``tokenizer(prompt.format(...))`` gives them.
+
+    Every rollout of a prompt brings the same evidence with each of its steps: where :func:`claim_splits_off`
+    holds, the prompt up to the claim is tokenized once per distinct evidence (kept for the last
+    ``EVIDENCE_SPANS_CACHED``) and only the claim once per pair; elsewhere each prompt is tokenized whole.
+    """
+
+    def __init__(self, tokenizer, prompt: str):
+        self.tokenizer = tokenizer
+        self.prompt = prompt
+        self.split = claim_splits_off(tokenizer, prompt)
+        self.head = prompt.rsplit(" {text2}", 1)[0] if self.split else prompt
+        self._heads: OrderedDict[str, array] = OrderedDict()
+        self.heads_tokenized = 0
+
+    def __call__(self, pairs: Sequence[Pair]) -> list[list[int]]:
+        if not self.split:
+            return self.tokenizer([self.prompt.format(text1=e, text2=c) for e, c in pairs])["input_ids"]
+        missing = list(dict.fromkeys(evidence for evidence, _ in pairs if evidence not in self._heads))
+        if missing:
+            texts = [self.head.format(text1=evidence) for evidence in missing]
+            for evidence, ids in zip(missing, self.tokenizer(texts, add_special_tokens=False)["input_ids"]):
+                self._heads[evidence] = array("i", ids)
+            self.heads_tokenized += len(missing)
+        claims = self.tokenizer([" " + claim for _, claim in pairs])["input_ids"]  # with the special tokens after
+        rows = []
+        for (evidence, _), claim_ids in zip(pairs, claims):
+            self._heads.move_to_end(evidence)
+            rows.append([*self._heads[evidence], *claim_ids])
+        while len(self._heads) > EVIDENCE_SPANS_CACHED:
+            self._heads.popitem(last=False)
+        return rows
+
+
 class HHEMVerifier(ModelVerifier):
     """Scores pairs with HHEM-2.1-Open, batched across the whole training step.
 
@@ -171,11 +230,10 @@ class HHEMVerifier(ModelVerifier):
         )
         heads = getattr(self.model, "t5", self.model).config.num_heads
         self.max_attention_cells = attention_cells(VERIFIER_ACTIVATION_BYTES, heads, self.dtype)
+        self.prompt_ids = PromptIds(self.tokenizer, self.prompt)
 
     def encode(self, pairs: Sequence[Pair]) -> tuple[list[Features], list[int]]:
-        texts = [self.prompt.format(text1=evidence, text2=claim) for evidence, claim in pairs]
-        ids = self.tokenizer(texts)["input_ids"]
-        return [{"input_ids": row} for row in ids], list(range(len(pairs)))
+        return [{"input_ids": ids} for ids in self.prompt_ids(pairs)], list(range(len(pairs)))
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits

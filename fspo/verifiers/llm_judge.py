@@ -5,19 +5,20 @@ Prompt (``JUDGE_SYSTEM_PROMPT`` + ``JUDGE_USER_TEMPLATE``): the judge sees the e
 from the reply after dropping any ``<think>...</think>`` block: the last ``SUPPORTED`` /
 ``UNSUPPORTED`` / ``NOT SUPPORTED`` word wins (case-insensitive) and maps to 1.0 / 0.0. A reply with no
 verdict, a malformed response, an HTTP error that survives the retries or a timeout scores NaN
-(unverifiable) and the run goes on. Requests, retries and timeouts are `fspo.chat_client.ChatClient`'s,
+(unverifiable), is reported as a failed pair (the run-level guard counts it) and the run goes on. Requests, retries and timeouts are `fspo.chat_client.ChatClient`'s,
 shared with the evaluation judge (`fspo evaluate --judge`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from fspo.chat_client import ChatClient, chat_url, without_thinking
-from fspo.verifiers.base import UNVERIFIABLE, Pair, PairPipeline
+from fspo.verifiers.base import UNVERIFIABLE, Pair, PairPipeline, ScoredPairs
 
 __all__ = ["JUDGE_SYSTEM_PROMPT", "JUDGE_USER_TEMPLATE", "LLMJudgeVerifier", "chat_url", "parse_verdict"]
 
@@ -107,12 +108,14 @@ class LLMJudgeVerifier(PairPipeline):
     def _score_unique(self, pairs: list[Pair]) -> list[float]:
         return list(self._pool.map(self.judge, pairs))
 
-    async def ascore(self, pairs: Sequence[Pair]) -> list[float]:
+    async def ascore_with_failures(self, pairs: Sequence[Pair]) -> ScoredPairs:
         """Each pair is its own request in the shared pool, so a rollout waits only for its own pairs.
 
         Unlike the model backends there is nothing to batch: coalescing rollouts would make every one of
         them wait for the slowest request of the batch (up to ``timeout_s`` times the retries). Requests
         in flight are bounded by ``max_concurrency`` (the pool's size) across all concurrent callers.
+        Every NaN is a failure: any claim has a verdict, so a pair without one is a judge that gave no
+        answer, a malformed one or none that names a verdict.
         """
         prepared = self.prepare(pairs)
         known, todo = self._lookup(prepared)
@@ -120,7 +123,8 @@ class LLMJudgeVerifier(PairPipeline):
             loop = asyncio.get_running_loop()
             scores = await asyncio.gather(*(loop.run_in_executor(self._pool, self.judge, pair) for pair in todo))
             self._remember(todo, scores, known)
-        return [known[pair] for pair in prepared]
+        scores = [known[pair] for pair in prepared]
+        return ScoredPairs(scores, tuple(i for i, score in enumerate(scores) if math.isnan(score)))
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

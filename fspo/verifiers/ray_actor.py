@@ -42,7 +42,7 @@ from typing import Any
 from fspo.config.fspo_config import FSPOConfig
 from fspo.config.verifier import VerifierConfig
 from fspo.verifiers.backends import build_local_verifier
-from fspo.verifiers.base import Pair, Verifier, check_pairs
+from fspo.verifiers.base import Pair, ScoredPairs, Verifier, check_pairs
 from fspo.verifiers.batching import device_broken
 
 logger = logging.getLogger(__name__)
@@ -105,11 +105,12 @@ class VerifierServer:
         """The verifier this server runs (a test server overrides it)."""
         return build_local_verifier(settings)
 
-    async def score(self, pairs: list[Pair]) -> list[float]:
+    async def score(self, pairs: list[Pair]) -> ScoredPairs:
+        """The scores of ``pairs`` and the pairs that failed on their own (their clients count them)."""
         self.requests += 1
         self._active += 1
         try:
-            return await self.verifier.ascore(pairs)
+            return await self.verifier.ascore_with_failures(pairs)
         except Exception as error:
             if device_broken(error):
                 self._exit_for_restart(error)
@@ -485,7 +486,7 @@ class ColocatedVerifier(Verifier):
             return min(live, key=lambda server: server.aside_until)
         return None
 
-    async def _request(self, server: _Server, pairs: list[Pair], timeout_s: float) -> list[float]:
+    async def _request(self, server: _Server, pairs: list[Pair], timeout_s: float) -> ScoredPairs:
         import ray
 
         ref = server.handle.score.remote(pairs)
@@ -514,12 +515,12 @@ class ColocatedVerifier(Verifier):
         self._maybe_rediscover()
         return None if server.dead else server
 
-    async def ascore(self, pairs: Sequence[Pair]) -> list[float]:
+    async def ascore_with_failures(self, pairs: Sequence[Pair]) -> ScoredPairs:
         from ray.exceptions import ActorDiedError, RayActorError
 
         pairs = check_pairs(pairs)
         if not pairs:
-            return []
+            return ScoredPairs([])
         if not self._servers:
             if self._discovery is None or self._discovery.done():
                 self._discovery = asyncio.ensure_future(self._discover())
