@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fspo.fdpo.cli import main as fdpo_main
+from fspo.fdpo.loss import FDPO_BETA, FDPO_LAMBDA, fdpo_loss
 from fspo.fdpo.pairs import Sample, flip, hallucination_label, preference_pairs
 
 EVIDENCE = "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell."
@@ -94,32 +95,37 @@ def tiny_policy(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("fdpo") / "policy")
 
 
-def test_fdpo_loss_at_the_reference_is_softplus_of_the_margin(tiny_policy, tmp_path):
-    """Before any update the policy is its reference, every log-ratio is 0, and F-DPO's loss is
-    -log sigmoid(0 - m * w) = log(1 + e^(m w)): log 2 (DPO) for equal factuality."""
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import DPOConfig
+def test_fdpo_loss_by_hand_is_the_authors_formula():
+    """VectorInstitute/Factual-Preference-Alignment, src/aixpert/training/training/factualdpo_trainer.py, line 1347
+    (``logits = logits - (h_l - h_w) * Delta``) and line 1367 (``-F.logsigmoid(self.beta * logits)``): the margin
+    sits inside beta. With beta 0.1, lambda 10, m = 3, dh = 1: -log sigmoid(0.1 * (3 - 10)) = log(1 + e^0.7)."""
+    assert fdpo_loss(3.0, 0.1, 10.0, h_chosen=0, h_rejected=1) == pytest.approx(math.log1p(math.exp(0.7)), abs=1e-12)
+    assert fdpo_loss(3.0, 0.1, 10.0, h_chosen=1, h_rejected=1) == pytest.approx(math.log1p(math.exp(-0.3)), abs=1e-12)
+    assert fdpo_loss(-1e6, 0.1, 10.0, 0, 1) == pytest.approx(1e5 + 1.0)  # no overflow at large logits
 
-    from fspo.fdpo.trainer import FDPOTrainer
 
+def test_fdpo_train_at_its_defaults_computes_the_authors_loss(tiny_policy, tmp_path):
+    """`fspo fdpo train`'s defaults are the authors' config (src/aixpert/training/config/config.yaml: beta 0.1 at
+    line 59; lambda swept over ``deltas`` at line 40, 10 in their README's example) and its trainer's loss is
+    factualdpo_trainer.py line 1347 + 1367 on a hand-worked pair: the reference raised by 3 nats on the rejected
+    response makes m = 3 exactly (policy = reference before an update), so a pair with dh = 1 costs
+    log(1 + e^0.7) and a pair with dh = 0 costs log(1 + e^-0.3)."""
+    from fspo.fdpo.cli import build_parser, train_settings
+    from fspo.fdpo.trainer import build_trainer
+
+    defaults = train_settings(build_parser().parse_args(["train", "--model", "m", "--pairs", "p", "--out", "o"]))
+    assert (defaults["beta"], defaults["factuality_lambda"]) == (FDPO_BETA, FDPO_LAMBDA) == (0.1, 10.0)
     pairs = [
         {"prompt": "Q: where? A:", "chosen": " Paris.", "rejected": " Mars.", "fdpo_margin_weight": 1},
         {"prompt": "Q: who? A:", "chosen": " Ann.", "rejected": " Bob.", "fdpo_margin_weight": 0},
     ]
-    config = DPOConfig(
-        output_dir=str(tmp_path), beta=0.1, precompute_ref_log_probs=True, per_device_train_batch_size=2, use_cpu=True
-    )
-    trainer = FDPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(str(tiny_policy), dtype=torch.float32),
-        args=config,
-        train_dataset=Dataset.from_list(pairs),
-        processing_class=AutoTokenizer.from_pretrained(str(tiny_policy)),
-        margin=2.0,
-    )
+    trainer = build_trainer(tiny_policy, pairs, tmp_path, **{**defaults, "batch_size": 2})
     batch = next(iter(trainer.get_train_dataloader()))
+    batch["ref_rejected_logps"] = batch["ref_rejected_logps"] + 3.0
     loss = float(trainer.compute_loss(trainer.model, batch))
-    assert loss == pytest.approx((math.log1p(math.exp(2.0)) + math.log(2.0)) / 2, abs=1e-4)
+    by_hand = (math.log1p(math.exp(0.7)) + math.log1p(math.exp(-0.3))) / 2
+    authors = (fdpo_loss(3.0, 0.1, 10.0, 0, 1) + fdpo_loss(3.0, 0.1, 10.0, 0, 0)) / 2
+    assert loss == pytest.approx(by_hand, abs=1e-5) and authors == pytest.approx(by_hand, abs=1e-12)
 
 
 def test_build_pairs_then_train_gives_a_model_evaluate_loads(tiny_policy, tmp_path, capsys):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from fspo.cli.arguments import (
 )
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evaluation.records import read_records
+from fspo.fdpo.loss import FDPO_BETA, FDPO_LAMBDA, FDPO_LAMBDA_SWEEP
 from fspo.fdpo.pairs import Sample, hallucination_label, pair_row, preference_pairs
 from fspo.output_dir import check_output_paths
 from fspo.steps import reasoning_steps
@@ -53,14 +55,34 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--model", required=True, help="the Hugging Face model folder to start from")
     fit.add_argument("--pairs", required=True, help="pairs JSONL from `fspo fdpo build-pairs`")
     fit.add_argument("--out", required=True, help="folder for the trained Hugging Face model")
-    fit.add_argument("--beta", type=float, default=0.1, help="DPO's beta (default 0.1)")
-    fit.add_argument("--margin", type=float, default=1.0, help="F-DPO's margin m (default 1.0; 0 = plain DPO)")
+    fit.add_argument("--beta", type=float, default=FDPO_BETA, help=f"DPO's beta (default {FDPO_BETA}, F-DPO's config)")
+    fit.add_argument(
+        "--lambda",
+        dest="factuality_lambda",
+        type=float,
+        default=FDPO_LAMBDA,
+        help=f"F-DPO's factuality margin lambda, inside beta (default {FDPO_LAMBDA:g}; its authors sweep "
+        f"{', '.join(map(str, FDPO_LAMBDA_SWEEP))}; 0 = plain DPO)",
+    )
     fit.add_argument("--lr", type=float, default=5e-7, help="learning rate (default 5e-7)")
     fit.add_argument("--epochs", type=float, default=1.0, help="epochs over the pairs (default 1)")
     fit.add_argument("--batch-size", type=int, default=8, help="pairs per device step (default 8)")
     fit.add_argument("--max-length", type=int, default=2048, help="prompt + response tokens kept (default 2048)")
     fit.add_argument("--seed", type=int, default=0, help="seed of the data order and initialisation (default 0)")
     return parser
+
+
+def train_settings(args) -> dict:
+    """``fspo fdpo train``'s parsed options as :func:`fspo.fdpo.trainer.build_trainer`'s settings."""
+    return {
+        "beta": args.beta,
+        "factuality_lambda": args.factuality_lambda,
+        "learning_rate": args.lr,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "max_length": args.max_length,
+        "seed": args.seed,
+    }
 
 
 def record_samples(record: dict, verdicts_of: list[list[int]], where: str) -> list[Sample]:
@@ -173,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         check_output_paths("--out", args.out, MODEL_FILES, prog, record=False)  # before the model loads
         for flag, value in (("--beta", args.beta), ("--lr", args.lr), ("--epochs", args.epochs)):
             check_positive_number(flag, value)
-        if not args.margin >= 0:
-            raise UsageError(f"--margin must be >= 0, got {args.margin}")
+        if not (args.factuality_lambda >= 0 and math.isfinite(args.factuality_lambda)):
+            raise UsageError(f"--lambda must be a finite number >= 0, got {args.factuality_lambda}")
         check_count("--batch-size", args.batch_size)
         check_count("--max-length", args.max_length)
         try:
@@ -186,18 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             pairs = read_pairs(args.pairs)
         except (OSError, ValueError) as error:
             raise UsageError(str(error)) from None
-        out = train(
-            args.model,
-            pairs,
-            args.out,
-            beta=args.beta,
-            margin=args.margin,
-            learning_rate=args.lr,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            max_length=args.max_length,
-            seed=args.seed,
-        )
+        out = train(args.model, pairs, args.out, **train_settings(args))
         print(f"fspo fdpo: trained {len(pairs)} pairs -> {out} (a Hugging Face model: fspo evaluate --model {out})")
         return 0
     except UsageError as error:
