@@ -130,7 +130,17 @@ def judged_steps(verifier, threshold: float, items: list[tuple[str, list[list[st
     """Step verdicts of each item's responses, ``items`` = (evidence, each response's step texts); every step of
     every response in one verifier call, so model backends batch them. No evidence, no verdicts."""
     pairs = [(evidence, step) for evidence, responses in items if evidence for steps in responses for step in steps]
-    scores = [float(score) for score in verifier.score(pairs)] if pairs else []
+    if getattr(verifier, "judges_solutions", False):  # llm_judge as FAPO's GenRM: one response a call
+        scores = [
+            float(score)
+            for evidence, responses in items
+            if evidence
+            for steps in responses
+            if steps
+            for score in verifier.score([(evidence, step) for step in steps])
+        ]
+    else:
+        scores = [float(score) for score in verifier.score(pairs)] if pairs else []
     verdicts = verdicts_from_scores(scores, threshold, verifier.strict_threshold) if scores else []
     out, position = [], 0
     for evidence, responses in items:
