@@ -5,8 +5,9 @@ and then
 
 1. flips a misordered pair: when the chosen response is hallucinated and the rejected one factual, the two
    swap, so the chosen response is never less factual than the rejected one;
-2. trains with a margin ``m * (h_rejected - h_chosen)`` subtracted inside DPO's sigmoid (trainer.py): pairs
-   whose factuality differs must be separated by more; with equal factuality it is plain DPO.
+2. trains with ``lambda * (h_rejected - h_chosen)`` subtracted from DPO's log-ratio margin inside beta
+   (:mod:`fspo.fdpo.loss`): pairs whose factuality differs must be separated by more; with equal factuality it
+   is plain DPO.
 
 Here a response is factual when the verifier supports every step of its reasoning it could judge (no step
 scores below the threshold; unverifiable steps count as neither), and the DPO preference comes from the
