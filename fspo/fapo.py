@@ -1,19 +1,23 @@
 """FAPO's flawed-positive penalty (Ding et al., arXiv 2510.22543; verl-recipe ``fapo/``) on this project's verifier.
 
-A flawed positive is a rollout whose answer is right but whose reasoning is not: FAPO's generative reward
-model (GenRM) names the first wrong step of a correct rollout, and any such step makes it a flawed positive.
-Here the step verifier plays the GenRM: a correct rollout with at least one unsupported step (verdict -1)
-is a flawed positive (the ``llm_judge`` verifier can serve as a GenRM over an OpenAI-compatible server).
+FAPO's reward (verl-recipe ``fapo/reward_fn_reasoning.py``, ``compute_score_fapo``) is +1 for a right answer
+(exact match of the boxed answer, line 110), -1 for a wrong one, and ``FLAWED_REWARD_PENALTY = 1.0`` (line 74) less
+for a flawed positive (line 147): a right answer in which its generative reward model (FAPO-GenRM, a trained 4B
+model) names a first wrong step, ``\boxed{k}`` with ``k != -1`` (line 142; an unparsable reply counts as no error).
+Only right training rollouts are judged (line 114).
 
-FAPO's reward is the outcome reward minus ``lambda`` for a flawed positive. It needs no schedule of its own:
-under a group-relative advantage (GRPO) a flawed positive's advantage is its reward minus the group mean,
-which is positive while failed rollouts outnumber the fully correct ones (the warm-up stage: the shortcut
-still helps) and turns negative once fully correct rollouts outnumber failed ones (the refinement stage).
-With rewards ``r_right``/``r_wrong`` and shares alpha (fully correct), beta (failed) in a group, the
-sign changes at ``alpha / beta = (g - lambda) / lambda`` for the gap ``g = r_right - r_wrong``; FAPO's
-majority rule puts the switch at ``alpha = beta``, so ``lambda = g / 2``: 1 on FAPO's +-1 rewards (its
-recipe's ``FLAWED_REWARD_PENALTY = 1.0``), 0.5 on this project's 0-1 outcome scores
-(:func:`majority_guided_penalty`).
+Here the step verifier plays the GenRM: a right rollout with at least one unsupported step (verdict -1) is a
+flawed positive; the ``llm_judge`` verifier can instead ask a chat model for FAPO-GenRM's first-error index
+(``fspo.verifier.reply_format=first_error``). The reward is on 0-1 scores, FAPO's mapped by ``(r + 1) / 2``: right 1,
+wrong 0, a flawed positive ``1 - lambda`` with ``lambda = 0.5`` (FAPO's 1.0 over its gap of 2). "Right" is the
+outcome scorer's ``acc`` (exact match for spans), not its F1 score: a partly right answer is wrong, as in FAPO.
+
+Its activation needs no schedule: under GRPO a flawed positive's advantage is its reward minus the group mean,
+which with ``a`` fully correct and ``b`` failed rollouts in a group has the sign of ``b * (1 - lambda) - a * lambda``
+(any number of flawed positives). At ``lambda = 0.5`` (:func:`majority_guided_penalty`) the penalty pushes a flawed
+positive down exactly when fully correct rollouts outnumber failed ones (the refinement stage) and it is still
+reinforced while failed ones outnumber them (the warm-up stage). This holds for this mode's binary rewards only:
+on graded failures (F1 between 0 and 1) the group mean moves with the failures' scores.
 """
 
 from __future__ import annotations

@@ -45,10 +45,11 @@ from fspo.config.verifier import VerifierConfig
 from fspo.config.vocabulary import REWARD_ROUTER
 from fspo.evidence import row_evidence
 from fspo.fapo import is_correct, is_flawed_positive
-from fspo.outcome import METRIC_KEYS
+from fspo.knowrl import is_refusal
+from fspo.outcome import METRIC_KEYS, extract_answer
 from fspo.outcome import compute_score as fspo_score
 from fspo.reward_extra_info import LABELS_KEY, RolloutStats, encode_outputs
-from fspo.reward_modes import added_reward
+from fspo.reward_modes import added_reward, base_reward
 from fspo.steps import reasoning_steps
 from fspo.time_limit import TimeLimitedScorer, custom_scorer, default_scorer
 from fspo.token_labels import step_labels_for_response, verdicts_from_scores
@@ -197,12 +198,17 @@ class FSPORewardManager(RewardManagerBase):
         if self.settings.enable:
             evidence = row_evidence(item.non_tensor_batch, self.settings.evidence_key)
             labels = await self._label(list(zip(outputs, texts)), extra_info, data_source, stats, evidence)
-        stats.correct = float(is_correct(outcome_info, score))
-        stats.flawed_positive = float(is_flawed_positive(stats.correct, stats.unsupported))
+        correct = is_correct(outcome_info, score)
+        stats.correct = float(correct)
+        stats.flawed_positive = float(is_flawed_positive(correct, stats.unsupported))
+        reward = score
         if self.settings.enable:
-            stats.step_reward = added_reward(self.settings, stats.supported, stats.unsupported, bool(stats.correct))
+            refused = self.settings.mode == "knowrl" and is_refusal(extract_answer(texts[-1]))
+            counts = (int(stats.supported), int(stats.unsupported))
+            stats.step_reward = added_reward(self.settings, *counts, correct, refused)
+            reward = base_reward(self.settings, score, correct, refused) + stats.step_reward
         info = {**outcome_info, **stats.as_info(), LABELS_KEY: encode_outputs(labels)}
-        return {"reward_score": score + stats.step_reward, "reward_extra_info": info}
+        return {"reward_score": reward, "reward_extra_info": info}
 
     async def _label(
         self, outputs: list[tuple[list[int], str]], extra_info, data_source, stats: RolloutStats, evidence: str
@@ -222,7 +228,7 @@ class FSPORewardManager(RewardManagerBase):
                 )
             return unlabelled
         stats.has_evidence = 1.0
-        steps = [reasoning_steps(text, claims_only=settings.skip_non_claims) for _, text in outputs]
+        steps = [reasoning_steps(text, claims_only=settings.claims_only) for _, text in outputs]
         stats.steps = float(sum(len(output_steps) for output_steps in steps))
         pairs = [(evidence, step.text) for output_steps in steps for step in output_steps]
         if not pairs:

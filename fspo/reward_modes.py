@@ -1,19 +1,34 @@
-"""The sequence-level reward each ``fspo.mode`` adds to a rollout's outcome reward from its step verdicts.
+"""A rollout's reward in each ``fspo.mode`` from its outcome score, correctness and step verdicts.
 
-``fspo`` adds ``step_reward_weight`` x the mean step label (the paper's factuality-reward ablation; 0 by
-default: FSPO's own signal is the trainer's advantage flip), ``knowrl`` KnowRL's factuality reward
-(:mod:`fspo.knowrl`), ``fapo`` FAPO's flawed-positive penalty (:mod:`fspo.fapo`).
+``fspo`` keeps the outcome scorer's score and adds ``step_reward_weight`` x the mean step label (the paper's
+factuality-reward ablation; 0 by default: FSPO's own signal is the trainer's advantage flip). ``knowrl`` and
+``fapo`` reward as their authors' code does, on binary correctness (the scorer's ``acc``: exact match for spans,
+as their graders' "correct" is), not on the scorer's F1: KnowRL's correctness and factuality rewards
+(:mod:`fspo.knowrl`), FAPO's +-1 outcome minus its flawed-positive penalty (:mod:`fspo.fapo`), each mapped onto
+0-1 by a positive affine map, which leaves GRPO's advantages unchanged. Within the ranges ``fspo_config`` allows
+(``knowrl_fact_weight`` and ``fapo_penalty`` at most the right-wrong gap of 1), no wrong answer can score above a
+right one on the same prompt.
 """
 
 from __future__ import annotations
 
-from fspo.fapo import fapo_reward
-from fspo.knowrl import knowrl_reward
+from fspo.fapo import RIGHT_SCORE, WRONG_SCORE, fapo_reward
+from fspo.knowrl import correctness_reward, knowrl_reward
 
 
-def added_reward(settings, supported: int, unsupported: int, correct: bool) -> float:
-    """What ``settings.mode`` (an :class:`fspo.config.fspo_config.FSPOConfig`) adds to the outcome reward of a
-    rollout with these judged step counts and answer correctness."""
+def base_reward(settings, outcome_score: float, correct: bool, refused: bool = False) -> float:
+    """The reward before the step verdicts: the scorer's score in mode ``fspo``, binary correctness otherwise
+    (KnowRL's refusal between wrong and right)."""
+    if settings.mode == "knowrl":
+        return correctness_reward(correct, refused)
+    if settings.mode == "fapo":
+        return RIGHT_SCORE if correct else WRONG_SCORE
+    return outcome_score
+
+
+def added_reward(settings, supported: int, unsupported: int, correct: bool, refused: bool = False) -> float:
+    """What ``settings.mode`` (an :class:`fspo.config.fspo_config.FSPOConfig`) adds to :func:`base_reward` for a
+    rollout with these judged step counts, answer correctness and refusal (mode knowrl only)."""
     if settings.mode == "knowrl":
         return knowrl_reward(
             supported,
@@ -22,8 +37,18 @@ def added_reward(settings, supported: int, unsupported: int, correct: bool) -> f
             weight=settings.knowrl_fact_weight,
             gamma=settings.knowrl_length_gamma,
             wrong_answers_only=settings.knowrl_wrong_answers_only,
+            refused=refused,
         )
     if settings.mode == "fapo":
         return fapo_reward(correct, unsupported, settings.fapo_penalty)
     judged = supported + unsupported
     return settings.step_reward_weight * (supported - unsupported) / judged if judged else 0.0
+
+
+def rollout_reward(
+    settings, outcome_score: float, correct: bool, supported: int, unsupported: int, refused: bool = False
+) -> float:
+    """A rollout's reward in ``settings.mode``: :func:`base_reward` + :func:`added_reward`."""
+    return base_reward(settings, outcome_score, correct, refused) + added_reward(
+        settings, supported, unsupported, correct, refused
+    )

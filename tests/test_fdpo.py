@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import json
 import math
+import random
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fspo.data.synthetic import make_example
 from fspo.fdpo.cli import main as fdpo_main
-from fspo.fdpo.pairs import Sample, flip, hallucination_label, preference_pairs
+from fspo.fdpo.loss import FDPO_BETA, FDPO_LAMBDA, fdpo_loss
+from fspo.fdpo.pairs import Sample, flip, hallucination_label, pair_row, preference_pairs, variant_pair, variant_sources
+from fspo.fdpo.variants import evidence_entities, swap_corruption
+from fspo.steps import reasoning_steps
 
 EVIDENCE = "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell."
 FACTUAL_RIGHT = "<think> Stesta Bagu works for Vigio Shipping. </think> <answer> Piobrdell </answer>"
@@ -87,6 +92,52 @@ def test_a_chosen_response_is_never_less_factual(group, max_pairs):
             assert pair.chosen.score < pair.rejected.score and pair.margin_weight == 1
 
 
+def test_a_variant_is_the_authors_inverted_pair_then_flipped():
+    """VectorInstitute/Factual-Preference-Alignment, src/aixpert/data_construction/utils/synthetic_utils.py lines
+    52-58: a synthetic variant enters as ``chosen = corrupted, rejected = factual, h_w = 1, h_l = 0``; data_utils.py
+    lines 120-125 flip a (1, 0) pair: the factual response chosen, h_w = 0, h_l = 1, so the margin acts."""
+    factual = Sample("factual", 0.5, 0)
+    pair = variant_pair(factual, "corrupted")
+    assert (pair.chosen, pair.rejected, pair.flipped, pair.margin_weight) == (
+        factual,
+        Sample("corrupted", 0.5, 1),
+        True,
+        1,
+    )
+    assert pair_row("q", pair, "synthetic_inversion")["source"] == "synthetic_inversion"
+    assert variant_sources([Sample("a", 0.2, 0), Sample("b", 1.0, 1), Sample("c", 0.9, 0)], 1) == [Sample("c", 0.9, 0)]
+    with pytest.raises(ValueError, match="rewrites a factual response"):
+        variant_pair(Sample("h", 1.0, 1), "x")
+
+
+def sentences(text: str) -> list[str]:
+    return [step.text for step in reasoning_steps(f"<think> {text} </think>")]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1))
+def test_swap_corruption_falsifies_2_to_3_steps_of_a_synthetic_world(world_seed, seed):
+    """Over generated synthetic worlds: a response reasoning through the gold facts gets 2-3 of its steps (all of
+    them when fewer) rewritten, each no longer a sentence of the evidence (an entity swapped, the object where it
+    can be), and nothing outside the reasoning changes."""
+    example = make_example(random.Random(world_seed))
+    response = f"<think> {' '.join(example.gold_facts)} </think> <answer> {example.ground_truth} </answer>"
+    corrupted = swap_corruption(response, example.evidence, random.Random(seed))
+    assert corrupted is not None and corrupted.endswith(f"</think> <answer> {example.ground_truth} </answer>")
+    before, after = sentences(" ".join(example.gold_facts)), [s.text for s in reasoning_steps(corrupted)]
+    assert len(before) == len(after)
+    changed = [new for old, new in zip(before, after) if old != new]
+    assert min(2, len(before)) <= len(changed) <= 3
+    facts = set(sentences(example.evidence))
+    assert not facts & set(changed)
+
+
+def test_swap_corruption_needs_an_entity_to_swap():
+    assert swap_corruption("<think> It rains. </think> <answer> x </answer>", EVIDENCE, random.Random(0)) is None
+    assert swap_corruption(FACTUAL_RIGHT, "", random.Random(0)) is None
+    assert evidence_entities("The Vigio Shipping firm. In 1873 Anna left.") == ["Vigio Shipping", "1873", "Anna"]
+
+
 @pytest.fixture(scope="module")
 def tiny_policy(tmp_path_factory):
     from fspo_testing.tiny_model import build_tiny_model
@@ -94,32 +145,37 @@ def tiny_policy(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("fdpo") / "policy")
 
 
-def test_fdpo_loss_at_the_reference_is_softplus_of_the_margin(tiny_policy, tmp_path):
-    """Before any update the policy is its reference, every log-ratio is 0, and F-DPO's loss is
-    -log sigmoid(0 - m * w) = log(1 + e^(m w)): log 2 (DPO) for equal factuality."""
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import DPOConfig
+def test_fdpo_loss_by_hand_is_the_authors_formula():
+    """VectorInstitute/Factual-Preference-Alignment, src/aixpert/training/training/factualdpo_trainer.py, line 1347
+    (``logits = logits - (h_l - h_w) * Delta``) and line 1367 (``-F.logsigmoid(self.beta * logits)``): the margin
+    sits inside beta. With beta 0.1, lambda 10, m = 3, dh = 1: -log sigmoid(0.1 * (3 - 10)) = log(1 + e^0.7)."""
+    assert fdpo_loss(3.0, 0.1, 10.0, h_chosen=0, h_rejected=1) == pytest.approx(math.log1p(math.exp(0.7)), abs=1e-12)
+    assert fdpo_loss(3.0, 0.1, 10.0, h_chosen=1, h_rejected=1) == pytest.approx(math.log1p(math.exp(-0.3)), abs=1e-12)
+    assert fdpo_loss(-1e6, 0.1, 10.0, 0, 1) == pytest.approx(1e5 + 1.0)  # no overflow at large logits
 
-    from fspo.fdpo.trainer import FDPOTrainer
 
+def test_fdpo_train_at_its_defaults_computes_the_authors_loss(tiny_policy, tmp_path):
+    """`fspo fdpo train`'s defaults are the authors' config (src/aixpert/training/config/config.yaml: beta 0.1 at
+    line 59; lambda swept over ``deltas`` at line 40, 10 in their README's example) and its trainer's loss is
+    factualdpo_trainer.py line 1347 + 1367 on a hand-worked pair: the reference raised by 3 nats on the rejected
+    response makes m = 3 exactly (policy = reference before an update), so a pair with dh = 1 costs
+    log(1 + e^0.7) and a pair with dh = 0 costs log(1 + e^-0.3)."""
+    from fspo.fdpo.cli import build_parser, train_settings
+    from fspo.fdpo.trainer import build_trainer
+
+    defaults = train_settings(build_parser().parse_args(["train", "--model", "m", "--pairs", "p", "--out", "o"]))
+    assert (defaults["beta"], defaults["factuality_lambda"]) == (FDPO_BETA, FDPO_LAMBDA) == (0.1, 10.0)
     pairs = [
         {"prompt": "Q: where? A:", "chosen": " Paris.", "rejected": " Mars.", "fdpo_margin_weight": 1},
         {"prompt": "Q: who? A:", "chosen": " Ann.", "rejected": " Bob.", "fdpo_margin_weight": 0},
     ]
-    config = DPOConfig(
-        output_dir=str(tmp_path), beta=0.1, precompute_ref_log_probs=True, per_device_train_batch_size=2, use_cpu=True
-    )
-    trainer = FDPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(str(tiny_policy), dtype=torch.float32),
-        args=config,
-        train_dataset=Dataset.from_list(pairs),
-        processing_class=AutoTokenizer.from_pretrained(str(tiny_policy)),
-        margin=2.0,
-    )
+    trainer = build_trainer(tiny_policy, pairs, tmp_path, **{**defaults, "batch_size": 2})
     batch = next(iter(trainer.get_train_dataloader()))
-    loss = float(trainer.compute_loss(trainer.model, batch))
-    assert loss == pytest.approx((math.log1p(math.exp(2.0)) + math.log(2.0)) / 2, abs=1e-4)
+    batch["ref_rejected_logps"] = batch["ref_rejected_logps"] + 3.0
+    loss = float(trainer.compute_loss(trainer.model, batch).detach())
+    by_hand = (math.log1p(math.exp(0.7)) + math.log1p(math.exp(-0.3))) / 2
+    authors = (fdpo_loss(3.0, 0.1, 10.0, 0, 1) + fdpo_loss(3.0, 0.1, 10.0, 0, 0)) / 2
+    assert loss == pytest.approx(by_hand, abs=1e-5) and authors == pytest.approx(by_hand, abs=1e-12)
 
 
 def test_build_pairs_then_train_gives_a_model_evaluate_loads(tiny_policy, tmp_path, capsys):
@@ -137,13 +193,17 @@ def test_build_pairs_then_train_gives_a_model_evaluate_loads(tiny_policy, tmp_pa
     pairs = tmp_path / "pairs.jsonl"
     assert fdpo_main(["build-pairs", str(predictions), "--verifier", "lexical", "--out", str(pairs)]) == 0
     rows = [json.loads(line) for line in pairs.read_text().splitlines()]
-    # The hallucinated right answer loses to both factual responses (to the wrong one by a flip).
-    assert [(r["chosen"], r["rejected"], r["flipped"], r["fdpo_margin_weight"]) for r in rows] == [
-        (FACTUAL_WRONG, HALLUCINATED_RIGHT, True, 1),
-        (FACTUAL_RIGHT, HALLUCINATED_RIGHT, False, 1),
-        (FACTUAL_RIGHT, FACTUAL_WRONG, False, 0),
+    # The hallucinated right answer loses to both factual responses (to the wrong one by a flip); the best factual
+    # response gets a synthetic variant, its employer swapped for the other name the evidence gives.
+    variant = FACTUAL_RIGHT.replace("works for Vigio Shipping", "works for Piobrdell")
+    assert [(r["chosen"], r["rejected"], r["flipped"], r["fdpo_margin_weight"], r["source"]) for r in rows] == [
+        (FACTUAL_WRONG, HALLUCINATED_RIGHT, True, 1, "sampled"),
+        (FACTUAL_RIGHT, HALLUCINATED_RIGHT, False, 1, "sampled"),
+        (FACTUAL_RIGHT, FACTUAL_WRONG, False, 0, "sampled"),
+        (FACTUAL_RIGHT, variant, True, 1, "synthetic_inversion"),
     ]
-    assert "3 pairs from 1 prompts" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "4 pairs from 1 prompts" in out and "2 pairs flipped, 3 with a factuality margin; 1 synthetic" in out
     out = tmp_path / "model"
     args = ["train", "--model", str(tiny_policy), "--pairs", str(pairs), "--out", str(out), "--lr", "1e-3"]
     assert fdpo_main([*args, "--batch-size", "4", "--max-length", "64"]) == 0
@@ -153,6 +213,38 @@ def test_build_pairs_then_train_gives_a_model_evaluate_loads(tiny_policy, tmp_pa
     assert any(not torch.equal(trained[name], base[name]) for name in base)
     generator = build_generator(out, GenerationSettings(max_new_tokens=2), backend="hf")
     assert len(generator.generate(["Where?"])[0]) == 1
+
+
+def test_llm_variants_are_the_authors_rewrite_over_a_chat_server(chat_server, tmp_path, capsys):
+    """--variants llm sends F-DPO's corruption prompts (utils/prompt_templates.py lines 40-57) for the best factual
+    response of each prompt and enters the reply as an inverted pair, flipped."""
+    rewrite = "<think> Stesta Bagu works for Tarsk Mining. </think> <answer> Piobrdell </answer>"
+    server = chat_server(lambda body: rewrite)
+    predictions = tmp_path / "predictions.jsonl"
+    record = {
+        "index": 0,
+        "prompt": "<rendered>",
+        "question": "Where is the employer of Stesta Bagu headquartered?",
+        "evidence": EVIDENCE,
+        "responses": [HALLUCINATED_RIGHT, FACTUAL_RIGHT],
+        "sample_scores": [1.0, 1.0],
+    }
+    predictions.write_text(json.dumps(record) + "\n")
+    pairs = tmp_path / "pairs.jsonl"
+    args = ["build-pairs", str(predictions), "--verifier", "lexical", "--out", str(pairs), "--variants", "llm"]
+    assert fdpo_main([*args, "--variant-url", server.url]) == 0
+    rows = [json.loads(line) for line in pairs.read_text().splitlines()]
+    assert (rows[-1]["chosen"], rows[-1]["rejected"], rows[-1]["flipped"], rows[-1]["source"]) == (
+        FACTUAL_RIGHT,
+        rewrite,
+        True,
+        "synthetic_inversion",
+    )
+    (request,) = server.requests
+    system, user = request["body"]["messages"]
+    assert system["content"].startswith("You are a factual corruption generator.")
+    assert user["content"].startswith(f"PROMPT:\n{record['question']}\n\nCORRECT ANSWER:\n{FACTUAL_RIGHT}")
+    assert "1 synthetic hallucinated variants (llm)" in capsys.readouterr().out
 
 
 def test_bad_inputs_get_one_line(tmp_path, capsys):

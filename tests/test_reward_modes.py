@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-from fspo.config.fspo_config import FSPOConfig, fspo_config
+from fspo.config.fspo_config import fspo_config
 from fspo.config.vocabulary import ConfigError
 from fspo.fapo import (
     fapo_reward,
@@ -27,10 +27,19 @@ from fspo.fapo import (
     refinement_groups,
     rollout_groups,
 )
-from fspo.knowrl import fact_score, knowrl_reward, length_penalty
+from fspo.knowrl import (
+    KNOWRL_REFUSAL,
+    KNOWRL_RIGHT,
+    KNOWRL_WRONG,
+    fact_score,
+    is_refusal,
+    knowrl_reward,
+    length_penalty,
+    on_unit_scale,
+)
 from fspo.reward import FSPORewardManager
 from fspo.reward_extra_info import RolloutStats, step_metrics
-from fspo.reward_modes import added_reward
+from fspo.reward_modes import added_reward, rollout_reward
 from fspo_testing.rollouts import single_rollout
 
 EVIDENCE = "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell."
@@ -43,18 +52,63 @@ BAD = " Gorlan Pex sells blue apples. The moon base orbits Jupiter quickly.\n</t
 # --- KnowRL -------------------------------------------------------------------------------------------------
 
 
+def knowrl_released(grade: float, refusal: bool, fact: float) -> float:
+    """KnowRL's released reward on its own scale, as a fact about zjunlp/KnowRL (not its code):
+    ``combined_reward.py`` lines 38-39, a wrong (-1), non-refusing answer gets -1 + FActScore; a right (+2) or
+    refused (+1) one keeps its grade (``correct_reward.py`` lines 81-86)."""
+    return grade + fact if grade == KNOWRL_WRONG and not refusal else grade
+
+
 def test_knowrl_fact_score_by_hand():
-    # FActScore as KnowRL calls it (gamma=10): 3 of 4 facts supported -> 0.75 x exp(1 - 10/4).
+    """zjunlp/KnowRL ``train/reward_function/FActScore/factscore/factscorer.py`` lines 727-733: the mean of the
+    facts' is_supported times ``exp(1 - gamma / len(facts))`` for len(facts) <= gamma, gamma = 10
+    (``fact_reward.py`` line 125)."""
     assert fact_score(3, 1, gamma=10) == pytest.approx(0.75 * math.exp(-1.5))
     # More than gamma facts: no length penalty.
     assert fact_score(9, 3, gamma=10) == pytest.approx(0.75)
     assert fact_score(0, 0) == 0.0 and fact_score(2, 0, gamma=0) == 1.0
-    # Weight 1/3 = KnowRL's weight 1 over its correctness gap (+2 right, -1 wrong), on 0-1 outcome scores.
-    assert FSPOConfig().knowrl_fact_weight == pytest.approx(1 / (2 - (-1)))
-    assert knowrl_reward(9, 3, correct=True, weight=1 / 3) == pytest.approx(0.25)
-    # The released code adds it to wrong answers only.
-    assert knowrl_reward(9, 3, correct=True, weight=1 / 3, wrong_answers_only=True) == 0.0
-    assert knowrl_reward(9, 3, correct=False, weight=1 / 3, wrong_answers_only=True) == pytest.approx(0.25)
+
+
+def test_knowrl_reward_by_hand_from_its_released_code():
+    """zjunlp/KnowRL ``train/reward_function/combined_reward.py`` line 38-39 (``if llm_reward == -1 and not
+    is_refusal: final_rewards[i] = -1 + fact_score``) with the grades of ``correct_reward.py`` lines 81-86 (+2, -1,
+    +1): a wrong answer with 3 of 4 facts supported gets -1 + 0.75 e^-1.5 = -0.83265; here (r + 1) / 3 = 0.05578.
+    A right answer keeps +2 -> 1 and a refusal +1 -> 2/3, whatever their facts."""
+    config = fspo_config({"fspo": {"mode": "knowrl"}})
+    assert config.knowrl_wrong_answers_only and config.claims_only
+    # Weight 1/3 = KnowRL's weight 1 over its correctness gap (+2 right, -1 wrong), on 0-1 scores.
+    assert config.knowrl_fact_weight == pytest.approx(1 / (KNOWRL_RIGHT - KNOWRL_WRONG))
+    wrong = rollout_reward(config, 0.9, correct=False, supported=3, unsupported=1)
+    assert knowrl_released(-1.0, False, 0.75 * math.exp(-1.5)) == pytest.approx(-0.832652, abs=1e-6)
+    assert wrong == pytest.approx(0.055783, abs=1e-6) == on_unit_scale(-1 + 0.75 * math.exp(-1.5))
+    assert rollout_reward(config, 1.0, correct=True, supported=3, unsupported=1) == 1.0
+    assert rollout_reward(config, 0.0, correct=False, supported=3, unsupported=1, refused=True) == pytest.approx(2 / 3)
+    # The issue's case: a wrong answer at F1 0.9 with fully supported steps no longer outscores a right one.
+    assert rollout_reward(config, 0.9, correct=False, supported=12, unsupported=0) == pytest.approx(1 / 3)
+
+
+@given(
+    st.sampled_from([KNOWRL_RIGHT, KNOWRL_WRONG, KNOWRL_REFUSAL]),
+    st.integers(0, 30),
+    st.integers(0, 30),
+    st.floats(0, 1),
+)
+def test_knowrl_mode_is_the_released_reward_on_a_unit_scale(grade, supported, unsupported, outcome_f1):
+    """Every rollout's reward in mode knowrl (defaults) is KnowRL's released reward mapped by (r + 1) / 3, whatever
+    the outcome's F1; a positive affine map, so GRPO's advantages are KnowRL's."""
+    refused = grade == KNOWRL_REFUSAL
+    config = fspo_config({"fspo": {"mode": "knowrl"}})
+    ours = rollout_reward(config, outcome_f1, grade == KNOWRL_RIGHT, supported, unsupported, refused)
+    theirs = knowrl_released(grade, refused, fact_score(supported, unsupported))
+    assert ours == pytest.approx(on_unit_scale(theirs), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "answer, refused",
+    [("I don't know.", True), ("Unknown", True), ("  i do NOT know ", True), ("Piobrdell", False), (None, False)],
+)
+def test_refusals_are_abstentions(answer, refused):
+    assert is_refusal(answer) is refused
 
 
 @given(st.integers(0, 60), st.integers(0, 60), st.floats(0, 30))
@@ -74,6 +128,54 @@ def test_length_penalty_grows_to_one(facts, gamma):
     assert length_penalty(facts, gamma) == 1.0 or facts <= gamma
 
 
+# --- no setting ranks a wrong answer above a right one -------------------------------------------------------
+
+# One rollout of a prompt's group: outcome F1, exact match, judged steps (supported, unsupported), a refusal.
+f1_rollouts = st.tuples(st.floats(0, 1), st.booleans(), st.integers(0, 25), st.integers(0, 25), st.booleans())
+mode_settings = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "mode": st.just("knowrl"),
+            "knowrl_fact_weight": st.floats(0, 1),
+            "knowrl_length_gamma": st.floats(0, 30),
+            "knowrl_wrong_answers_only": st.booleans(),
+            "skip_non_claims": st.sampled_from([None, True, False]),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "mode": st.just("fapo"),
+            "fapo_penalty": st.floats(0, 1),
+            "skip_non_claims": st.sampled_from([None, True, False]),
+        }
+    ),
+)
+
+
+@given(mode_settings, st.lists(f1_rollouts, min_size=2, max_size=8))
+def test_no_setting_ranks_a_wrong_answer_above_a_right_one(block, group):
+    """Over generated groups scored by answer F1 (a right answer is an exact match, F1 1; a wrong one any F1),
+    every setting fspo_config accepts for modes knowrl and fapo keeps each wrong answer at or below each right one."""
+    config = fspo_config({"fspo": block})
+    right, wrong = [], []
+    for f1, exact, supported, unsupported, refusal in group:
+        info = {"score": 1.0 if exact else f1, "acc": float(exact), "f1": 1.0 if exact else f1}
+        correct = is_correct(info, info["score"])
+        reward = rollout_reward(config, info["score"], correct, supported, unsupported, refusal and not correct)
+        (right if correct else wrong).append(reward)
+    assume(right and wrong)
+    assert max(wrong) <= min(right)
+
+
+@pytest.mark.parametrize("key", ["knowrl_fact_weight", "fapo_penalty"])
+def test_a_weight_above_the_right_wrong_gap_is_refused(key):
+    """The bound is tight: at weight 1.5 a wrong answer with every step supported (KnowRL) would score 1.5 > 1, and
+    a flawed positive (FAPO) -0.5 < 0."""
+    with pytest.raises(ConfigError, match=f"^fspo.{key} must be at most 1 .*got 1.5"):
+        fspo_config({"fspo": {key: 1.5}})
+    assert knowrl_reward(20, 0, correct=False, weight=1.5) == 1.5 and fapo_reward(True, 1, penalty=1.5) == -1.5
+
+
 # --- FAPO ---------------------------------------------------------------------------------------------------
 
 
@@ -85,15 +187,22 @@ def grpo_advantages(rewards: list[float]) -> list[float]:
     return advantages[:, 0].tolist()
 
 
-def test_fapo_majority_guided_penalty_by_hand():
-    # FAPO's +-1 rewards: lambda = 1 (its recipe's FLAWED_REWARD_PENALTY); this project's 0-1 scores: 0.5.
+def test_fapo_reward_by_hand_from_its_recipe():
+    """verl-recipe ``fapo/reward_fn_reasoning.py``: +1 right / -1 wrong (line 110), a flawed positive (GenRM's
+    ``\\boxed{k}``, k != -1, line 142) loses ``FLAWED_REWARD_PENALTY = 1.0`` (lines 74, 147): 1, 0, -1, here
+    (r + 1) / 2 = 1, 0.5, 0."""
     assert majority_guided_penalty(1.0, -1.0) == 1.0 and majority_guided_penalty() == 0.5
-    assert FSPOConfig().fapo_penalty == majority_guided_penalty()
-    assert fapo_reward(correct=True, unsupported_steps=1, penalty=0.5) == -0.5
+    config = fspo_config({"fspo": {"mode": "fapo"}})
+    assert config.fapo_penalty == majority_guided_penalty() and config.claims_only
+    rewards = [rollout_reward(config, f1, c, 2, u) for f1, c, u in [(1.0, True, 0), (1.0, True, 1), (0.6, False, 1)]]
+    assert rewards == [(1 + 1) / 2, (1 - 1 + 1) / 2, (-1 + 1) / 2]
     assert fapo_reward(correct=True, unsupported_steps=0) == 0.0 and fapo_reward(False, 3) == 0.0
-    # Warm-up: 1 fully correct, 1 flawed, 2 failed -> rewards 1, 0.5, 0, 0: the flawed positive is still above
-    # the group mean (0.375) and reinforced.
-    assert grpo_advantages([1.0, 0.5, 0.0, 0.0])[1] > 0
+    # The issue's group scored by F1: 1 right, 1 flawed, 2 failed at F1 0.6. On F1 rewards (1, 0.5, 0.6, 0.6) the
+    # flawed positive is already pushed down while failed rollouts outnumber right ones; on FAPO's binary
+    # rewards (1, 0.5, 0, 0) it is still reinforced (the warm-up stage).
+    assert grpo_advantages([1.0, 0.5, 0.6, 0.6])[1] < 0
+    group = [(1.0, True, 0), (1.0, True, 1), (0.6, False, 0), (0.6, False, 0)]
+    assert grpo_advantages([rollout_reward(config, f1, c, 2, u) for f1, c, u in group])[1] > 0
     # Refinement: 2 fully correct, 1 flawed, 1 failed -> mean 0.625: the flawed positive is pushed down.
     assert grpo_advantages([1.0, 1.0, 0.5, 0.0])[2] < 0
     assert refinement_groups([[(True, False), (True, True), (False, False), (False, False)]]) == 0.0
@@ -101,22 +210,33 @@ def test_fapo_majority_guided_penalty_by_hand():
 
 
 @settings(deadline=None, max_examples=60)
-@given(st.integers(0, 6), st.integers(1, 3), st.integers(0, 6))
-def test_fapo_penalty_switches_on_when_correct_outnumber_failed(fully_correct, flawed, failed):
-    """Under GRPO, with the majority-guided penalty, a flawed positive's advantage is negative exactly when
-    fully correct rollouts outnumber failed ones (FAPO's activation), positive when fewer, 0 when as many."""
+@given(
+    st.integers(0, 6),
+    st.integers(1, 3),
+    st.lists(st.floats(0, 0.99), max_size=6),
+    st.sampled_from([0.25, 0.5, 0.75, 1.0]),
+)
+def test_fapo_penalty_switches_on_when_correct_outnumber_failed(fully_correct, flawed, failed_f1, penalty):
+    """Under verl's GRPO, on groups whose failed rollouts carry any F1, a flawed positive's advantage has the sign
+    of b (1 - lambda) - a lambda (a fully correct, b failed): at FAPO's lambda = 0.5 negative exactly when fully
+    correct rollouts outnumber failed ones (its activation), positive when fewer, 0 when as many."""
+    failed = len(failed_f1)
     assume(fully_correct + flawed + failed >= 2)  # verl's GRPO gives a lone rollout no baseline
-    right, wrong = 1.0, 0.0
-    rewards = [right] * fully_correct + [right + fapo_reward(True, 1)] * flawed + [wrong] * failed
+    config = fspo_config({"fspo": {"mode": "fapo", "fapo_penalty": penalty}})
+    group = [(1.0, True, 0)] * fully_correct + [(1.0, True, 1)] * flawed + [(f1, False, 1) for f1 in failed_f1]
+    rewards = [rollout_reward(config, f1, correct, 3, unsupported) for f1, correct, unsupported in group]
     advantage = grpo_advantages(rewards)[fully_correct]
-    if fully_correct > failed:
-        assert advantage < 0
-    elif fully_correct < failed:
+    sign = failed * (1 - penalty) - fully_correct * penalty
+    if sign > 0:
         assert advantage > 0
+    elif sign < 0:
+        assert advantage < 0
     else:
         assert advantage == pytest.approx(0.0, abs=1e-5)
-    group = [(True, False)] * fully_correct + [(True, True)] * flawed + [(False, False)] * failed
-    assert refinement_groups([group]) == float(fully_correct > failed)
+    if penalty == 0.5:
+        assert (advantage < -1e-6) == (fully_correct > failed)
+        flags = [(True, False)] * fully_correct + [(True, True)] * flawed + [(False, False)] * failed
+        assert refinement_groups([flags]) == float(fully_correct > failed)
 
 
 def test_correctness_and_flawed_positives():
@@ -194,13 +314,29 @@ def run_manager(tokenizer, response: str, **fspo) -> dict:
     return asyncio.run(FSPORewardManager(config, tokenizer, compute_score=None).run_single(data))
 
 
-def test_knowrl_mode_adds_the_factuality_reward(qwen_tokenizer):
-    good = run_manager(qwen_tokenizer, GOOD, mode="knowrl")
-    # 2 supported steps of 2: share 1 x exp(1 - 10/2), weight 1/3, on the right answer's 1.0.
-    assert good["reward_score"] == pytest.approx(1.0 + math.exp(-4) / 3)
-    flawed = run_manager(qwen_tokenizer, FLAWED, mode="knowrl", knowrl_length_gamma=0.0)
-    assert flawed["reward_score"] == pytest.approx(1.0 + 0.5 / 3)
-    assert flawed["reward_extra_info"]["fspo_step_reward"] == pytest.approx(0.5 / 3)
+# A wrong answer by exact match that token F1 scores 2/3, reached through supported steps only.
+PARTLY_RIGHT = " Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell.\n</think> <answer> Piobrdell city </answer>"
+REFUSAL = " Let me think. Stesta Bagu works for Vigio Shipping.\n</think> <answer> I don't know </answer>"
+
+
+def test_knowrl_mode_rewards_as_its_released_code(qwen_tokenizer):
+    # A right answer: KnowRL's +2 -> 1, no factuality reward (combined_reward.py line 38).
+    assert run_manager(qwen_tokenizer, GOOD, mode="knowrl")["reward_score"] == pytest.approx(1.0)
+    assert run_manager(qwen_tokenizer, FLAWED, mode="knowrl")["reward_score"] == pytest.approx(1.0)
+    # Wrong by exact match (F1 2/3 does not enter): 2 supported steps of 2, share 1 x exp(1 - 10/2), weight 1/3.
+    partly = run_manager(qwen_tokenizer, PARTLY_RIGHT, mode="knowrl")
+    assert partly["reward_extra_info"]["f1"] == pytest.approx(2 / 3)
+    assert partly["reward_score"] == pytest.approx(math.exp(-4) / 3)
+    assert partly["reward_extra_info"]["fspo_step_reward"] == pytest.approx(math.exp(-4) / 3)
+    # A refusal: KnowRL's +1 -> 2/3 and no factuality reward; "Let me think." is no claim and goes unjudged.
+    refusal = run_manager(qwen_tokenizer, REFUSAL, mode="knowrl")
+    assert refusal["reward_score"] == pytest.approx(2 / 3) and refusal["reward_extra_info"]["fspo_steps"] == 1.0
+    # The variant off the released code: every non-refusing answer gains it.
+    every = run_manager(qwen_tokenizer, GOOD, mode="knowrl", knowrl_wrong_answers_only=False)
+    assert every["reward_score"] == pytest.approx(1.0 + math.exp(-4) / 3)
+    # FSPO's mode keeps the F1 score and judges every step.
+    fspo = run_manager(qwen_tokenizer, REFUSAL)
+    assert fspo["reward_score"] == 0.0 and fspo["reward_extra_info"]["fspo_steps"] == 2.0
 
 
 def test_fapo_mode_penalises_a_flawed_positive_only(qwen_tokenizer):
@@ -210,3 +346,5 @@ def test_fapo_mode_penalises_a_flawed_positive_only(qwen_tokenizer):
     assert run_manager(qwen_tokenizer, GOOD, mode="fapo")["reward_score"] == pytest.approx(1.0)
     bad = run_manager(qwen_tokenizer, BAD, mode="fapo")
     assert bad["reward_score"] == 0.0 and bad["reward_extra_info"]["fspo_flawed_positive"] == 0.0
+    # Wrong by exact match: 0, not its F1 of 2/3.
+    assert run_manager(qwen_tokenizer, PARTLY_RIGHT, mode="fapo")["reward_score"] == 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from fspo.config.verifier import verifier_config
 from fspo.verifiers import build_verifier
-from fspo.verifiers.llm_judge import chat_url, parse_verdict
+from fspo.verifiers.llm_judge import chat_url, first_error_scores, parse_first_error, parse_verdict
 
 
 def evidence_judge():
@@ -183,3 +184,56 @@ def test_requests_in_flight_are_bounded_by_max_concurrency(judge_server):
     # Four one-second requests, two at a time: two rounds.
     assert 1.9 <= elapsed < 3.5, elapsed
     verifier.close()
+
+
+# --- FAPO-GenRM's reply format (reply_format=first_error) -----------------------------------------------------
+
+
+def test_first_error_index_by_hand_from_fapo():
+    """verl-recipe fapo/reward_fn_genrm.py lines 20-32: the last \\boxed{} of the reply, an int, kept when -1 or
+    0 <= k < total_steps; fapo/reward_fn_reasoning.py lines 140-144: no valid index counts as no error."""
+    assert parse_first_error("Step 1 is wrong. \\boxed{1}", 4) == 1
+    assert parse_first_error("<think>\\boxed{0}</think> All fine: \\boxed{-1}", 4) == -1
+    assert parse_first_error("\\boxed{4}", 4) is None and parse_first_error("\\boxed{-2}", 4) is None
+    assert parse_first_error("no index", 4) is None
+    # Steps before the first error supported, the error unsupported, the rest unknown to the GenRM.
+    assert first_error_scores(1, 4)[:2] == [1.0, 0.0] and all(map(math.isnan, first_error_scores(1, 4)[2:]))
+    assert first_error_scores(-1, 3) == [1.0, 1.0, 1.0] and all(map(math.isnan, first_error_scores(None, 2)))
+
+
+@given(st.one_of(st.none(), st.integers(-1, 9)), st.integers(1, 10))
+def test_a_solution_is_flawed_exactly_when_the_genrm_names_a_step(index, steps):
+    """FAPO (reward_fn_reasoning.py line 142): flawed iff the index is not -1; here: some step scores 0."""
+    index = index if index is None or index < steps else None
+    scores = first_error_scores(index, steps)
+    assert len(scores) == steps and scores.count(0.0) == (index is not None and index >= 0)
+
+
+def genrm_judge(body: dict) -> str:
+    """A GenRM that names the first step with a word the evidence lacks (0-based, -1 for none)."""
+    user = body["messages"][-1]["content"]
+    evidence = user.split("[Evidence]\n\n", 1)[1].split("\n\n[AI Solution]", 1)[0]
+    solution = user.split("[AI Solution]\n\n", 1)[1].split("\n\nYour task", 1)[0]
+    for line in solution.split("\n\n"):
+        label, step = line.split(": ", 1)
+        if not all(word in evidence for word in step.split()):
+            return f"<think>checking \\boxed{{-1}}</think> The earliest error: \\boxed{{{label.split()[1]}}}"
+    return "No error found. \\boxed{-1}"
+
+
+def test_llm_judge_as_fapo_genrm_over_a_chat_server(chat_server):
+    """One request per solution (a run of pairs with one evidence), FAPO's prompt, its index read back."""
+    server = chat_server(genrm_judge)
+    verifier = build_verifier(verifier_config({"name": "llm_judge", "url": server.url, "reply_format": "first_error"}))
+    ev1, ev2 = "Ann works for Vigio. Vigio is in Tarsk.", "Bo was born in Ombria."
+    pairs = [(ev1, "Ann works for Vigio."), (ev1, "Vigio is in Mars."), (ev1, "Ann is in Tarsk."), (ev2, "Bo born")]
+    scores = verifier.score(pairs)
+    assert scores[:2] == [1.0, 0.0] and math.isnan(scores[2]) and scores[3] == 1.0
+    assert len(server.requests) == 2
+    assert (
+        "return the index of the step where the earliest error occurs"
+        in server.requests[0]["body"]["messages"][0]["content"]
+    )
+    assert asyncio.run(verifier.ascore(pairs[3:])) == [1.0]
+    with pytest.raises(Exception, match="reply_format must be verdict, first_error or null"):
+        verifier_config({"name": "llm_judge", "url": server.url, "reply_format": "boxed"})

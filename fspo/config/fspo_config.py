@@ -21,6 +21,9 @@ from fspo.config.convert import to_dataclass
 from fspo.config.verifier import VerifierConfig
 from fspo.config.vocabulary import OUTSIDE_LABELS, REWARD_MODES, ConfigError
 
+# A right answer's reward minus a wrong one's in modes knowrl and fapo (fspo.reward_modes).
+RIGHT_WRONG_GAP = 1.0
+
 
 @dataclass
 class FSPOConfig(BaseConfig):
@@ -52,27 +55,30 @@ class FSPOConfig(BaseConfig):
         default=1.0 / 3.0,  # fspo.knowrl says why
         metadata={
             "help": "mode knowrl: the weight of the factuality reward (share of supported steps x FActScore's length "
-            "penalty). 1/3 = KnowRL's weight 1 over its correctness gap of 3 (+2 right, -1 wrong), on 0-1 outcome scores."
+            "penalty). 1/3 = KnowRL's weight 1 over its correctness gap of 3 (+2 right, -1 wrong), on 0-1 scores; "
+            "at most 1, so that no wrong answer scores above a right one."
         },
     )
     knowrl_length_gamma: float = field(
         default=10.0,
         metadata={
-            "help": "mode knowrl: FActScore's length penalty exp(1 - gamma/n) for n <= gamma steps (KnowRL: 10; 0 = off)."
+            "help": "mode knowrl: FActScore's length penalty exp(1 - gamma/n) for n <= gamma judged steps (KnowRL: 10 "
+            "atomic facts; 0 = off)."
         },
     )
     knowrl_wrong_answers_only: bool = field(
-        default=False,
+        default=True,
         metadata={
-            "help": "mode knowrl: add the factuality reward to wrong answers only, as KnowRL's released code "
-            "(false: to every rollout, as its paper)."
+            "help": "mode knowrl: add the factuality reward to wrong, non-refusing answers only, as KnowRL's released "
+            "code (false: to every non-refusing answer, which no released version does)."
         },
     )
     fapo_penalty: float = field(
         default=0.5,  # fspo.fapo.majority_guided_penalty()
         metadata={
-            "help": "mode fapo: subtracted from a flawed positive's outcome reward (right answer, an unsupported step). "
-            "0.5 = FAPO's majority-guided weight, half the right-wrong gap of 0-1 outcome scores (1.0 for +-1 scores)."
+            "help": "mode fapo: subtracted from a flawed positive's reward (right answer, an unsupported step). 0.5 = "
+            "FAPO's 1.0 on its +-1 rewards, half the right-wrong gap; at most 1, so that a flawed positive never "
+            "scores below a wrong answer."
         },
     )
     label_outside_reasoning: int = field(
@@ -83,9 +89,12 @@ class FSPOConfig(BaseConfig):
             "only)."
         },
     )
-    skip_non_claims: bool = field(
-        default=False,
-        metadata={"help": "Label 0 for steps that state no claim ('Let me think.', questions; fspo.steps.is_claim)."},
+    skip_non_claims: Optional[bool] = field(
+        default=None,
+        metadata={
+            "help": "Label 0 for steps that state no claim ('Let me think.', questions; fspo.steps.is_claim). null = "
+            "on in modes knowrl and fapo (KnowRL's fact splitter drops non-factual lines), off in mode fspo."
+        },
     )
     require_evidence: bool = field(
         default=False,
@@ -121,6 +130,13 @@ class FSPOConfig(BaseConfig):
     )
 
     @property
+    def claims_only(self) -> bool:
+        """Whether steps that state no claim go unjudged: ``skip_non_claims``, or by default modes knowrl and fapo."""
+        if self.skip_non_claims is None:
+            return self.mode in ("knowrl", "fapo")
+        return self.skip_non_claims
+
+    @property
     def flips(self) -> bool:
         """Whether the trainer flips advantages: mode fspo with flip on."""
         return self.mode == "fspo" and self.flip
@@ -136,6 +152,12 @@ class FSPOConfig(BaseConfig):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"fspo.{name} must be a finite number >= 0, got {value!r}")
+        for name in ("knowrl_fact_weight", "fapo_penalty"):
+            if getattr(self, name) > RIGHT_WRONG_GAP:
+                raise ConfigError(
+                    f"fspo.{name} must be at most {RIGHT_WRONG_GAP:g} (the gap between a right and a wrong answer's "
+                    f"reward), got {getattr(self, name)!r}: above it a wrong answer can outscore a right one"
+                )
         if not (math.isfinite(self.step_reward_weight) and self.step_reward_weight >= 0):
             raise ConfigError(f"fspo.step_reward_weight must be a finite number >= 0, got {self.step_reward_weight!r}")
         if self.label_outside_reasoning not in OUTSIDE_LABELS:

@@ -208,6 +208,12 @@ class VerifierConfig(BaseConfig):
         "llm_judge: sampling temperature; null = the backend's default (0, deterministic verdicts).",
         ("llm_judge",),
     )
+    reply_format: Optional[str] = _option(
+        None,
+        "llm_judge: verdict (one claim a request, SUPPORTED/UNSUPPORTED) or first_error (one agent run's steps a "
+        "request, FAPO-GenRM's first wrong step as \\boxed{k}, -1 for none); null = verdict.",
+        ("llm_judge",),
+    )
 
     def __post_init__(self):
         check_name(self.name)
@@ -216,6 +222,10 @@ class VerifierConfig(BaseConfig):
         if self.long_evidence is not None and self.long_evidence not in LONG_EVIDENCE:
             raise ConfigError(
                 f"fspo.verifier.long_evidence must be one of {', '.join(LONG_EVIDENCE)} or null, got {self.long_evidence!r}"
+            )
+        if self.reply_format is not None and self.reply_format not in ("verdict", "first_error"):
+            raise ConfigError(
+                f"fspo.verifier.reply_format must be verdict, first_error or null, got {self.reply_format!r}"
             )
         if self.dtype is not None and self.dtype not in VERIFIER_DTYPES:
             raise ConfigError(

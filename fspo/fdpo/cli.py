@@ -8,7 +8,8 @@
 ``build-pairs`` reads ``fspo evaluate``'s predictions (each row's rendered prompt, evidence, sampled responses
 and their outcome scores), labels every response factual or hallucinated with a step verifier (every judged
 step supported, or not; a response with no judged step stays unlabelled) and writes F-DPO's flipped pairs
-(:mod:`fspo.fdpo.pairs`). ``train`` trains them with TRL's DPOTrainer and F-DPO's margin
+(:mod:`fspo.fdpo.pairs`) and, from each prompt's best factual response, a synthetic hallucinated variant as an
+inverted pair (:mod:`fspo.fdpo.variants`; ``--variants``). ``train`` trains them with TRL's DPOTrainer and F-DPO's margin
 (:mod:`fspo.fdpo.trainer`; the ``fdpo`` extra) and saves a Hugging Face model that ``fspo evaluate`` takes.
 """
 
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 from pathlib import Path
 
 from fspo.atomic_file import write_text_atomically
@@ -29,7 +32,16 @@ from fspo.cli.arguments import (
 )
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evaluation.records import read_records
-from fspo.fdpo.pairs import Sample, hallucination_label, pair_row, preference_pairs
+from fspo.fdpo.loss import FDPO_BETA, FDPO_LAMBDA, FDPO_LAMBDA_SWEEP
+from fspo.fdpo.pairs import (
+    Sample,
+    hallucination_label,
+    pair_row,
+    preference_pairs,
+    variant_pair,
+    variant_sources,
+)
+from fspo.fdpo.variants import llm_corruption, swap_corruption
 from fspo.output_dir import check_output_paths
 from fspo.steps import reasoning_steps
 from fspo.token_labels import verdicts_from_scores
@@ -49,18 +61,51 @@ def build_parser() -> argparse.ArgumentParser:
     )
     build.add_argument("--threshold", type=float, default=None, help="support threshold (default: the backend's)")
     build.add_argument("--max-pairs-per-prompt", type=int, default=4, help="pairs kept per prompt (default 4)")
+    build.add_argument(
+        "--variants",
+        choices=("swap", "llm", "none"),
+        default="swap",
+        help="F-DPO's synthetic hallucinated variants of factual responses, as inverted pairs: swap = an entity of "
+        "2-3 steps swapped for another of the evidence (offline; default), llm = the authors' rewrite by a chat model "
+        "(--variant-url), none = off",
+    )
+    build.add_argument("--variants-per-prompt", type=int, default=1, help="variants made per prompt (default 1)")
+    build.add_argument("--variant-url", help="--variants llm: an OpenAI-compatible server (root, /v1 or full URL)")
+    build.add_argument("--variant-model", default="default", help="--variants llm: the model name sent")
+    build.add_argument("--variant-api-key-env", help="--variants llm: environment variable holding the API key")
+    build.add_argument("--seed", type=int, default=0, help="seed of the swap corruption (default 0)")
     fit = commands.add_parser("train", help="train pairs with TRL's DPOTrainer and F-DPO's margin")
     fit.add_argument("--model", required=True, help="the Hugging Face model folder to start from")
     fit.add_argument("--pairs", required=True, help="pairs JSONL from `fspo fdpo build-pairs`")
     fit.add_argument("--out", required=True, help="folder for the trained Hugging Face model")
-    fit.add_argument("--beta", type=float, default=0.1, help="DPO's beta (default 0.1)")
-    fit.add_argument("--margin", type=float, default=1.0, help="F-DPO's margin m (default 1.0; 0 = plain DPO)")
+    fit.add_argument("--beta", type=float, default=FDPO_BETA, help=f"DPO's beta (default {FDPO_BETA}, F-DPO's config)")
+    fit.add_argument(
+        "--lambda",
+        dest="factuality_lambda",
+        type=float,
+        default=FDPO_LAMBDA,
+        help=f"F-DPO's factuality margin lambda, inside beta (default {FDPO_LAMBDA:g}; its authors sweep "
+        f"{', '.join(map(str, FDPO_LAMBDA_SWEEP))}; 0 = plain DPO)",
+    )
     fit.add_argument("--lr", type=float, default=5e-7, help="learning rate (default 5e-7)")
     fit.add_argument("--epochs", type=float, default=1.0, help="epochs over the pairs (default 1)")
     fit.add_argument("--batch-size", type=int, default=8, help="pairs per device step (default 8)")
     fit.add_argument("--max-length", type=int, default=2048, help="prompt + response tokens kept (default 2048)")
     fit.add_argument("--seed", type=int, default=0, help="seed of the data order and initialisation (default 0)")
     return parser
+
+
+def train_settings(args) -> dict:
+    """``fspo fdpo train``'s parsed options as :func:`fspo.fdpo.trainer.build_trainer`'s settings."""
+    return {
+        "beta": args.beta,
+        "factuality_lambda": args.factuality_lambda,
+        "learning_rate": args.lr,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "max_length": args.max_length,
+        "seed": args.seed,
+    }
 
 
 def record_samples(record: dict, verdicts_of: list[list[int]], where: str) -> list[Sample]:
@@ -81,45 +126,105 @@ def record_samples(record: dict, verdicts_of: list[list[int]], where: str) -> li
     ]
 
 
+def judged_steps(verifier, threshold: float, items: list[tuple[str, list[list[str]]]]) -> list[list[list[int]]]:
+    """Step verdicts of each item's responses, ``items`` = (evidence, each response's step texts); every step of
+    every response in one verifier call, so model backends batch them. No evidence, no verdicts."""
+    pairs = [(evidence, step) for evidence, responses in items if evidence for steps in responses for step in steps]
+    if getattr(verifier, "judges_solutions", False):  # llm_judge as FAPO's GenRM: one response a call
+        scores = [
+            float(score)
+            for evidence, responses in items
+            if evidence
+            for steps in responses
+            if steps
+            for score in verifier.score([(evidence, step) for step in steps])
+        ]
+    else:
+        scores = [float(score) for score in verifier.score(pairs)] if pairs else []
+    verdicts = verdicts_from_scores(scores, threshold, verifier.strict_threshold) if scores else []
+    out, position = [], 0
+    for evidence, responses in items:
+        row = []
+        for steps in responses:
+            row.append(list(verdicts[position : position + len(steps)]) if evidence else [])
+            position += len(steps) if evidence else 0
+        out.append(row)
+    return out
+
+
+def step_texts(text: str) -> list[str]:
+    return [step.text for step in reasoning_steps(text)]
+
+
+def corruptor(args):
+    """``--variants``' corruption as ``(question, response, evidence) -> corrupted text | None``; None for none."""
+    if args.variants == "none":
+        return None
+    rng = random.Random(args.seed)
+    if args.variants == "swap":
+        return lambda question, response, evidence: swap_corruption(response, evidence, rng) if evidence else None
+    from fspo.chat_client import ChatClient  # the llm rewrite, as F-DPO's authors do it
+
+    try:
+        client = ChatClient(
+            args.variant_url,
+            args.variant_model,
+            args.variant_api_key_env,
+            timeout_s=120.0,
+            max_tokens=2048,
+            temperature=0.8,  # the authors' (utils/synthetic_utils.py)
+            log_name="fdpo variants",
+            timeout_setting="the server's speed",
+        )
+    except ValueError as error:
+        raise UsageError(f"--variant-api-key-env: {error}") from None
+    return lambda question, response, evidence: llm_corruption(client, question, response)
+
+
 def build_pairs(args, verifier, threshold: float) -> int:
     records = []
     for path in args.predictions:
         if not Path(path).is_file():
             raise UsageError(f"{path} does not exist: give the predictions JSONL of `fspo evaluate`")
         records += [(f"{path} row {record.get('index')}", record) for record in read_records(path)]
-    # Every step of every response in one verifier call, so model backends batch them.
-    steps = [
-        [[s.text for s in reasoning_steps(text)] for text in record.get("responses") or []] for _, record in records
+    items = [
+        (record.get("evidence") or "", [step_texts(text) for text in record.get("responses") or []])
+        for _, record in records
     ]
-    pairs = [
-        (record.get("evidence") or "", step)
-        for (_, record), row in zip(records, steps)
-        for resp in row
-        for step in resp
-    ]
-    scores = [float(score) for score in verifier.score(pairs)] if pairs else []
-    verdicts = verdicts_from_scores(scores, threshold, verifier.strict_threshold) if scores else []
-    lines, position, counts = (
-        [],
-        0,
-        {"pairs": 0, "flipped": 0, "margin": 0, "prompts": 0, "hallucinated": 0, "unlabelled": 0, "responses": 0},
-    )
-    for (where, record), row in zip(records, steps):
-        verdicts_of = []
-        for response_steps in row:
-            verdicts_of.append(verdicts[position : position + len(response_steps)] if record.get("evidence") else [])
-            position += len(response_steps)
+    verdicts = judged_steps(verifier, threshold, items)
+    corrupt = corruptor(args)
+    lines, variants = [], []
+    counts = dict.fromkeys(("pairs", "flipped", "margin", "prompts", "hallucinated", "unlabelled", "responses"), 0)
+
+    def add(prompt: str, pair, source: str) -> None:
+        lines.append(json.dumps(pair_row(prompt, pair, source), ensure_ascii=False) + "\n")
+        counts["pairs"] += 1
+        counts["flipped"] += pair.flipped
+        counts["margin"] += pair.margin_weight
+
+    for (where, record), verdicts_of in zip(records, verdicts):
         samples = record_samples(record, verdicts_of, where)
         counts["responses"] += len(samples)
         counts["hallucinated"] += sum(s.hallucinated == 1 for s in samples)
         counts["unlabelled"] += sum(s.hallucinated is None for s in samples)
         chosen = preference_pairs(samples, args.max_pairs_per_prompt)
-        counts["prompts"] += bool(chosen)
         for pair in chosen:
-            lines.append(json.dumps(pair_row(record["prompt"], pair), ensure_ascii=False) + "\n")
-            counts["pairs"] += 1
-            counts["flipped"] += pair.flipped
-            counts["margin"] += pair.margin_weight
+            add(record["prompt"], pair, "sampled")
+        made = len(chosen)
+        if corrupt is not None:
+            question = record.get("question") or record["prompt"]
+            for factual in variant_sources(samples, args.variants_per_prompt):
+                corrupted = corrupt(question, factual.text, record.get("evidence") or "")
+                if corrupted is not None:
+                    variants.append((record.get("evidence") or "", corrupted))
+                    add(record["prompt"], variant_pair(factual, corrupted), "synthetic_inversion")
+                    made += 1
+        counts["prompts"] += made > 0
+    # How many variants the step verifier, this project's hallucination label, also finds hallucinated.
+    flagged = sum(
+        hallucination_label(row[0]) == 1
+        for row in judged_steps(verifier, threshold, [(e, [step_texts(text)]) for e, text in variants])
+    )
     if not lines:
         raise UsageError(
             "no pairs: every prompt's samples tie in score and factuality; sample more responses per prompt "
@@ -130,8 +235,9 @@ def build_pairs(args, verifier, threshold: float) -> int:
     print(
         f"fspo fdpo: {counts['pairs']} pairs from {counts['prompts']} prompts -> {args.out}; "
         f"{counts['hallucinated']}/{counts['responses']} responses hallucinated ({counts['unlabelled']} with no judged "
-        f"step: paired by score only), {counts['flipped']} pairs flipped, "
-        f"{counts['margin']} with a factuality margin"
+        f"step: paired by score only), {counts['flipped']} pairs flipped, {counts['margin']} with a factuality "
+        f"margin; {len(variants)} synthetic hallucinated variants ({args.variants}), {flagged} of them hallucinated "
+        "by the verifier too"
     )
     return 0
 
@@ -156,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "build-pairs":
             check_count("--max-pairs-per-prompt", args.max_pairs_per_prompt)
+            check_count("--variants-per-prompt", args.variants_per_prompt)
+            if args.variants == "llm" and not args.variant_url:
+                raise UsageError("--variants llm needs --variant-url (an OpenAI-compatible server)")
             folder, name = pairs_file(args.out)
             check_output_paths("--out", folder, [name], prog, record=False)  # before minutes of scoring
             threshold = calibrated_threshold(args.verifier) if args.threshold is None else args.threshold
@@ -173,8 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         check_output_paths("--out", args.out, MODEL_FILES, prog, record=False)  # before the model loads
         for flag, value in (("--beta", args.beta), ("--lr", args.lr), ("--epochs", args.epochs)):
             check_positive_number(flag, value)
-        if not args.margin >= 0:
-            raise UsageError(f"--margin must be >= 0, got {args.margin}")
+        if not (args.factuality_lambda >= 0 and math.isfinite(args.factuality_lambda)):
+            raise UsageError(f"--lambda must be a finite number >= 0, got {args.factuality_lambda}")
         check_count("--batch-size", args.batch_size)
         check_count("--max-length", args.max_length)
         try:
@@ -186,18 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             pairs = read_pairs(args.pairs)
         except (OSError, ValueError) as error:
             raise UsageError(str(error)) from None
-        out = train(
-            args.model,
-            pairs,
-            args.out,
-            beta=args.beta,
-            margin=args.margin,
-            learning_rate=args.lr,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            max_length=args.max_length,
-            seed=args.seed,
-        )
+        out = train(args.model, pairs, args.out, **train_settings(args))
         print(f"fspo fdpo: trained {len(pairs)} pairs -> {out} (a Hugging Face model: fspo evaluate --model {out})")
         return 0
     except UsageError as error:

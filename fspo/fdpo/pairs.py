@@ -5,14 +5,19 @@ and then
 
 1. flips a misordered pair: when the chosen response is hallucinated and the rejected one factual, the two
    swap, so the chosen response is never less factual than the rejected one;
-2. trains with a margin ``m * (h_rejected - h_chosen)`` subtracted inside DPO's sigmoid (trainer.py): pairs
-   whose factuality differs must be separated by more; with equal factuality it is plain DPO.
+2. trains with ``lambda * (h_rejected - h_chosen)`` subtracted from DPO's log-ratio margin inside beta
+   (:mod:`fspo.fdpo.loss`): pairs whose factuality differs must be separated by more; with equal factuality it
+   is plain DPO.
 
 Here a response is factual when the verifier supports every step of its reasoning it could judge (no step
 scores below the threshold; unverifiable steps count as neither), and the DPO preference comes from the
 outcome scorer: of two responses to one prompt the higher-scoring is chosen. Two responses with equal
-scores but different factuality also make a pair, the factual one chosen: the role of the paper's
-synthetic hallucinated variants (the same question, a hallucinated answer rejected).
+scores but different factuality also make a pair, the factual one chosen. F-DPO's synthetic hallucinated
+variants (:mod:`fspo.fdpo.variants`) enter as inverted pairs (:func:`variant_pair`).
+
+F-DPO's authors label ``h`` with an LLM judge of the whole response (GPT-4o-mini, "[[0]] fully factual ... [[1]]
+any issue"; ``src/aixpert/data_construction/utils/prompt_templates.py`` lines 6-38); the step verifier is this
+project's offline replacement.
 
 A response with no judged step (no reasoning, or none the verifier could judge) gets no label: "every step
 supported" would hold vacuously, and a label there would teach the policy that dropping its reasoning is
@@ -96,8 +101,24 @@ def preference_pairs(samples: Sequence[Sample], max_pairs: int) -> list[Pair]:
     return [item[-1] for item in candidates[:max_pairs]]
 
 
-def pair_row(prompt: str, pair: Pair) -> dict:
-    """A row of the pairs file: TRL's ``prompt``/``chosen``/``rejected`` plus F-DPO's labels."""
+def variant_pair(factual: Sample, corrupted_text: str) -> Pair:
+    """A synthetic hallucinated variant as F-DPO's authors enter it, inverted (the corrupted text chosen with h = 1,
+    the factual response rejected with h = 0), then through :func:`flip`: the factual response chosen, flipped."""
+    if factual.hallucinated != 0:
+        raise ValueError("a hallucinated variant rewrites a factual response (hallucinated=0)")
+    return flip(chosen=Sample(corrupted_text, factual.score, 1), rejected=factual)
+
+
+def variant_sources(samples: Sequence[Sample], count: int) -> list[Sample]:
+    """The factual responses a prompt's variants rewrite: up to ``count``, the best-scoring first (the chosen
+    answers of the authors' (h_w = 0, h_l = 1) pairs)."""
+    factual = [sample for sample in samples if sample.hallucinated == 0]
+    return sorted(factual, key=lambda sample: -sample.score)[:count]
+
+
+def pair_row(prompt: str, pair: Pair, source: str = "sampled") -> dict:
+    """A row of the pairs file: TRL's ``prompt``/``chosen``/``rejected`` plus F-DPO's labels and where the pair
+    comes from (``sampled``, or ``synthetic_inversion`` as the authors name their variants)."""
     return {
         "prompt": prompt,
         "chosen": pair.chosen.text,
@@ -108,4 +129,5 @@ def pair_row(prompt: str, pair: Pair) -> dict:
         "flipped": pair.flipped,
         "chosen_score": pair.chosen.score,
         "rejected_score": pair.rejected.score,
+        "source": source,
     }

@@ -1,12 +1,13 @@
 """``fspo fdpo train``: TRL's DPOTrainer with F-DPO's factuality-aware margin (needs the ``fdpo`` extra: trl).
 
-F-DPO's loss is DPO's with a margin inside the sigmoid,
-``-log sigmoid(beta * (log-ratio_chosen - log-ratio_rejected) - m * (h_rejected - h_chosen))``, for a margin
-``m`` and the pair's hallucination labels after the flip (:mod:`fspo.fdpo.pairs`). TRL's sigmoid loss has no
-per-pair margin; :class:`FDPOTrainer` adds one through TRL's own extension points: with the reference
-log-probabilities precomputed (``precompute_ref_log_probs``), raising a pair's reference log-probability of
-the chosen response by ``m * w / beta`` lowers ``beta * (log-ratio difference)`` by exactly ``m * w``, and
-everything else (tokenisation, batching, the optimiser, saving) stays TRL's. TRL's ``rewards/chosen`` and
+F-DPO's loss is DPO's with the factuality margin inside beta, as its authors' trainer computes it
+(:mod:`fspo.fdpo.loss`): ``-log sigmoid(beta * (m - lambda * (h_rejected - h_chosen)))`` with ``m`` the log-ratio
+difference of chosen over rejected and the pair's hallucination labels after the flip (:mod:`fspo.fdpo.pairs`).
+
+TRL's sigmoid loss has no per-pair margin; :class:`FDPOTrainer` adds one through TRL's own extension points:
+with the reference log-probabilities precomputed (``precompute_ref_log_probs``), raising a pair's reference
+log-probability of the chosen response by ``lambda * w`` lowers ``m`` by exactly ``lambda * w``, and everything
+else (tokenisation, batching, the optimiser, saving) stays TRL's. TRL's ``rewards/chosen`` and
 ``rewards/margins`` metrics include that shift.
 """
 
@@ -20,6 +21,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import DPOConfig, DPOTrainer
 
+from fspo.fdpo.loss import FDPO_BETA, FDPO_LAMBDA
 from fspo.input_files import read_jsonl
 from fspo.output_dir import install_staged, staging_folder
 
@@ -41,15 +43,16 @@ class MarginCollator:
 
 
 class FDPOTrainer(DPOTrainer):
-    """DPOTrainer whose sigmoid loss subtracts ``margin * (h_rejected - h_chosen)`` per pair (module doc)."""
+    """DPOTrainer whose sigmoid loss is ``-log sigmoid(beta * (m - lambda * (h_rejected - h_chosen)))`` per pair
+    (module doc)."""
 
-    def __init__(self, *args, margin: float, **kwargs):
+    def __init__(self, *args, factuality_lambda: float, **kwargs):
         super().__init__(*args, **kwargs)
         if not self.precompute_ref_logps:
             raise ValueError("F-DPO's margin rides on precomputed reference log-probs: set precompute_ref_log_probs")
         if list(self.loss_types) != ["sigmoid"] or self.f_divergence_type != "reverse_kl":
             raise ValueError(f"F-DPO extends DPO's sigmoid loss; got loss_type={self.loss_types}")
-        self.fdpo_margin = float(margin)
+        self.fdpo_lambda = float(factuality_lambda)
         self.data_collator = MarginCollator(self.data_collator)
 
     def _set_signature_columns_if_needed(self):
@@ -62,7 +65,8 @@ class FDPOTrainer(DPOTrainer):
 
     def _compute_loss(self, model, inputs, return_outputs):
         weights = inputs.pop(MARGIN_COLUMN).to(inputs["ref_chosen_logps"])
-        inputs["ref_chosen_logps"] = inputs["ref_chosen_logps"] + self.fdpo_margin * weights / self.beta
+        # Inside beta, as the authors' logits - (h_l - h_w) * Delta: the shift is lambda * w, not divided by beta.
+        inputs["ref_chosen_logps"] = inputs["ref_chosen_logps"] + self.fdpo_lambda * weights
         return super()._compute_loss(model, inputs, return_outputs)
 
 
@@ -83,34 +87,40 @@ def read_pairs(path: str | Path) -> list[dict]:
 
 
 def train(
-    model_dir: str | Path,
-    pairs: list[dict],
-    output_dir: str | Path,
-    *,
-    beta: float = 0.1,
-    margin: float = 1.0,
-    learning_rate: float = 5e-7,
-    epochs: float = 1.0,
-    batch_size: int = 8,
-    max_length: int | None = 2048,
-    seed: int = 0,
-    command: str = "fspo fdpo train",
+    model_dir: str | Path, pairs: list[dict], output_dir: str | Path, *, command: str = "fspo fdpo train", **settings
 ) -> Path:
-    """Train ``model_dir`` on ``pairs`` with F-DPO and save a Hugging Face model (and tokenizer) in ``output_dir``."""
+    """Train ``model_dir`` on ``pairs`` with F-DPO and save a Hugging Face model (and tokenizer) in ``output_dir``;
+    ``settings`` as :func:`build_trainer`'s."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     # Saved beside, then moved in under fspo.output_dir's rule: a user's file of the same name is refused, not
     # replaced, and a failed run leaves the folder as it was.
     staging = staging_folder(output_dir, command)
     try:
-        _train_into(model_dir, pairs, staging, beta, margin, learning_rate, epochs, batch_size, max_length, seed)
+        trainer = build_trainer(model_dir, pairs, staging, **settings)
+        trainer.train()
+        trainer.save_model(str(staging))
+        trainer.processing_class.save_pretrained(str(staging))
         install_staged(staging, output_dir, "--out", command)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return output_dir
 
 
-def _train_into(model_dir, pairs, output_dir, beta, margin, learning_rate, epochs, batch_size, max_length, seed):
+def build_trainer(
+    model_dir: str | Path,
+    pairs: list[dict],
+    output_dir: str | Path,
+    *,
+    beta: float = FDPO_BETA,
+    factuality_lambda: float = FDPO_LAMBDA,
+    learning_rate: float = 5e-7,
+    epochs: float = 1.0,
+    batch_size: int = 8,
+    max_length: int | None = 2048,
+    seed: int = 0,
+) -> FDPOTrainer:
+    """The :class:`FDPOTrainer` ``fspo fdpo train`` runs: ``model_dir`` (float32) on ``pairs``, checkpoints off."""
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     config = DPOConfig(
@@ -129,13 +139,10 @@ def _train_into(model_dir, pairs, output_dir, beta, margin, learning_rate, epoch
         use_cpu=not torch.cuda.is_available(),
         bf16=torch.cuda.is_available(),
     )
-    trainer = FDPOTrainer(
+    return FDPOTrainer(
         model=model,
         args=config,
         train_dataset=Dataset.from_list(pairs),
         processing_class=tokenizer,
-        margin=margin,
+        factuality_lambda=factuality_lambda,
     )
-    trainer.train()
-    trainer.save_model(str(output_dir))
-    tokenizer.save_pretrained(str(output_dir))
