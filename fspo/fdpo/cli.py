@@ -30,7 +30,9 @@ from fspo.cli.arguments import (
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evaluation.records import read_records
 from fspo.fdpo.pairs import Sample, hallucination_label, pair_row, preference_pairs
+from fspo.numeric_options import COUNT, EPOCHS, LOSS_TERM, POSITIVE_LOSS_TERM, PROBABILITY, SEED
 from fspo.output_dir import check_output_paths
+from fspo.record_schemas import Prediction
 from fspo.steps import reasoning_steps
 from fspo.token_labels import verdicts_from_scores
 from fspo.verifier_tools.quality import calibrated_threshold
@@ -47,19 +49,25 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--verifier-option", action="append", default=[], help="a verifier option as in fspo.verifier.* (repeatable)"
     )
-    build.add_argument("--threshold", type=float, default=None, help="support threshold (default: the backend's)")
-    build.add_argument("--max-pairs-per-prompt", type=int, default=4, help="pairs kept per prompt (default 4)")
+    build.add_argument(
+        "--threshold", type=PROBABILITY.parse, default=None, help="support threshold (default: the backend's)"
+    )
+    build.add_argument("--max-pairs-per-prompt", type=COUNT.parse, default=4, help="pairs kept per prompt (default 4)")
     fit = commands.add_parser("train", help="train pairs with TRL's DPOTrainer and F-DPO's margin")
     fit.add_argument("--model", required=True, help="the Hugging Face model folder to start from")
     fit.add_argument("--pairs", required=True, help="pairs JSONL from `fspo fdpo build-pairs`")
     fit.add_argument("--out", required=True, help="folder for the trained Hugging Face model")
-    fit.add_argument("--beta", type=float, default=0.1, help="DPO's beta (default 0.1)")
-    fit.add_argument("--margin", type=float, default=1.0, help="F-DPO's margin m (default 1.0; 0 = plain DPO)")
-    fit.add_argument("--lr", type=float, default=5e-7, help="learning rate (default 5e-7)")
-    fit.add_argument("--epochs", type=float, default=1.0, help="epochs over the pairs (default 1)")
-    fit.add_argument("--batch-size", type=int, default=8, help="pairs per device step (default 8)")
-    fit.add_argument("--max-length", type=int, default=2048, help="prompt + response tokens kept (default 2048)")
-    fit.add_argument("--seed", type=int, default=0, help="seed of the data order and initialisation (default 0)")
+    fit.add_argument("--beta", type=POSITIVE_LOSS_TERM.parse, default=0.1, help="DPO's beta (default 0.1)")
+    fit.add_argument(
+        "--margin", type=LOSS_TERM.parse, default=1.0, help="F-DPO's margin m (default 1.0; 0 = plain DPO)"
+    )
+    fit.add_argument("--lr", type=POSITIVE_LOSS_TERM.parse, default=5e-7, help="learning rate (default 5e-7)")
+    fit.add_argument("--epochs", type=EPOCHS.parse, default=1.0, help="epochs over the pairs (default 1)")
+    fit.add_argument("--batch-size", type=COUNT.parse, default=8, help="pairs per device step (default 8)")
+    fit.add_argument(
+        "--max-length", type=COUNT.parse, default=2048, help="prompt + response tokens kept (default 2048)"
+    )
+    fit.add_argument("--seed", type=SEED.parse, default=0, help="seed of the data order and initialisation (default 0)")
     return parser
 
 
@@ -86,7 +94,7 @@ def build_pairs(args, verifier, threshold: float) -> int:
     for path in args.predictions:
         if not Path(path).is_file():
             raise UsageError(f"{path} does not exist: give the predictions JSONL of `fspo evaluate`")
-        records += [(f"{path} row {record.get('index')}", record) for record in read_records(path)]
+        records += [(f"{path} row {record.get('index')}", record) for record in read_records(path, Prediction)]
     # Every step of every response in one verifier call, so model backends batch them.
     steps = [
         [[s.text for s in reasoning_steps(text)] for text in record.get("responses") or []] for _, record in records
