@@ -35,7 +35,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from fspo.chat_client import ChatClient, without_thinking
-from fspo.evaluation.records import ends_mid_line, read_records
+from fspo.evaluation.records import drop_torn_tail, read_records
 from fspo.outcome import extract_answer, own_scorer_name
 from fspo.record_schemas import Verdict
 
@@ -262,10 +262,8 @@ class AnswerJudge:
         if cache_path is not None:
             cache_path = Path(cache_path)
             cache_path.parent.mkdir(parents=True, exist_ok=True)
-            torn = ends_mid_line(cache_path)
+            drop_torn_tail(cache_path)  # an interrupted write: the next verdict starts a line of its own
             handle = open(cache_path, "a", encoding="utf-8")
-            if torn:  # an interrupted write: start on a fresh line rather than extend the torn one
-                handle.write("\n")
 
         def remember(key: str, verdict: bool, reply: str) -> None:
             verdicts[key] = verdict

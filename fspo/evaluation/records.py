@@ -3,6 +3,7 @@ through :func:`fspo.input_files.read_jsonl` and validated against their schema (
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,3 +30,12 @@ def ends_mid_line(path: str | Path) -> bool:
     with open(path, "rb") as handle:
         handle.seek(-1, 2)
         return handle.read(1) != b"\n"
+
+
+def drop_torn_tail(path: str | Path) -> None:
+    """Cut a last line that an interrupted write left without its newline, so that what is appended next starts
+    a line of its own (the reader refuses a bad line anywhere but last)."""
+    path = Path(path)
+    if ends_mid_line(path):
+        data = path.read_bytes()
+        os.truncate(path, data.rfind(b"\n") + 1)
