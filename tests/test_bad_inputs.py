@@ -203,11 +203,16 @@ def test_data_check_reads_rows_as_verls_dataset_does(inputs, tmp_path, monkeypat
 
 
 VERIFY = [
-    ("evidence as a mapping", ["{evidence_dict}"], 2, "which training cannot read as evidence"),
+    (
+        "evidence as a mapping",
+        ["{evidence_dict}"],
+        2,
+        "line 1: field evidence: expected `str | array | null`, got `object`",
+    ),
     ("a null response", ["{null_response}"], 2, "'response' is NoneType, not the response's text"),
     ("an empty file", ["{empty_jsonl}"], 2, "no rows"),
-    ("threshold above 1", ["{bom_jsonl}", "--threshold", "1.5"], 2, "--threshold must be in [0, 1]"),
-    ("threshold NaN", ["{bom_jsonl}", "--threshold", "nan"], 2, "--threshold must be in [0, 1]"),
+    ("threshold above 1", ["{bom_jsonl}", "--threshold", "1.5"], 2, "--threshold: must be in [0, 1]"),
+    ("threshold NaN", ["{bom_jsonl}", "--threshold", "nan"], 2, "--threshold: must be in [0, 1]"),
     ("an unknown verifier", ["{bom_jsonl}", "--verifier", "alignscore"], 2, "unknown fspo.verifier.name 'alignscore'"),
     (
         "a verifier whose weights are not here (offline)",
@@ -248,7 +253,7 @@ def test_fspo_verify_says_the_eiffel_tower_is_not_in_berlin(tmp_path, capsys):
 
 EVALUATE_BASE = ["evaluate", "--model", "{model}", "--data", "{good}", "--output-dir", "{root}/eval"]
 EVALUATE = [
-    ("threshold above 1", ["--verifier", "lexical", "--threshold", "2"], 2, "--threshold must be in [0, 1], got 2.0"),
+    ("threshold above 1", ["--verifier", "lexical", "--threshold", "2"], 2, "--threshold: must be in [0, 1], got 2.0"),
     ("threshold without a verifier", ["--threshold", "0.7"], 2, "--threshold: only with --verifier NAME"),
     (
         "verifier options without a verifier",
@@ -256,8 +261,8 @@ EVALUATE = [
         2,
         "--verifier-option: only with --verifier",
     ),
-    ("--limit 0", ["--limit", "0"], 2, "--limit must be >= 1, got 0"),
-    ("--max-new-tokens 0", ["--max-new-tokens", "0"], 2, "--max-new-tokens must be >= 1, got 0"),
+    ("--limit 0", ["--limit", "0"], 2, "--limit: must be >= 1, got 0"),
+    ("--max-new-tokens 0", ["--max-new-tokens", "0"], 2, "--max-new-tokens: must be >= 1, got 0"),
     (
         "huge tensor parallelism on transformers",
         ["--backend", "hf", "--tensor-parallel-size", "8"],
@@ -295,9 +300,9 @@ VERIFIER_TRAIN_BASE = ["verifier", "train", "--data", "{labelled_bom}", "--outpu
 VERIFIER_TRAIN = [
     ("--max-length too short for a claim", ["--max-length", "7"], 2, "the nli backend needs >= 8"),
     ("--max-length past the positions", ["--max-length", "100000"], 2, "longer than the base model's 512 positions"),
-    ("a NaN learning rate", ["--learning-rate", "nan"], 2, "--learning-rate must be a finite number above 0"),
-    ("a negative learning rate", ["--learning-rate=-1e-5"], 2, "--learning-rate must be a finite number above 0"),
-    ("threads 0", ["--threads", "0"], 2, "--threads must be >= 1"),
+    ("a NaN learning rate", ["--learning-rate", "nan"], 2, "--learning-rate: must be a finite number above 0"),
+    ("a negative learning rate", ["--learning-rate=-1e-5"], 2, "--learning-rate: must be a finite number above 0"),
+    ("threads 0", ["--threads", "0"], 2, "--threads: must be >= 1"),
     ("output folder is a file", ["--output-dir", "{a_file}"], 2, "is a file, not a folder"),
     ("a base model without weights", ["--base-model", "{model_without_weights}"], 2, "holds no weights"),
 ]
@@ -316,13 +321,13 @@ DATA_BUILD = [
         "synthetic: a negative size",
         ["synthetic", "--size", "-1", "--output-dir", "{root}/s"],
         2,
-        "--size must be >= 0, got -1",
+        "--size: must be >= 0, got -1",
     ),
     (
         "synthetic: a negative test size",
         ["synthetic", "--test-size", "-5", "--output-dir", "{root}/s"],
         2,
-        "--test-size must be >= 0, got -5",
+        "--test-size: must be >= 0, got -5",
     ),
     (
         "synthetic: nothing to build",
@@ -340,7 +345,7 @@ DATA_BUILD = [
         "a negative size",
         ["halueval", "--input", "{halueval_bom}", "--size", "-3", "--output-dir", "{root}/h"],
         2,
-        "--size must be >= 1, got -3",
+        "--size: must be >= 1, got -3",
     ),
     (
         "CSV renamed .parquet",
@@ -390,7 +395,7 @@ DATA_BUILD = [
             "{root}/h",
         ],
         2,
-        "--max-prompt-tokens must be >= 1",
+        "--max-prompt-tokens: must be >= 1",
     ),
 ]
 
