@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fspo.cli import main as fspo_main
+from fspo_testing.command_guard import message_lines
 
 BOM = "\ufeff"
 EVIDENCE = "The Eiffel Tower is in Paris."
@@ -143,7 +144,8 @@ def assert_refused(result: tuple[int, str, str], status: int, message: str) -> N
     code, out, err = result
     assert code == status, (code, out[-1000:], err[-2000:])
     if status == 2:
-        assert err.count("\n") == 1 and message in err, err  # one line on stderr, naming the fix
+        # One line on stderr, naming the fix (after argparse's usage block, for a value it parses: a number).
+        assert len(message_lines(err)) == 1 and message in err, err
     else:
         assert message in out + err, (out[-2000:], err[-2000:])
     assert "Traceback" not in err
@@ -209,7 +211,7 @@ VERIFY = [
         2,
         "line 1: field evidence: expected `str | array | null`, got `object`",
     ),
-    ("a null response", ["{null_response}"], 2, "'response' is NoneType, not the response's text"),
+    ("a null response", ["{null_response}"], 2, "line 1: field response: expected `str`, got `null`"),
     ("an empty file", ["{empty_jsonl}"], 2, "no rows"),
     ("threshold above 1", ["{bom_jsonl}", "--threshold", "1.5"], 2, "--threshold: must be in [0, 1]"),
     ("threshold NaN", ["{bom_jsonl}", "--threshold", "nan"], 2, "--threshold: must be in [0, 1]"),
