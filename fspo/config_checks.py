@@ -24,6 +24,7 @@ from fspo.config.fspo_config import FSPOConfig, fspo_config
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
 from fspo.cpu.compute import startup_line
 from fspo.data.check import scan_file
+from fspo.numeric_options import COUNT
 from fspo.preflight import MODEL_FILES, ModelNeed, preflight, preflight_requested, resolve_local
 from fspo.verifiers.placement import resolve_verifier_placement
 
@@ -149,8 +150,10 @@ POSITIVE_COUNTS = (
 def check_positive_counts(config: DictConfig) -> None:
     for path in POSITIVE_COUNTS:
         value = OmegaConf.select(config, path)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ConfigError(f"{path}={value} must be a positive integer")
+        # A count beyond int64 passes Python's int but fails in numpy, torch and verl's dataset.
+        if value is not None and (not isinstance(value, int) or COUNT.problem(value)):
+            too_big = isinstance(value, int) and value > 1
+            raise ConfigError(f"{path}={value} must be a positive integer" + (" of 64 bits at most" if too_big else ""))
 
 
 def check_dataclasses(config: DictConfig) -> None:

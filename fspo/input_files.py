@@ -5,6 +5,12 @@ A missing or unreadable file, bytes that are not UTF-8, malformed text, the wron
 an unpaired surrogate (JSON's ``"\\udcff"`` escape: Python reads it, but cannot encode it to print or write it)
 are all refused here, so that no command meets them later as a traceback. ``fspo <command>`` prints the error
 as one line and exits 2 (:func:`fspo.cli.dispatch`).
+
+JSON Lines are split on ``\\n`` only: ``str.splitlines`` also splits on U+2028, U+2029, U+0085 and others
+that are legal inside a JSON string, so a file one command wrote would not read back in another. Given a
+``schema`` (:mod:`fspo.record_schemas`), each record is validated on read, and a field that does not fit (a
+``null`` or NaN where a number belongs, a wrong type, a missing field) is refused naming the file, the line and
+the field.
 """
 
 from __future__ import annotations
@@ -101,17 +107,64 @@ def parse_json(path: str | os.PathLike, text: str, expect: type | None = dict, w
     return value
 
 
-def read_json(path: str | os.PathLike, expect: type | None = dict) -> Any:
-    """A JSON file whose top level is ``expect`` (an object by default; None: any)."""
-    return parse_json(path, read_text(path, "JSON file"), expect)
+def validate(path: str | os.PathLike, value: Any, schema: Any, where: str = "") -> Any:
+    """``value`` when it fits msgspec type ``schema``; else one :class:`InputFileError` naming the field."""
+    import msgspec
+
+    try:
+        msgspec.convert(value, schema, strict=True)
+    except msgspec.ValidationError as error:
+        raise InputFileError(f"{_name(path)}{where}: {_field_problem(str(error), value)}") from None
+    return value
 
 
-def read_jsonl(path: str | os.PathLike, drop_partial_last: bool = False) -> list[dict]:
-    """The objects of a JSON Lines file, one per non-blank line.
+def _field_problem(message: str, value: Any) -> str:
+    """msgspec's ``Expected `float`, got `null` - at `$.score[0]``` as ``field score[0]: expected ..., got None``."""
+    reason, _, at = message.partition(" - at `$")
+    at = at.rstrip("`")
+    if not at:
+        return reason[0].lower() + reason[1:]
+    found = _at(value, at)
+    shown = "" if found is _MISSING or "got `" in reason else f", got {found!r:.60}"
+    return f"field {at.lstrip('.')}: {reason[0].lower() + reason[1:]}{shown}"
 
-    ``drop_partial_last``: a last line that does not parse is a write cut short (a crash, a full disk), dropped.
+
+_MISSING = object()
+
+
+def _at(value: Any, path: str) -> Any:
+    """The part of ``value`` at msgspec's path (``.a[0].b``), or ``_MISSING``."""
+    import re
+
+    for key, index in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path):
+        try:
+            value = value[key] if key else value[int(index)]
+        except (KeyError, IndexError, TypeError):
+            return _MISSING
+    return value
+
+
+def read_json(path: str | os.PathLike, expect: type | None = dict, schema: Any = None) -> Any:
+    """A JSON file whose top level is ``expect`` (an object by default; None: any), fitting ``schema`` if given."""
+    value = parse_json(path, read_text(path, "JSON file"), expect)
+    return value if schema is None else validate(path, value, schema)
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of JSON Lines ``text``: split on ``\\n`` only (a ``\\r`` before it is JSON whitespace), a
+    leading byte-order mark dropped."""
+    return text.removeprefix("\ufeff").split("\n")
+
+
+def parse_jsonl(
+    path: str | os.PathLike, lines: list[str], schema: Any = None, drop_partial_last: bool = False
+) -> list[dict]:
+    """The objects of JSON Lines ``lines`` (read from ``path``), one per non-blank line, each fitting ``schema``.
+
+    ``drop_partial_last``: a last line that does not parse and does not end in a newline is a write cut short
+    (a crash, a full disk), dropped; any other line that does not parse is refused.
     """
-    lines = read_text(path, "JSON Lines file").splitlines()
+    ended = not lines or not lines[-1]  # the text ended with "\n"
     last = max((n for n, line in enumerate(lines) if line.strip()), default=-1)
     records = []
     for number, line in enumerate(lines):
@@ -119,12 +172,19 @@ def read_jsonl(path: str | os.PathLike, drop_partial_last: bool = False) -> list
             continue
         where = f", line {number + 1}"
         try:
-            records.append(parse_json(path, line, dict, where))
+            record = parse_json(path, line, dict, where)
         except InputFileError:
-            if drop_partial_last and number == last and not line.rstrip().endswith("}"):
+            if drop_partial_last and number == last and not ended:
                 break
             raise
+        records.append(record if schema is None else validate(path, record, schema, where))
     return records
+
+
+def read_jsonl(path: str | os.PathLike, drop_partial_last: bool = False, schema: Any = None) -> list[dict]:
+    """The objects of a JSON Lines file, one per non-blank line, each fitting ``schema`` when given
+    (:func:`parse_jsonl`)."""
+    return parse_jsonl(path, jsonl_lines(read_text(path, "JSON Lines file")), schema, drop_partial_last)
 
 
 def read_toml(path: str | os.PathLike) -> dict:
@@ -154,11 +214,13 @@ def read_parquet(path: str | os.PathLike, columns: list[str] | None = None):
         raise InputFileError(f"{_name(path)}: not a readable parquet file ({message})") from None
 
 
-def read_parquet_rows(path: str | os.PathLike, columns: list[str] | None = None) -> list[dict]:
-    """The rows of a parquet file as dicts, their text checked encodable."""
+def read_parquet_rows(path: str | os.PathLike, columns: list[str] | None = None, schema: Any = None) -> list[dict]:
+    """The rows of a parquet file as dicts, their text checked encodable, each fitting ``schema`` when given."""
     rows = read_parquet(path, columns).to_pylist()
     for number, row in enumerate(rows):
         _check_encodable(path, row, f", row {number}")
+        if schema is not None:
+            validate(path, row, schema, f", row {number}")
     return rows
 
 

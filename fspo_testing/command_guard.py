@@ -240,3 +240,176 @@ def message_lines(stderr: str) -> list[str]:
 
 def describe(values: list[str]) -> str:
     return json.dumps(values, ensure_ascii=True)
+
+
+# ---- Record kinds, line separators and numeric options (issue 45: the reader, the schemas, the numbers) ----
+
+# Characters str.splitlines splits on that are legal, unescaped, inside a JSON string: a reader that splits on
+# them cuts a record in two.
+LINE_SEPARATORS = ("\u2028", "\u2029", "\u0085", "\x1c", "\x1d", "\x1e")
+# Numbers no numeric option may take: NaN, infinities, float32 overflow, 64 bits and beyond.
+BAD_NUMBERS = ("nan", "inf", "-inf", "1e39", "-1e39", "1e309", str(2**64), str(2**64 + 1), str(-(2**64)), "9" * 30)
+# Of those, what a float option may not take either: 2**64 is a fine float (it fits float32).
+BAD_FLOATS = ("nan", "inf", "-inf", "1e39", "-1e39", "1e309")
+
+
+def number_kind(kind) -> type:
+    """int or float: what an argparse ``type`` (int, float, a Number's ``parse``) or a field's type parses to."""
+    return getattr(getattr(kind, "__self__", None), "kind", kind)
+
+
+def must_refuse(kind, value: str) -> bool:
+    """Whether an option of ``kind`` must refuse ``value`` (one of :data:`BAD_NUMBERS`)."""
+    return number_kind(kind) is int or value in BAD_FLOATS
+
+
+# Values no number field of a record may hold (a string and a list stand for a wrong type).
+BAD_FIELD_VALUES = (None, float("nan"), float("inf"), float("-inf"), 1e39, 2**64, -(2**64), "text", [1], {})
+
+
+def record_examples() -> dict[str, tuple[object, dict]]:
+    """A valid record of every kind in :mod:`fspo.record_schemas` (name -> (schema, record)); a kind without an
+    example here fails ``test_every_record_kind_has_an_example``."""
+    from fspo import record_schemas as rs
+
+    think = "<think>Paris is the capital of France. It is on the Seine.</think> Paris"
+    return {
+        "Prediction": (
+            rs.Prediction,
+            {
+                "index": 0,
+                "row_key": "k0",
+                "data_source": "synthetic",
+                "prompt": "Where is Paris?",
+                "evidence": "Paris is the capital of France. Paris is on the Seine.",
+                "responses": [think, "<think>Paris is in Spain.</think> Spain"],
+                "sample_scores": [1.0, 0.0],
+                "score": 0.5,
+                "acc": 0.5,
+                "scorer_timeouts": 0,
+            },
+        ),
+        "Verdict": (rs.Verdict, {"key": "k", "verdict": True, "judge_model": "m", "reply": "yes"}),
+        "Pair": (
+            rs.Pair,
+            {
+                "prompt": "Where?",
+                "chosen": think,
+                "rejected": "no",
+                "fdpo_margin_weight": 1,
+                "chosen_hallucinated": 0,
+                "rejected_hallucinated": 1,
+                "flipped": False,
+                "chosen_score": 1.0,
+                "rejected_score": 0.0,
+            },
+        ),
+        "LabelledClaim": (
+            rs.LabelledClaim,
+            {"evidence": "Paris is in France.", "claim": "Paris is in France.", "label": 1},
+        ),
+        "ValidationSample": (rs.ValidationSample, {"input": "q", "output": think, "f1": 0.5, "score": 1.0}),
+        "TrainerMetrics": (rs.TrainerMetrics, {"step": 1, "data": {"critic/score/mean": 0.5}}),
+        "Provenance": (rs.Provenance, {"model": "m", "temperature": 0.0, "top_p": 1.0, "samples": 2, "seed": 0}),
+        "VerifyRow": (rs.verify_row("evidence", "response"), {"evidence": "Paris is in France.", "response": think}),
+    }
+
+
+def record_kinds() -> list[str]:
+    """The record kinds :mod:`fspo.record_schemas` declares (its Structs, and ``verify_row``'s)."""
+    import msgspec
+
+    from fspo import record_schemas as rs
+
+    kinds = [name for name, value in vars(rs).items() if isinstance(value, type) and issubclass(value, msgspec.Struct)]
+    return sorted({*(k for k in kinds if k != "Struct"), "VerifyRow"})
+
+
+def fits(schema, record) -> bool:
+    import msgspec
+
+    try:
+        msgspec.convert(record, schema, strict=True)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
+def corrupted_records(schema, record: dict) -> list[tuple[str, dict]]:
+    """Every way to break ``record`` one field at a time that ``schema`` must refuse: each field set to each of
+    :data:`BAD_FIELD_VALUES` (where the schema does not allow it, e.g. null for an optional field), and each
+    required field dropped. Each as (what was broken, the record)."""
+    cases = []
+    for field in record:
+        for bad in BAD_FIELD_VALUES:
+            broken = {**record, field: bad}
+            if not fits(schema, broken):
+                cases.append((f"{field}={bad!r}", broken))
+        dropped = {k: v for k, v in record.items() if k != field}
+        if not fits(schema, dropped):
+            cases.append((f"no {field}", dropped))
+    return cases
+
+
+def jsonl_bytes(records: list[dict], bom: bool = False, crlf: bool = False) -> bytes:
+    """``records`` as JSON Lines, their text unescaped (as ``ensure_ascii=False`` writers write it)."""
+    end = "\r\n" if crlf else "\n"
+    text = "".join(json.dumps(r, ensure_ascii=False) + end for r in records)
+    return (b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8")
+
+
+def with_separator(record: dict, separator: str) -> dict:
+    """``record`` with ``separator`` inside every string (nested ones too)."""
+
+    def spread(value):
+        if isinstance(value, str):
+            return value[: len(value) // 2] + separator + value[len(value) // 2 :]
+        if isinstance(value, list):
+            return [spread(v) for v in value]
+        if isinstance(value, dict):
+            return {k: spread(v) for k, v in value.items()}
+        return value
+
+    return {k: (spread(v) if k not in ("key", "row_key") else v) for k, v in record.items()}
+
+
+def numeric_options(path: tuple[str, ...]) -> dict[str, object]:
+    """The numeric options of leaf command ``path`` (flag -> its argparse ``type``): those whose type is ``int``,
+    ``float`` or a :class:`fspo.numeric_options.Number`'s ``parse``, found by recording the parser its ``--help``
+    builds."""
+    import argparse
+
+    from fspo.numeric_options import Number
+
+    found: dict[str, object] = {}
+    original = argparse._ActionsContainer.add_argument
+
+    def recording(self, *args, **kwargs):
+        kind = kwargs.get("type")
+        if kind in (int, float) or isinstance(getattr(kind, "__self__", None), Number):
+            found.update({flag: kind for flag in args if flag.startswith("--")})
+        return original(self, *args, **kwargs)
+
+    argparse._ActionsContainer.add_argument = recording
+    try:
+        _help(list(path))
+    finally:
+        argparse._ActionsContainer.add_argument = original
+    return {flag: kind for flag, kind in found.items() if flag in options(path)}
+
+
+def config_numbers() -> dict[str, type]:
+    """Every numeric key of the ``fspo:`` block (its dataclasses' int and float fields, optional ones too; not
+    those that also take a name, ``entailment_label``)."""
+    import typing
+
+    from fspo.config.fspo_config import FSPOConfig
+    from fspo.config.verifier import VerifierConfig
+
+    keys = {}
+    for prefix, cls in (("fspo", FSPOConfig), ("fspo.verifier", VerifierConfig)):
+        for name, hint in typing.get_type_hints(cls).items():
+            kinds = set(typing.get_args(hint)) or {hint}
+            if not name.startswith("_") and kinds & {int, float} and not kinds & {bool, str}:
+                keys[f"{prefix}.{name}"] = int if int in kinds else float
+    return keys

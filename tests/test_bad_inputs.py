@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fspo.cli import main as fspo_main
+from fspo_testing.command_guard import message_lines
 
 BOM = "\ufeff"
 EVIDENCE = "The Eiffel Tower is in Paris."
@@ -143,7 +144,8 @@ def assert_refused(result: tuple[int, str, str], status: int, message: str) -> N
     code, out, err = result
     assert code == status, (code, out[-1000:], err[-2000:])
     if status == 2:
-        assert err.count("\n") == 1 and message in err, err  # one line on stderr, naming the fix
+        # One line on stderr, naming the fix (after argparse's usage block, for a value it parses: a number).
+        assert len(message_lines(err)) == 1 and message in err, err
     else:
         assert message in out + err, (out[-2000:], err[-2000:])
     assert "Traceback" not in err
@@ -203,11 +205,16 @@ def test_data_check_reads_rows_as_verls_dataset_does(inputs, tmp_path, monkeypat
 
 
 VERIFY = [
-    ("evidence as a mapping", ["{evidence_dict}"], 2, "which training cannot read as evidence"),
-    ("a null response", ["{null_response}"], 2, "'response' is NoneType, not the response's text"),
+    (
+        "evidence as a mapping",
+        ["{evidence_dict}"],
+        2,
+        "line 1: field evidence: expected `str | array | null`, got `object`",
+    ),
+    ("a null response", ["{null_response}"], 2, "line 1: field response: expected `str`, got `null`"),
     ("an empty file", ["{empty_jsonl}"], 2, "no rows"),
-    ("threshold above 1", ["{bom_jsonl}", "--threshold", "1.5"], 2, "--threshold must be in [0, 1]"),
-    ("threshold NaN", ["{bom_jsonl}", "--threshold", "nan"], 2, "--threshold must be in [0, 1]"),
+    ("threshold above 1", ["{bom_jsonl}", "--threshold", "1.5"], 2, "--threshold: must be in [0, 1]"),
+    ("threshold NaN", ["{bom_jsonl}", "--threshold", "nan"], 2, "--threshold: must be in [0, 1]"),
     ("an unknown verifier", ["{bom_jsonl}", "--verifier", "alignscore"], 2, "unknown fspo.verifier.name 'alignscore'"),
     (
         "a verifier whose weights are not here (offline)",
@@ -248,7 +255,7 @@ def test_fspo_verify_says_the_eiffel_tower_is_not_in_berlin(tmp_path, capsys):
 
 EVALUATE_BASE = ["evaluate", "--model", "{model}", "--data", "{good}", "--output-dir", "{root}/eval"]
 EVALUATE = [
-    ("threshold above 1", ["--verifier", "lexical", "--threshold", "2"], 2, "--threshold must be in [0, 1], got 2.0"),
+    ("threshold above 1", ["--verifier", "lexical", "--threshold", "2"], 2, "--threshold: must be in [0, 1], got 2.0"),
     ("threshold without a verifier", ["--threshold", "0.7"], 2, "--threshold: only with --verifier NAME"),
     (
         "verifier options without a verifier",
@@ -256,8 +263,8 @@ EVALUATE = [
         2,
         "--verifier-option: only with --verifier",
     ),
-    ("--limit 0", ["--limit", "0"], 2, "--limit must be >= 1, got 0"),
-    ("--max-new-tokens 0", ["--max-new-tokens", "0"], 2, "--max-new-tokens must be >= 1, got 0"),
+    ("--limit 0", ["--limit", "0"], 2, "--limit: must be >= 1, got 0"),
+    ("--max-new-tokens 0", ["--max-new-tokens", "0"], 2, "--max-new-tokens: must be >= 1, got 0"),
     (
         "huge tensor parallelism on transformers",
         ["--backend", "hf", "--tensor-parallel-size", "8"],
@@ -295,9 +302,9 @@ VERIFIER_TRAIN_BASE = ["verifier", "train", "--data", "{labelled_bom}", "--outpu
 VERIFIER_TRAIN = [
     ("--max-length too short for a claim", ["--max-length", "7"], 2, "the nli backend needs >= 8"),
     ("--max-length past the positions", ["--max-length", "100000"], 2, "longer than the base model's 512 positions"),
-    ("a NaN learning rate", ["--learning-rate", "nan"], 2, "--learning-rate must be a finite number above 0"),
-    ("a negative learning rate", ["--learning-rate=-1e-5"], 2, "--learning-rate must be a finite number above 0"),
-    ("threads 0", ["--threads", "0"], 2, "--threads must be >= 1"),
+    ("a NaN learning rate", ["--learning-rate", "nan"], 2, "--learning-rate: must be a finite number above 0"),
+    ("a negative learning rate", ["--learning-rate=-1e-5"], 2, "--learning-rate: must be a finite number above 0"),
+    ("threads 0", ["--threads", "0"], 2, "--threads: must be >= 1"),
     ("output folder is a file", ["--output-dir", "{a_file}"], 2, "is a file, not a folder"),
     ("a base model without weights", ["--base-model", "{model_without_weights}"], 2, "holds no weights"),
 ]
@@ -316,13 +323,13 @@ DATA_BUILD = [
         "synthetic: a negative size",
         ["synthetic", "--size", "-1", "--output-dir", "{root}/s"],
         2,
-        "--size must be >= 0, got -1",
+        "--size: must be >= 0, got -1",
     ),
     (
         "synthetic: a negative test size",
         ["synthetic", "--test-size", "-5", "--output-dir", "{root}/s"],
         2,
-        "--test-size must be >= 0, got -5",
+        "--test-size: must be >= 0, got -5",
     ),
     (
         "synthetic: nothing to build",
@@ -340,7 +347,7 @@ DATA_BUILD = [
         "a negative size",
         ["halueval", "--input", "{halueval_bom}", "--size", "-3", "--output-dir", "{root}/h"],
         2,
-        "--size must be >= 1, got -3",
+        "--size: must be >= 1, got -3",
     ),
     (
         "CSV renamed .parquet",
@@ -390,7 +397,7 @@ DATA_BUILD = [
             "{root}/h",
         ],
         2,
-        "--max-prompt-tokens must be >= 1",
+        "--max-prompt-tokens: must be >= 1",
     ),
 ]
 

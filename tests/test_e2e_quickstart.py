@@ -85,7 +85,7 @@ def test_quickstart_data_carries_the_evidence_and_the_worked_example(tmp_path):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--steps", "0"], "--steps must be at least 1"),
+        (["--steps", "0"], "--steps: must be >= 1"),
         (["--model", "no/such/model"], "not a Hugging Face model directory"),
         (["--data", "no/train.parquet", "no/val.parquet"], "no such file"),
     ],

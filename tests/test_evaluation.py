@@ -17,6 +17,8 @@ from fspo.evaluation import evaluate_model, results_table, supported_step_rate, 
 from fspo.evaluation.cli import main, named_path
 from fspo.evaluation.generation import GenerationSettings, hf_generation_config, vllm_sampling_options
 from fspo.evaluation.records import read_records
+from fspo.input_files import InputFileError
+from fspo.record_schemas import Prediction
 from fspo.verifiers import build_verifier
 
 FAST = ["--max-new-tokens", "4", "--batch-size", "2"]
@@ -70,7 +72,7 @@ def test_cli_writes_predictions_table_and_chart(tiny_dir, bench, tmp_path):
     assert code == 0
     for model in ("first", "second"):
         for benchmark in ("synth", "again"):
-            records = read_records(out / "predictions" / f"{model}__{benchmark}.jsonl")
+            records = read_records(out / "predictions" / f"{model}__{benchmark}.jsonl", Prediction)
             assert [r["index"] for r in records] == [0]
             assert all(len(r["responses"]) == 1 and 0.0 <= r["score"] <= 1.0 for r in records)
     with open(out / "results.csv", newline="") as handle:
@@ -99,8 +101,16 @@ def test_resume_generates_each_row_once(tiny_dir, bench, tmp_path):
 
 def test_resume_drops_a_half_written_line(tmp_path):
     path = tmp_path / "p.jsonl"
-    path.write_text('{"index": 0, "score": 1.0}\n{"index": 1, "sc')
-    assert read_records(path) == [{"index": 0, "score": 1.0}]
+    record = {"index": 0, "prompt": "p", "responses": ["r"], "sample_scores": [1.0], "score": 1.0}
+    path.write_text(json.dumps(record) + '\n{"index": 1, "sc')
+    assert read_records(path, Prediction) == [record]
+    # Only a cut-short last line: one in the middle, or a record that does not fit, names its line.
+    path.write_text('{"index": 1, "sc\n' + json.dumps(record) + "\n")
+    with pytest.raises(InputFileError, match="p.jsonl, line 1: not valid JSON"):
+        read_records(path, Prediction)
+    path.write_text(json.dumps({**record, "sample_scores": [None]}) + "\n")
+    with pytest.raises(InputFileError, match=r"line 1: field sample_scores\[0\]: expected `float`, got `null`"):
+        read_records(path, Prediction)
 
 
 def test_cli_with_lexical_verifier_reports_supported_step_rate(tiny_dir, bench, tmp_path):
@@ -295,7 +305,7 @@ def test_a_rebuilt_data_file_regenerates_only_the_rows_that_changed(tiny_dir, tm
     write_parquet(rows, data)
     main(["--model", f"m={tiny_dir}", "--data", str(data), "--output-dir", str(out), *FAST])
     assert json.loads((out / "results.json").read_text())["m"]["synth"]["generated"] == 1
-    records = read_records(out / "predictions" / "m__synth.jsonl")
+    records = read_records(out / "predictions" / "m__synth.jsonl", Prediction)
     assert sorted(r["index"] for r in records) == [0, 1, 2]  # the stale row 1 is gone, not duplicated
 
 

@@ -227,7 +227,10 @@ def test_bad_judge_options_name_what_to_fix(tiny_dir, benchmarks, tmp_path, monk
         (["--judge-model", "x"], "--judge-model: only with --judge URL"),
         (["--judge", "localhost:8000"], "is not an http(s) URL"),
         (["--judge", "http://h", "--judge-api-key-env", "NO_SUCH_JUDGE_KEY"], "NO_SUCH_JUDGE_KEY"),
-        (["--judge", "http://h", "--judge-timeout", "0"], "timeout_s > 0"),
+        (
+            ["--judge", "http://h", "--judge-timeout", "0"],
+            "--judge-timeout: must be a finite number of seconds above 0",
+        ),
     ]:
         with pytest.raises(SystemExit) as exit_info:
             fspo_main([*base, *options])

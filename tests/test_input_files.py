@@ -129,3 +129,45 @@ def test_flash_attn_wheel_picker_names_a_broken_pyproject(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.fspo]\nflash-attn-wheels = "x"\n')
     with pytest.raises(InputFileError, match="must be a list of tables"):
         listed_wheels(tmp_path / "pyproject.toml")
+
+
+# Any JSON value whose text is valid Unicode: str.splitlines' line breaks (U+2028, U+0085, ...) included.
+json_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | json_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(json_text, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    records=st.lists(st.dictionaries(json_text, json_values, max_size=4), max_size=5),
+    bom=st.booleans(),
+    ending=st.sampled_from(["\n", "\r\n"]),
+    ascii_only=st.booleans(),
+)
+def test_json_lines_read_back_whatever_their_text_holds(tmp_path, records, bom, ending, ascii_only):
+    """Every list of objects, written one per line (escaped or not, LF or CRLF, after a byte-order mark or not),
+    reads back as the same list: lines split on \\n only, never on what str.splitlines also splits on."""
+    from fspo.input_files import read_jsonl
+
+    path = tmp_path / "records.jsonl"
+    text = "".join(json.dumps(r, ensure_ascii=ascii_only) + ending for r in records)
+    path.write_bytes(("\ufeff" if bom else "").encode() + text.encode("utf-8"))
+    assert read_jsonl(path) == records
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(st.dictionaries(json_text, json_values, min_size=1, max_size=3), min_size=2, max_size=5))
+def test_a_bad_line_is_refused_naming_it_and_only_a_cut_last_line_is_dropped(tmp_path, records):
+    from fspo.input_files import InputFileError, read_jsonl
+
+    lines = [json.dumps(r, ensure_ascii=False) for r in records]
+    path = tmp_path / "records.jsonl"
+    cut = lines[-1][: len(lines[-1]) - 1]  # a write cut short: never valid JSON, no newline after it
+    path.write_text("\n".join([*lines[:-1], cut]), encoding="utf-8")
+    assert read_jsonl(path, drop_partial_last=True) == records[:-1]
+    path.write_text("\n".join([cut, *lines[1:]]) + "\n", encoding="utf-8")
+    with pytest.raises(InputFileError, match="records.jsonl, line 1: not valid JSON"):
+        read_jsonl(path, drop_partial_last=True)

@@ -96,7 +96,7 @@ def test_verify_refuses_a_negative_limit(tmp_path, capsys):
     except SystemExit as stop:
         code = stop.code
     assert code == 2
-    assert "--limit must be >= 1" in capsys.readouterr().err
+    assert "--limit: must be >= 1" in capsys.readouterr().err
 
 
 def test_verify_treats_null_evidence_as_absent_like_training(tmp_path, capsys):

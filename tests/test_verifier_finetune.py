@@ -146,7 +146,6 @@ def test_training_into_a_used_folder_keeps_the_users_files(tiny_encoder, tmp_pat
     [
         (["--data", "absent.jsonl"], "fspo verifier train: no labelled file 'absent.jsonl'"),
         (["--data", "{one_class}"], "needs both supported (1) and unsupported (0) pairs"),
-        (["--data", "{both}", "--steps", "0"], "fspo verifier train: --steps must be >= 1, got 0"),
     ],
 )
 def test_train_errors_exit_2_with_one_line(tmp_path, capsys, args, message):
@@ -182,3 +181,11 @@ def test_learning_rate_warms_up_then_decays():
     rates = [learning_rate_at(step, 100, 1.0) for step in range(100)]
     assert rates[0] == pytest.approx(0.1) and rates[9] == pytest.approx(1.0)
     assert rates[50] == pytest.approx(50 / 90) and rates[-1] == pytest.approx(1 / 90)
+
+
+def test_train_refuses_a_bad_number_where_it_parses_it(capsys):
+    """A number out of its declared range (fspo.numeric_options) is argparse's one line after the usage."""
+    with pytest.raises(SystemExit) as stopped:
+        fspo_main(["verifier", "train", "--data", "x.jsonl", "--steps", "0"])
+    lines = capsys.readouterr().err.splitlines()
+    assert stopped.value.code == 2 and lines[-1] == "fspo verifier train: error: argument --steps: must be >= 1, got 0"

@@ -510,3 +510,17 @@ def test_the_configured_dtype_reaches_the_loaded_model(tiny_hhem, monkeypatch):
             assert {p.dtype for p in verifier.model.parameters()} == {expected}
     finally:
         compute_dtype_choice.cache_clear()
+
+
+def test_an_nli_window_past_the_position_table_is_refused(tmp_path, minilm_tokenizer):
+    """A max_length past max_position_embeddings would index past the position table (an IndexError on a CPU,
+    a device-side assert on CUDA) at the first long row: refused when the verifier is built."""
+    path = _tiny_nli(tmp_path, minilm_tokenizer, "bert", {0: "entailment", 1: "neutral", 2: "contradiction"})
+    limit = json.loads((path / "config.json").read_text())["max_position_embeddings"]
+    with pytest.raises(ValueError, match=f"max_length={limit + 1} exceeds .* position limit of {limit}"):
+        build_verifier(
+            verifier_config({"name": "nli", "model_path": str(path), "device": "cpu", "max_length": limit + 1})
+        )
+    assert build_verifier(
+        verifier_config({"name": "nli", "model_path": str(path), "device": "cpu", "max_length": limit})
+    )

@@ -155,10 +155,17 @@ def test_read_labelled_jsonl_and_parquet(tmp_path):
     ("lines", "message"),
     [
         (['{"evidence": "e", "claim": "c", "label": 1}', "{oops"], r"line 2: not valid JSON"),
-        (['{"evidence": "e", "label": 1}'], r"line 1: expected an object with 'evidence', 'claim' and 'label'"),
-        (['{"evidence": "e", "claim": "c", "label": "yes"}'], r"line 1: label must be 0 \(unsupported\) or 1"),
-        (['{"evidence": "e", "claim": "c", "label": 0.5}'], r"label must be 0"),
-        (['{"evidence": 3, "claim": "c", "label": 1}'], r"line 1: 'evidence' must be a string, got int"),
+        (['{"evidence": "e", "label": 1}'], r"line 1: object missing required field `claim`"),
+        (
+            ['{"evidence": "e", "claim": "c", "label": "yes"}'],
+            r"line 1: field label: expected `bool \| int`, got `str`",
+        ),
+        (
+            ['{"evidence": "e", "claim": "c", "label": 0.5}'],
+            r"line 1: field label: expected `bool \| int`, got `float`",
+        ),
+        (['{"evidence": "e", "claim": "c", "label": 2}'], r"line 1: field label: invalid enum value 2"),
+        (['{"evidence": 3, "claim": "c", "label": 1}'], r"line 1: field evidence: expected `str \| array`, got `int`"),
         ([""], r"no labelled rows"),
     ],
 )

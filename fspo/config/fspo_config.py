@@ -10,7 +10,6 @@ config dataclasses.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Optional
@@ -20,6 +19,7 @@ from verl.base_config import BaseConfig
 from fspo.config.convert import to_dataclass
 from fspo.config.verifier import VerifierConfig
 from fspo.config.vocabulary import OUTSIDE_LABELS, REWARD_MODES, ConfigError
+from fspo.numeric_options import FSPO_NUMBERS, check_numbers
 
 # A right answer's reward minus a wrong one's in modes knowrl and fapo (fspo.reward_modes).
 RIGHT_WRONG_GAP = 1.0
@@ -148,28 +148,20 @@ class FSPOConfig(BaseConfig):
             raise ConfigError(
                 f"fspo.step_reward_weight is the fspo mode's ablation; with fspo.mode={self.mode} set it to 0"
             )
-        for name in ("knowrl_fact_weight", "knowrl_length_gamma", "fapo_penalty"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigError(f"fspo.{name} must be a finite number >= 0, got {value!r}")
+        # Ranges and dtypes (float32 for the reward terms) are declared once, in fspo.numeric_options.
+        check_numbers(self, FSPO_NUMBERS, "fspo", ConfigError)
         for name in ("knowrl_fact_weight", "fapo_penalty"):
             if getattr(self, name) > RIGHT_WRONG_GAP:
                 raise ConfigError(
                     f"fspo.{name} must be at most {RIGHT_WRONG_GAP:g} (the gap between a right and a wrong answer's "
                     f"reward), got {getattr(self, name)!r}: above it a wrong answer can outscore a right one"
                 )
-        if not (math.isfinite(self.step_reward_weight) and self.step_reward_weight >= 0):
-            raise ConfigError(f"fspo.step_reward_weight must be a finite number >= 0, got {self.step_reward_weight!r}")
         if self.label_outside_reasoning not in OUTSIDE_LABELS:
             raise ConfigError(
                 f"fspo.label_outside_reasoning must be 0 (off), 1 or -1 (a label), got {self.label_outside_reasoning!r}"
             )
         if not self.evidence_key:
             raise ConfigError("fspo.evidence_key must name a column or extra_info key, got an empty string")
-        if not (math.isfinite(self.scorer_timeout_s) and self.scorer_timeout_s >= 0):
-            raise ConfigError(
-                f"fspo.scorer_timeout_s must be a number of seconds >= 0 (0 = no limit), got {self.scorer_timeout_s!r}"
-            )
 
 
 def fspo_config(config: Optional[Mapping]) -> FSPOConfig:

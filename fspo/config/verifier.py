@@ -10,7 +10,6 @@ default (they differ per backend: HHEM's hub id, the packaged MiniLM, the NLI mo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Optional, Union
@@ -27,6 +26,7 @@ from fspo.config.vocabulary import (
     VERIFIER_NAMES,
     ConfigError,
 )
+from fspo.numeric_options import VERIFIER_NUMBERS, check_numbers
 
 EVERY_BACKEND = VERIFIER_NAMES
 
@@ -231,12 +231,8 @@ class VerifierConfig(BaseConfig):
             raise ConfigError(
                 f"fspo.verifier.dtype must be one of {', '.join(VERIFIER_DTYPES)} or null, got {self.dtype!r}"
             )
-        _require(0.0 <= self.threshold <= 1.0, "threshold", self.threshold, "a number in [0, 1]")
-        _require(0.0 <= self.max_failed_share <= 1.0, "max_failed_share", self.max_failed_share, "a number in [0, 1]")
-        for key, low, meaning in _LOWER_BOUNDS:
-            value = getattr(self, key)
-            if value is not None:
-                _require(math.isfinite(value) and value >= low, key, value, meaning)
+        # Ranges and dtypes are declared once, in fspo.numeric_options (fspo verify's flags share them).
+        check_numbers(self, VERIFIER_NUMBERS, "fspo.verifier", ConfigError)
 
     @property
     def deadline_s(self) -> float:
@@ -277,38 +273,9 @@ class VerifierConfig(BaseConfig):
         )
 
 
-# Numeric options and their least value; the meaning is what the error message asks for.
-_LOWER_BOUNDS = (
-    ("evidence_top_k", 1, "a positive integer or null (off)"),
-    ("cache_size", 0, "a non-negative integer"),
-    ("coalesce_ms", 0, "a non-negative number"),
-    ("num_gpus", 0, "a non-negative number"),
-    ("num_cpus", 0, "a non-negative number"),
-    ("start_timeout_s", 1e-9, "a positive number of seconds"),
-    ("request_timeout_s", 1e-9, "a positive number of seconds"),
-    ("request_deadline_s", 1e-9, "a positive number of seconds or null (2 x request_timeout_s)"),
-    ("max_failed_steps", 0, "a non-negative integer (0 = never stop)"),
-    ("max_row_tokens", 0, "a non-negative integer (0 = no limit) or null"),
-    ("max_tokens_per_batch", 1, "a positive integer or null"),
-    ("max_length", 1, "a positive integer or null"),
-    ("stride", 0, "a non-negative integer or null"),
-    ("max_concurrency", 1, "a positive integer or null"),
-    ("timeout_s", 1e-9, "a positive number of seconds or null"),
-    ("max_retries", 0, "a non-negative integer or null"),
-    ("backoff_s", 0, "a non-negative number of seconds or null"),
-    ("max_tokens", 1, "a positive integer or null"),
-    ("temperature", 0, "a non-negative number or null"),
-)
-
-
 def check_name(name) -> None:
     if name not in VERIFIER_NAMES:
         raise ConfigError(f"unknown fspo.verifier.name {name!r}; valid names: {', '.join(VERIFIER_NAMES)}")
-
-
-def _require(ok: bool, key: str, value, meaning: str) -> None:
-    if not ok:
-        raise ConfigError(f"fspo.verifier.{key} must be {meaning}, got {value!r}")
 
 
 def verifier_config(config: Mapping) -> VerifierConfig:

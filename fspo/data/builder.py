@@ -15,6 +15,7 @@ from pathlib import Path
 from fspo.cli.arguments import UsageError, check_count
 from fspo.data.io import SourceFileError, make_row, read_hub, read_records, source_files, write_parquet
 from fspo.data.templates import PROMPT_FORMATS, build_messages, count_prompt_tokens
+from fspo.numeric_options import COUNT, SEED
 from fspo.output_dir import check_output_paths
 
 
@@ -162,9 +163,11 @@ def make_parser(spec: DatasetSpec) -> argparse.ArgumentParser:
         choices=PROMPT_FORMATS,
         help="chat format of the prompts (fspo.data.templates; default qwen-base)",
     )
-    parser.add_argument("--size", type=int, default=None, help="rows per split, sampled with --seed (default: all)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the --size sample")
-    parser.add_argument("--max-prompt-tokens", type=int, default=None, help="drop prompts longer than this")
+    parser.add_argument(
+        "--size", type=COUNT.parse, default=None, help="rows per split, sampled with --seed (default: all)"
+    )
+    parser.add_argument("--seed", type=SEED.parse, default=0, help="seed of the --size sample")
+    parser.add_argument("--max-prompt-tokens", type=COUNT.parse, default=None, help="drop prompts longer than this")
     parser.add_argument("--tokenizer", help="tokenizer path/name used to count prompt tokens")
     parser.add_argument(
         "--evidence-in-prompt",

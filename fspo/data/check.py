@@ -27,6 +27,7 @@ from fspo.data.io import text_list
 from fspo.data.templates import check_prompt_format, count_prompt_tokens
 from fspo.evidence import evidence_text, row_evidence
 from fspo.input_files import InputFileError, read_parquet
+from fspo.numeric_options import COUNT
 from fspo.outcome import known_sources, scorer_of
 
 REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")
@@ -363,7 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="render prompts with this fspo.data.templates format (default: the tokenizer's own)",
     )
-    parser.add_argument("--max-prompt-length", type=int, default=None, help="count prompts longer than this (tokens)")
+    parser.add_argument(
+        "--max-prompt-length", type=COUNT.parse, default=None, help="count prompts longer than this (tokens)"
+    )
     return parser
 
 

@@ -14,7 +14,7 @@ parquet files of ``data.val_files``): sets without evidence carry ``""``, withou
 from __future__ import annotations
 
 import csv
-import json
+import io
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -22,6 +22,7 @@ from typing import Any
 
 from fspo.atomic_file import replacing
 from fspo.hub_deadline import hub_timeout_s, no_answer
+from fspo.input_files import InputFileError, jsonl_lines, parse_json, parse_jsonl, read_bytes, read_parquet_rows
 
 SOURCE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
@@ -136,65 +137,47 @@ def write_parquet(rows: Sequence[dict], path: str | Path) -> Path:
 
 
 def read_rows(path: str | Path) -> list[dict]:
-    """Read a parquet written by `write_parquet` back as a list of plain dicts."""
-    import pyarrow.parquet as pq
-
-    return pq.read_table(path).to_pylist()
+    """Read a parquet written by `write_parquet` back as a list of plain dicts (:mod:`fspo.input_files`' reader)."""
+    return read_parquet_rows(path)
 
 
 def read_source_file(path: str | Path) -> list[dict]:
     """Records of one local source file: JSON Lines, a JSON list (or {"data": [...]}), parquet or CSV.
 
-    Bytes that are not UTF-8 are replaced rather than aborting the whole file.
+    Bytes that are not UTF-8 are replaced rather than aborting the whole file. Read through
+    :mod:`fspo.input_files` (JSON Lines split on ``\\n`` only, a byte-order mark dropped); its one-line errors
+    come back as :class:`SourceFileError`.
     """
     path = Path(path)
     suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            return pq.read_table(path).to_pylist()
-        except Exception as error:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not parquet
-            raise SourceFileError(f"{path}: not a readable parquet file ({error})") from None
-    # utf-8-sig: a byte-order mark (Windows editors, Excel's CSV) is not part of the first record.
-    text = path.read_bytes().decode("utf-8-sig", errors="replace")
-    if suffix == ".jsonl":
-        records = []
-        for line_number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise SourceFileError(f"{path}, line {line_number}: not valid JSON ({error.msg})") from None
-        return records
-    if suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
-            # Some sources name JSON Lines files *.json.
-            return read_source_file_as_jsonl(path, text)
-        if isinstance(data, dict):
-            data = data.get("data", data.get("rows", [data]))
-        if not isinstance(data, list):
-            raise SourceFileError(f"{path}: holds a JSON {type(data).__name__}, not a list of records")
-        return data
-    if suffix == ".csv":
-        return list(csv.DictReader(text.splitlines()))
+    try:
+        if suffix == ".parquet":
+            return read_parquet_rows(path)
+        # utf-8-sig: a byte-order mark (Windows editors, Excel's CSV) is not part of the first record.
+        text = read_bytes(path, "source file").decode("utf-8-sig", errors="replace")
+        if suffix == ".jsonl":
+            return parse_jsonl(path, jsonl_lines(text))
+        if suffix == ".json":
+            return _json_records(path, text)
+        if suffix == ".csv":
+            # newline="": a quoted field keeps its line breaks (and U+2028 and the like are no line break).
+            return list(csv.DictReader(io.StringIO(text, newline="")))
+    except InputFileError as error:
+        raise SourceFileError(str(error)) from None
     raise SourceFileError(f"{path}: unsupported file type {suffix!r}; use one of {', '.join(SOURCE_SUFFIXES)}")
 
 
-def read_source_file_as_jsonl(path: Path, text: str) -> list[dict]:
-    records = []
-    for line_number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise SourceFileError(
-                    f"{path}, line {line_number}: neither JSON nor JSON Lines ({error.msg})"
-                ) from None
-    return records
+def _json_records(path: Path, text: str) -> list:
+    """A JSON list of records (or ``{"data": [...]}``); some sources name JSON Lines files *.json."""
+    try:
+        data = parse_json(path, text, None)
+    except InputFileError:
+        return parse_jsonl(path, jsonl_lines(text))
+    if isinstance(data, dict):
+        data = data.get("data", data.get("rows", [data]))
+    if not isinstance(data, list):
+        raise SourceFileError(f"{path}: holds a JSON {type(data).__name__}, not a list of records")
+    return data
 
 
 def source_files(input_path: str | Path, split: str | None = None) -> list[Path]:

@@ -20,6 +20,7 @@ from fspo.cli.arguments import UsageError, check_count, refuse
 from fspo.data.builder import Example
 from fspo.data.io import make_row, write_parquet
 from fspo.data.templates import PROMPT_FORMATS, build_messages, check_prompt_format
+from fspo.numeric_options import NON_NEGATIVE_COUNT, SEED
 from fspo.output_dir import check_output_paths
 
 DATA_SOURCE = "synthetic_multihop"
@@ -249,9 +250,11 @@ def make_rows(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fspo data synthetic", description=__doc__.splitlines()[0])
     parser.add_argument("--output-dir", default="data/synthetic", help="where <split>.parquet is written")
-    parser.add_argument("--size", type=int, default=1000, help="train rows")
-    parser.add_argument("--test-size", type=int, default=100, help="test rows")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the worlds and questions (same seed, same rows)")
+    parser.add_argument("--size", type=NON_NEGATIVE_COUNT.parse, default=1000, help="train rows")
+    parser.add_argument("--test-size", type=NON_NEGATIVE_COUNT.parse, default=100, help="test rows")
+    parser.add_argument(
+        "--seed", type=SEED.parse, default=0, help="seed of the worlds and questions (same seed, same rows)"
+    )
     parser.add_argument(
         "--prompt-format",
         default="qwen-base",

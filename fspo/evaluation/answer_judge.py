@@ -35,8 +35,9 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from fspo.chat_client import ChatClient, without_thinking
-from fspo.evaluation.records import read_records
+from fspo.evaluation.records import drop_torn_tail, read_records
 from fspo.outcome import extract_answer, own_scorer_name
+from fspo.record_schemas import Verdict
 
 logger = logging.getLogger(__name__)
 
@@ -155,16 +156,7 @@ def _references(row: dict) -> tuple[str, list[str], list[str]]:
 
 def read_verdicts(path: str | Path | None) -> dict[str, bool]:
     """Cached verdicts by key; a half-written last line (interrupted run) is dropped."""
-    return {r["key"]: bool(r["verdict"]) for r in (read_records(path) if path else []) if "key" in r}
-
-
-def _ends_mid_line(path: Path) -> bool:
-    """Whether a file exists, is not empty and does not end with a newline (its last write was cut short)."""
-    if not path.exists() or path.stat().st_size == 0:
-        return False
-    with open(path, "rb") as handle:
-        handle.seek(-1, 2)
-        return handle.read(1) != b"\n"
+    return {r["key"]: r["verdict"] for r in (read_records(path, Verdict) if path else [])}
 
 
 class AnswerJudge:
@@ -270,10 +262,8 @@ class AnswerJudge:
         if cache_path is not None:
             cache_path = Path(cache_path)
             cache_path.parent.mkdir(parents=True, exist_ok=True)
-            torn = _ends_mid_line(cache_path)
+            drop_torn_tail(cache_path)  # an interrupted write: the next verdict starts a line of its own
             handle = open(cache_path, "a", encoding="utf-8")
-            if torn:  # an interrupted write: start on a fresh line rather than extend the torn one
-                handle.write("\n")
 
         def remember(key: str, verdict: bool, reply: str) -> None:
             verdicts[key] = verdict

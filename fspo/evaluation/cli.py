@@ -29,6 +29,7 @@ from fspo.evaluation.generation import GenerationSettings, build_generator, rend
 from fspo.evaluation.pipeline import ProvenanceError, check_rows, evaluate_model
 from fspo.evaluation.report import accumulated_results, write_results
 from fspo.input_files import InputFileError, read_parquet_rows
+from fspo.numeric_options import COUNT, LOSS_TERM, NON_NEGATIVE_COUNT, OPEN_PROBABILITY, PROBABILITY, SECONDS, SEED
 from fspo.output_dir import check_output_paths
 from fspo.verifier_tools.quality import calibrated_threshold
 from fspo.verifier_tools.verify import verifier_options
@@ -83,14 +84,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--backend", choices=["auto", "vllm", "hf"], default="auto", help="auto: vLLM when installed, else transformers"
     )
-    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass, in (0, 1]")
-    parser.add_argument("--max-new-tokens", type=int, default=1024, help="longest response, in tokens")
-    parser.add_argument("--samples", type=int, default=1, help="responses per prompt; pass@1 is their mean (AIME: 16)")
-    parser.add_argument("--batch-size", type=int, default=8, help="rows per generation call (and per JSONL append)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sampler")
-    parser.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM only")
-    parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N rows of each benchmark")
+    parser.add_argument("--temperature", type=LOSS_TERM.parse, default=0.0, help="sampling temperature (0: greedy)")
+    parser.add_argument("--top-p", type=OPEN_PROBABILITY.parse, default=1.0, help="nucleus sampling mass, in (0, 1]")
+    parser.add_argument("--max-new-tokens", type=COUNT.parse, default=1024, help="longest response, in tokens")
+    parser.add_argument(
+        "--samples", type=COUNT.parse, default=1, help="responses per prompt; pass@1 is their mean (AIME: 16)"
+    )
+    parser.add_argument(
+        "--batch-size", type=COUNT.parse, default=8, help="rows per generation call (and per JSONL append)"
+    )
+    parser.add_argument("--seed", type=SEED.parse, default=0, help="seed of the sampler")
+    parser.add_argument("--tensor-parallel-size", type=COUNT.parse, default=1, help="vLLM only")
+    parser.add_argument(
+        "--limit", type=COUNT.parse, default=None, help="evaluate only the first N rows of each benchmark"
+    )
     parser.add_argument(
         "--verifier", default=None, choices=VERIFIER_NAMES, help="verifier (fspo.verifiers) for the supported step rate"
     )
@@ -103,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--threshold",
-        type=float,
+        type=PROBABILITY.parse,
         default=None,
         help="with --verifier: a step scoring >= this is supported (default: the backend's calibrated "
         "threshold, the one training uses)",
@@ -124,17 +131,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="environment variable holding the judge's API key (sent as a Bearer token)",
     )
-    judge.add_argument("--judge-concurrency", type=int, default=8, help="judge requests in flight at once")
-    judge.add_argument("--judge-timeout", type=float, default=60.0, help="seconds per judge request")
+    judge.add_argument("--judge-concurrency", type=COUNT.parse, default=8, help="judge requests in flight at once")
+    judge.add_argument("--judge-timeout", type=SECONDS.parse, default=60.0, help="seconds per judge request")
     judge.add_argument(
         "--judge-retries",
-        type=int,
+        type=NON_NEGATIVE_COUNT.parse,
         default=3,
         help="retries of a judge request after a timeout, connection error or 408/429/5xx",
     )
     judge.add_argument(
         "--judge-max-tokens",
-        type=int,
+        type=COUNT.parse,
         default=16,
         help="the judge's reply budget (raise it for a reasoning judge that thinks first)",
     )

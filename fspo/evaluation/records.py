@@ -1,20 +1,41 @@
-"""The predictions ``fspo evaluate`` keeps: JSONL records, read back after an interruption."""
+"""The records ``fspo evaluate`` keeps (predictions, the judge's verdicts): JSONL, read back after an interruption
+through :func:`fspo.input_files.read_jsonl` and validated against their schema (:mod:`fspo.record_schemas`)."""
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
+from typing import Any
+
+from fspo.input_files import read_jsonl
 
 
-def read_records(path: str | Path) -> list[dict]:
-    """Records of a predictions JSONL; a half-written last line (interrupted write) is dropped."""
+def read_records(path: str | Path, schema: Any) -> list[dict]:
+    """Records of a JSONL file, each fitting ``schema``; none when there is no file yet.
+
+    A last line cut short (an interrupted write: it does not end in a newline and does not parse) is dropped;
+    any other line that does not parse or fit is refused (:class:`fspo.input_files.InputFileError`).
+    """
     path = Path(path)
     if not path.exists():
         return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
+    return read_jsonl(path, drop_partial_last=True, schema=schema)
+
+
+def ends_mid_line(path: str | Path) -> bool:
+    """Whether a file exists, is not empty and does not end with a newline (its last write was cut short)."""
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        return False
+    with open(path, "rb") as handle:
+        handle.seek(-1, 2)
+        return handle.read(1) != b"\n"
+
+
+def drop_torn_tail(path: str | Path) -> None:
+    """Cut a last line that an interrupted write left without its newline, so that what is appended next starts
+    a line of its own (the reader refuses a bad line anywhere but last)."""
+    path = Path(path)
+    if ends_mid_line(path):
+        data = path.read_bytes()
+        os.truncate(path, data.rfind(b"\n") + 1)

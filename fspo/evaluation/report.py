@@ -12,6 +12,7 @@ from fspo.atomic_file import replacing, write_text_atomically
 from fspo.evaluation.pipeline import score_records
 from fspo.evaluation.records import read_records
 from fspo.input_files import read_json
+from fspo.record_schemas import Prediction
 
 
 def _benchmarks(results: dict[str, dict[str, dict]]) -> list[str]:
@@ -163,7 +164,7 @@ def results_from_predictions(predictions_dir: str | Path) -> dict[str, dict[str,
         if path.name.endswith(".judgments.jsonl"):  # the LLM judge's verdict cache, not predictions
             continue
         model, _, benchmark = path.stem.partition("__")
-        records = read_records(path)
+        records = read_records(path, Prediction)
         if records:
             results.setdefault(model, {})[benchmark] = score_records(records)
     return results

@@ -42,7 +42,9 @@ from fspo.fdpo.pairs import (
     variant_sources,
 )
 from fspo.fdpo.variants import llm_corruption, swap_corruption
+from fspo.numeric_options import COUNT, EPOCHS, LOSS_TERM, POSITIVE_LOSS_TERM, PROBABILITY, SEED
 from fspo.output_dir import check_output_paths
+from fspo.record_schemas import Prediction
 from fspo.steps import reasoning_steps
 from fspo.token_labels import verdicts_from_scores
 from fspo.verifier_tools.quality import calibrated_threshold
@@ -59,8 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--verifier-option", action="append", default=[], help="a verifier option as in fspo.verifier.* (repeatable)"
     )
-    build.add_argument("--threshold", type=float, default=None, help="support threshold (default: the backend's)")
-    build.add_argument("--max-pairs-per-prompt", type=int, default=4, help="pairs kept per prompt (default 4)")
+    build.add_argument(
+        "--threshold", type=PROBABILITY.parse, default=None, help="support threshold (default: the backend's)"
+    )
+    build.add_argument("--max-pairs-per-prompt", type=COUNT.parse, default=4, help="pairs kept per prompt (default 4)")
     build.add_argument(
         "--variants",
         choices=("swap", "llm", "none"),
@@ -69,29 +73,38 @@ def build_parser() -> argparse.ArgumentParser:
         "2-3 steps swapped for another of the evidence (offline; default), llm = the authors' rewrite by a chat model "
         "(--variant-url), none = off",
     )
-    build.add_argument("--variants-per-prompt", type=int, default=1, help="variants made per prompt (default 1)")
+    build.add_argument(
+        "--variants-per-prompt", type=COUNT.parse, default=1, help="variants made per prompt (default 1)"
+    )
     build.add_argument("--variant-url", help="--variants llm: an OpenAI-compatible server (root, /v1 or full URL)")
     build.add_argument("--variant-model", default="default", help="--variants llm: the model name sent")
     build.add_argument("--variant-api-key-env", help="--variants llm: environment variable holding the API key")
-    build.add_argument("--seed", type=int, default=0, help="seed of the swap corruption (default 0)")
+    build.add_argument("--seed", type=SEED.parse, default=0, help="seed of the swap corruption (default 0)")
     fit = commands.add_parser("train", help="train pairs with TRL's DPOTrainer and F-DPO's margin")
     fit.add_argument("--model", required=True, help="the Hugging Face model folder to start from")
     fit.add_argument("--pairs", required=True, help="pairs JSONL from `fspo fdpo build-pairs`")
     fit.add_argument("--out", required=True, help="folder for the trained Hugging Face model")
-    fit.add_argument("--beta", type=float, default=FDPO_BETA, help=f"DPO's beta (default {FDPO_BETA}, F-DPO's config)")
+    fit.add_argument(
+        "--beta",
+        type=POSITIVE_LOSS_TERM.parse,
+        default=FDPO_BETA,
+        help=f"DPO's beta (default {FDPO_BETA}, F-DPO's config)",
+    )
     fit.add_argument(
         "--lambda",
         dest="factuality_lambda",
-        type=float,
+        type=LOSS_TERM.parse,
         default=FDPO_LAMBDA,
         help=f"F-DPO's factuality margin lambda, inside beta (default {FDPO_LAMBDA:g}; its authors sweep "
         f"{', '.join(map(str, FDPO_LAMBDA_SWEEP))}; 0 = plain DPO)",
     )
-    fit.add_argument("--lr", type=float, default=5e-7, help="learning rate (default 5e-7)")
-    fit.add_argument("--epochs", type=float, default=1.0, help="epochs over the pairs (default 1)")
-    fit.add_argument("--batch-size", type=int, default=8, help="pairs per device step (default 8)")
-    fit.add_argument("--max-length", type=int, default=2048, help="prompt + response tokens kept (default 2048)")
-    fit.add_argument("--seed", type=int, default=0, help="seed of the data order and initialisation (default 0)")
+    fit.add_argument("--lr", type=POSITIVE_LOSS_TERM.parse, default=5e-7, help="learning rate (default 5e-7)")
+    fit.add_argument("--epochs", type=EPOCHS.parse, default=1.0, help="epochs over the pairs (default 1)")
+    fit.add_argument("--batch-size", type=COUNT.parse, default=8, help="pairs per device step (default 8)")
+    fit.add_argument(
+        "--max-length", type=COUNT.parse, default=2048, help="prompt + response tokens kept (default 2048)"
+    )
+    fit.add_argument("--seed", type=SEED.parse, default=0, help="seed of the data order and initialisation (default 0)")
     return parser
 
 
@@ -186,7 +199,7 @@ def build_pairs(args, verifier, threshold: float) -> int:
     for path in args.predictions:
         if not Path(path).is_file():
             raise UsageError(f"{path} does not exist: give the predictions JSONL of `fspo evaluate`")
-        records += [(f"{path} row {record.get('index')}", record) for record in read_records(path)]
+        records += [(f"{path} row {record.get('index')}", record) for record in read_records(path, Prediction)]
     items = [
         (record.get("evidence") or "", [step_texts(text) for text in record.get("responses") or []])
         for _, record in records

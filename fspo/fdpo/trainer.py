@@ -24,6 +24,7 @@ from trl import DPOConfig, DPOTrainer
 from fspo.fdpo.loss import FDPO_BETA, FDPO_LAMBDA
 from fspo.input_files import read_jsonl
 from fspo.output_dir import install_staged, staging_folder
+from fspo.record_schemas import Pair
 
 # The pairs file's column with h_rejected - h_chosen (fspo.fdpo.pairs.pair_row).
 MARGIN_COLUMN = "fdpo_margin_weight"
@@ -71,16 +72,9 @@ class FDPOTrainer(DPOTrainer):
 
 
 def read_pairs(path: str | Path) -> list[dict]:
-    """The rows of a pairs file (``fspo fdpo build-pairs``); raises ValueError (fspo.input_files' one line)
-    naming the file and a row that is malformed or lacks a column."""
-    rows = []
-    for number, row in enumerate(read_jsonl(path), 1):
-        missing = [column for column in _PAIR_COLUMNS if column not in row]
-        if missing:
-            raise ValueError(
-                f"{path}: pair {number} has no {', '.join(missing)} (write it with `fspo fdpo build-pairs`)"
-            )
-        rows.append({column: row[column] for column in _PAIR_COLUMNS})
+    """The rows of a pairs file (``fspo fdpo build-pairs``), each fitting :class:`fspo.record_schemas.Pair`;
+    raises ValueError (fspo.input_files' one line) naming the file, the line and the field that does not fit."""
+    rows = [{column: row[column] for column in _PAIR_COLUMNS} for row in read_jsonl(path, schema=Pair)]
     if not rows:
         raise ValueError(f"{path} holds no pairs")
     return rows

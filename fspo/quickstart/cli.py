@@ -32,6 +32,7 @@ from fspo.cli.arguments import UsageError, check_model_dir, check_overrides
 from fspo.data.io import read_rows, write_parquet
 from fspo.data.synthetic import make_rows
 from fspo.input_files import read_json
+from fspo.numeric_options import COUNT, SEED
 from fspo.output_dir import OutputConflict, check_output_paths
 from fspo.quickstart.launch import launch
 from fspo.quickstart.smollm2 import convert_smollm2
@@ -59,11 +60,11 @@ PROG = "fspo quickstart"
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--steps", type=int, default=12, help="training steps (default 12: about 11 minutes on 2 CPU cores)"
+        "--steps", type=COUNT.parse, default=12, help="training steps (default 12: about 11 minutes on 2 CPU cores)"
     )
     parser.add_argument(
         "--seed",
-        type=int,
+        type=SEED.parse,
         default=0,
         help="seed of the synthetic questions, the data order and every rollout's sampling (same seed, same run)",
     )

@@ -6,13 +6,15 @@ too, so that they run the trainer exactly as the quickstart and a GPU user do.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from fspo.input_files import jsonl_lines, parse_jsonl, read_text
+from fspo.record_schemas import TrainerMetrics
 
 
 def launch(
@@ -65,11 +67,9 @@ def launch(
 def _read_new_records(path: Path, records: list[dict], on_step: Callable[[dict], None] | None) -> list[dict]:
     if not path.exists():
         return records
-    content = path.read_text()
-    lines = [line for line in content.splitlines() if line.strip()]
-    complete = lines if content.endswith("\n") else lines[:-1]  # the last line may be half-written
-    for line in complete[len(records) :]:
-        record = json.loads(line)
+    text = read_text(path, "JSON Lines file")
+    complete = text[: text.rfind("\n") + 1]  # the last line may be half-written
+    for record in parse_jsonl(path, jsonl_lines(complete), TrainerMetrics)[len(records) :]:
         records.append(record)
         if on_step is not None:
             on_step(record)

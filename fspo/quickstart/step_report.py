@@ -12,13 +12,14 @@ A policy trained against a verifier learns to please it; copying evidence senten
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from fspo.data.synthetic import DATA_SOURCE
+from fspo.input_files import read_jsonl
 from fspo.quickstart.world_judge import CONTRADICTED, NOT_A_CLAIM, SUPPORTED, build_world, judge_step
+from fspo.record_schemas import ValidationSample
 from fspo.steps import reasoning_steps
 
 # The thresholds of the verifiers as the quickstart trains with `lexical` and the config's default.
@@ -92,10 +93,7 @@ def validation_samples(dump: str | Path, rows: Sequence[dict]) -> list[dict]:
     """
     worlds = [r["extra_info"] for r in rows if r.get("data_source") == DATA_SOURCE and r.get("extra_info")]
     samples = []
-    for line in Path(dump).read_text().splitlines():
-        if not line.strip():
-            continue
-        record = json.loads(line)
+    for record in read_jsonl(dump, schema=ValidationSample):
         row = next((info for info in worlds if info["evidence"] and info["evidence"] in record["input"]), None)
         if row is not None:
             samples.append(

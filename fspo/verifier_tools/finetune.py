@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fspo.cli.arguments import UsageError, check_count, check_model_dir, check_positive_number, refuse
+from fspo.numeric_options import COUNT, POSITIVE_LOSS_TERM, SEED
 from fspo.output_dir import check_output_paths, install_staged, staging_folder
 from fspo.preflight import minilm_path
 from fspo.verifier_tools.download import main as download_main
@@ -230,16 +231,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--output-dir", required=True, help="where the Hugging Face directory is written")
     parser.add_argument("--base-model", default=None, help="encoder directory (default: packaged all-MiniLM-L6-v2)")
-    parser.add_argument("--steps", type=int, default=400, help="optimiser steps (default 400)")
-    parser.add_argument("--batch-size", type=int, default=16, help="pairs per optimiser step (default 16)")
-    parser.add_argument("--learning-rate", type=float, default=5e-5, help="peak learning rate (default 5e-5)")
-    parser.add_argument("--max-length", type=int, default=128, help="tokens of evidence + claim (default 128)")
+    parser.add_argument("--steps", type=COUNT.parse, default=400, help="optimiser steps (default 400)")
+    parser.add_argument("--batch-size", type=COUNT.parse, default=16, help="pairs per optimiser step (default 16)")
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the data order, the head and the train/heldout split"
+        "--learning-rate", type=POSITIVE_LOSS_TERM.parse, default=5e-5, help="peak learning rate (default 5e-5)"
+    )
+    parser.add_argument("--max-length", type=COUNT.parse, default=128, help="tokens of evidence + claim (default 128)")
+    parser.add_argument(
+        "--seed", type=SEED.parse, default=0, help="seed of the data order, the head and the train/heldout split"
     )
     parser.add_argument(
         "--threads",
-        type=int,
+        type=COUNT.parse,
         default=None,
         help="torch CPU threads (default torch's; 1 is fastest on a machine busy with other work)",
     )

@@ -19,7 +19,6 @@ it is measured on.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from pathlib import Path
 from typing import NamedTuple
@@ -27,7 +26,8 @@ from typing import NamedTuple
 from fspo.data.halueval import offline_files
 from fspo.data.io import clean_text
 from fspo.data.synthetic import labelled_facts
-from fspo.input_files import parse_json, read_parquet_rows, read_text
+from fspo.input_files import read_jsonl, read_parquet_rows
+from fspo.record_schemas import LabelledClaim
 
 SOURCES = ("halueval", "synthetic", "synthetic-restated")
 SPLITS = ("train", "heldout", "all")
@@ -71,17 +71,13 @@ def halueval_file() -> Path:
 def halueval_pairs(split: str = "heldout", seed: int = 0, fraction: float = HELDOUT_FRACTION) -> list[LabelledPair]:
     """Two claims per HaluEval-QA row of ``split``: the right answer (1) and the hallucinated one (0)."""
     pairs = []
-    with open(halueval_file(), encoding="utf-8") as stream:
-        for line in stream:
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            question, knowledge = clean_text(row.get("question")), clean_text(row.get("knowledge"))
-            right, wrong = clean_text(row.get("right_answer")), clean_text(row.get("hallucinated_answer"))
-            if not (question and knowledge and right and wrong) or not in_split(question, split, seed, fraction):
-                continue
-            pairs.append(LabelledPair(knowledge, halueval_claim(question, right), 1, question))
-            pairs.append(LabelledPair(knowledge, halueval_claim(question, wrong), 0, question))
+    for row in read_jsonl(halueval_file()):
+        question, knowledge = clean_text(row.get("question")), clean_text(row.get("knowledge"))
+        right, wrong = clean_text(row.get("right_answer")), clean_text(row.get("hallucinated_answer"))
+        if not (question and knowledge and right and wrong) or not in_split(question, split, seed, fraction):
+            continue
+        pairs.append(LabelledPair(knowledge, halueval_claim(question, right), 1, question))
+        pairs.append(LabelledPair(knowledge, halueval_claim(question, wrong), 0, question))
     return pairs
 
 
@@ -119,10 +115,9 @@ def _text(value, key: str, where: str) -> str:
     return value
 
 
-def parse_row(row, where: str) -> LabelledPair:
-    """One ``{evidence, claim, label}`` row; evidence may be a list of strings (joined by newlines)."""
-    if not isinstance(row, dict) or not {"evidence", "claim", "label"} <= set(row):
-        raise ValueError(f"{where}: expected an object with 'evidence', 'claim' and 'label' keys")
+def parse_row(row: dict, where: str) -> LabelledPair:
+    """One ``{evidence, claim, label}`` row (validated: :class:`fspo.record_schemas.LabelledClaim`); evidence may be
+    a list of strings (joined by newlines)."""
     evidence = _text(row["evidence"], "evidence", where)
     claim = _text(row["claim"], "claim", where)
     return LabelledPair(evidence, claim, _label(row["label"], where), evidence)
@@ -140,12 +135,10 @@ def read_labelled(path: str | Path) -> list[LabelledPair]:
     if not path.is_file():
         raise FileNotFoundError(f"no labelled file {str(path)!r}")
     if path.suffix == ".parquet":
-        pairs = [parse_row(row, f"{path} row {i}") for i, row in enumerate(read_parquet_rows(path))]
+        rows = read_parquet_rows(path, schema=LabelledClaim)
+        pairs = [parse_row(row, f"{path} row {i}") for i, row in enumerate(rows)]
     else:
-        pairs = []
-        for number, line in enumerate(read_text(path, "JSON Lines file").splitlines(), 1):
-            if line.strip():
-                pairs.append(parse_row(parse_json(path, line, None, f" line {number}"), f"{path} line {number}"))
+        pairs = [parse_row(row, f"{path} line {i}") for i, row in enumerate(read_jsonl(path, schema=LabelledClaim), 1)]
     if not pairs:
         raise ValueError(f"{path}: no labelled rows")
     return pairs

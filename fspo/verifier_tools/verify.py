@@ -26,14 +26,15 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterable
 
 from fspo.atomic_file import replacing
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evidence import evidence_text
-from fspo.input_files import parse_json, read_text
+from fspo.input_files import jsonl_lines, parse_jsonl, read_text
+from fspo.numeric_options import COUNT, PROBABILITY, SEED, VERIFIER_NUMBERS
 from fspo.output_dir import OutputConflict, check_output_paths
 from fspo.preflight import check_verifier, looks_like_hub_id
+from fspo.record_schemas import verify_row
 from fspo.steps import reasoning_span, reasoning_steps
 from fspo.verifier_tools.labelled import SOURCES, SPLITS, load_labelled
 from fspo.verifier_tools.quality import CALIBRATED_THRESHOLDS, DEFAULT_THRESHOLD, calibrated_threshold, summarise
@@ -43,7 +44,8 @@ PROG = "fspo verify"
 CHART_SUFFIXES = (".png", ".pdf", ".svg")
 # Verifier options exposed as flags (``--model-path`` -> ``model_path``), with their help; anything else via
 # ``--option``. Each is the fspo.verifier option of that name (fspo.config.verifier.VerifierConfig), not imported
-# here: that would import verl, and `fspo verify` starts in a tenth of a second.
+# here: that would import verl, and `fspo verify` starts in a tenth of a second. Their numbers' ranges are
+# fspo.numeric_options.VERIFIER_NUMBERS, as the config's.
 _FLAG_OPTIONS = {
     "model_path": (str, "model directory or hub id (hhem, nli, embedding; nli needs one)"),
     "tokenizer_path": (str, "tokenizer directory or hub id (default: the model's own)"),
@@ -80,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=SPLITS,
         help="--labelled with a built-in source: which split (default heldout)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="--labelled: seed of the train/heldout split")
+    parser.add_argument("--seed", type=SEED.parse, default=0, help="--labelled: seed of the train/heldout split")
     parser.add_argument("--chart", metavar="PNG", help="--labelled: write a reliability chart here")
     parser.add_argument(
         "--verifier",
@@ -89,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--threshold",
-        type=float,
+        type=PROBABILITY.parse,
         default=None,
         help="score >= threshold is SUPPORTED (minicheck, factcg: >, as their authors label; default: the backend's calibrated threshold, as training "
         f"uses it: {', '.join(f'{n} {t}' for n, t in CALIBRATED_THRESHOLDS.items())}, else {DEFAULT_THRESHOLD})",
@@ -101,14 +103,20 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip steps that state nothing (fillers, questions)",
     )
-    parser.add_argument("--limit", type=int, default=None, help="read at most this many rows")
+    parser.add_argument("--limit", type=COUNT.parse, default=None, help="read at most this many rows")
     parser.add_argument(
         "--json",
         action="store_true",
         help="print one JSON object per step instead of text",
     )
     for option, (kind, help_) in _FLAG_OPTIONS.items():
-        parser.add_argument("--" + option.replace("_", "-"), type=kind, default=None, dest=option, help=help_)
+        parser.add_argument(
+            "--" + option.replace("_", "-"),
+            type=VERIFIER_NUMBERS[option].parse if option in VERIFIER_NUMBERS else kind,
+            default=None,
+            dest=option,
+            help=help_,
+        )
     parser.add_argument(
         "--option",
         action="append",
@@ -145,31 +153,22 @@ def verifier_options(texts: list[str], verifier: str, flag: str = "--option") ->
 
 
 def read_rows(
-    lines: Iterable[str], evidence_key: str, response_key: str, limit: int | None, source: str = "stdin"
+    lines: list[str], evidence_key: str, response_key: str, limit: int | None, source: str = "stdin"
 ) -> list[tuple[str, str]]:
-    """(evidence, response) of each JSONL row of ``source``; blank lines are skipped; bad rows raise
-    :class:`InputFileError` naming ``source`` and the line."""
+    """(evidence, response) of each JSONL row of ``lines`` (:func:`fspo.input_files.jsonl_lines` of ``source``);
+    blank lines are skipped; a row that is not JSON or does not fit :func:`fspo.record_schemas.verify_row` raises
+    :class:`InputFileError` naming ``source``, the line and the field."""
+    if limit is not None:  # the first ``limit`` rows: blank lines do not count
+        filled = [n for n, line in enumerate(lines) if line.strip()]
+        lines = lines[: filled[limit - 1] + 1] if len(filled) > limit else lines
     rows = []
-    for number, line in enumerate(lines, 1):
-        if limit is not None and len(rows) >= limit:
-            break
-        if not line.strip():
-            continue
-        row = parse_json(source, line, dict, f", line {number}")
-        if evidence_key not in row or response_key not in row:
-            raise ValueError(
-                f"{source}, line {number}: expected an object with {evidence_key!r} and {response_key!r} keys"
-            )
+    for number, row in enumerate(parse_jsonl(source, lines, verify_row(evidence_key, response_key)), 1):
         # As training reads it: a list of texts joined with blank lines; null, "" or [] is no evidence.
         evidence = evidence_text({evidence_key: row[evidence_key]}, evidence_key)
         if not evidence and row[evidence_key] not in (None, "", []):
             raise ValueError(
-                f"{source}, line {number}: {evidence_key!r} is {type(row[evidence_key]).__name__} {row[evidence_key]!r:.60}, "
+                f"{source}, row {number}: {evidence_key!r} is {type(row[evidence_key]).__name__} {row[evidence_key]!r:.60}, "
                 "which training cannot read as evidence: give a string or a list of strings"
-            )
-        if not isinstance(row[response_key], str):
-            raise ValueError(
-                f"{source}, line {number}: {response_key!r} is {type(row[response_key]).__name__}, not the response's text"
             )
         rows.append((evidence, row[response_key]))
     if not rows:
@@ -364,9 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = verifier_settings(args)
         if args.input == "-":
-            rows = read_rows(sys.stdin, args.evidence_key, args.response_key, args.limit)
+            rows = read_rows(jsonl_lines(sys.stdin.read()), args.evidence_key, args.response_key, args.limit)
         else:
-            lines = read_text(args.input, "JSON Lines file").splitlines()
+            lines = jsonl_lines(read_text(args.input, "JSON Lines file"))
             rows = read_rows(lines, args.evidence_key, args.response_key, args.limit, args.input)
         verifier = build_checked_verifier(config)
     except (OSError, ValueError) as error:

@@ -13,7 +13,7 @@ import torch
 
 from fspo.verifiers.base import Pair
 from fspo.verifiers.batching import Features
-from fspo.verifiers.checked_load import from_pretrained_checked
+from fspo.verifiers.checked_load import check_window, from_pretrained_checked
 from fspo.verifiers.model_base import ModelVerifier
 
 ENTAILMENT_NAMES = (
@@ -52,12 +52,17 @@ def entailment_index(id2label: dict, override: str | int | None = None) -> int:
 def _window(tokenizer, config) -> int:
     """The longest input the model takes: the tokenizer's limit capped by the position table."""
     limit = tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else 512
+    positions = _positions(config)
+    return min(limit, positions) if positions else limit
+
+
+def _positions(config) -> int | None:
+    """The longest input the model's position table takes (None: no absolute table)."""
     positions = getattr(config, "max_position_embeddings", None)
-    if positions:
-        # RoBERTa-family position ids start after the padding index.
-        offset = (config.pad_token_id or 0) + 1 if "roberta" in config.model_type else 0
-        limit = min(limit, positions - offset)
-    return limit
+    if not positions:
+        return None
+    # RoBERTa-family position ids start after the padding index.
+    return positions - ((config.pad_token_id or 0) + 1 if "roberta" in config.model_type else 0)
 
 
 class NLIVerifier(ModelVerifier):
@@ -100,6 +105,8 @@ class NLIVerifier(ModelVerifier):
         )
         self.label_index = entailment_index(self.model.config.id2label, entailment_label)
         self.max_length = max_length or _window(self.tokenizer, self.model.config)
+        if _positions(self.model.config):
+            check_window(model_path, "max_length", self.max_length, _positions(self.model.config))
         self.stride = self.max_length // 4 if stride is None else stride
         # The claim must leave room for a chunk of evidence: it is cut to half the window at most.
         self.max_claim_tokens = self.max_length // 2 - self.tokenizer.num_special_tokens_to_add(pair=True)
