@@ -1,8 +1,8 @@
 """The GPU install: scripts/setup.sh's GPU branch resolves to wheels, and which flash-attn wheel it picks.
 
 The set-up's dry run (``FSPO_SETUP_DRY_RUN``) is run as on a GPU cluster's head node without a GPU (a stand-in
-``nvidia-smi`` that fails, ``FSPO_SETUP_TARGET=gpu``): pip resolves what a GPU machine would install, in a throwaway virtualenv, reading the CUDA wheels' metadata by HTTP
-range requests instead of downloading them. About three minutes, most of it pip asking the index about
+``nvidia-smi`` that fails, ``FSPO_SETUP_TARGET=gpu``): pip resolves what a GPU machine would install, in a
+throwaway virtualenv, reading the CUDA wheels' metadata by HTTP range requests instead of downloading them. About three minutes, most of it pip asking the index about
 ~270 packages one after another.
 """
 
