@@ -31,8 +31,6 @@ pytestmark = pytest.mark.e2e
 VENV_BIN = Path(sys.executable).parent
 LR = float(FULL_FT_TWIN_LEARNING_RATE.split("=")[1])  # a full fine-tuning twin's learning rate
 LORA_RECIPE = "run_qwen3_4b_lora_1gpu.sh"
-KL_FLOOR = 0.0  # measured below
-SYNC_TOL = 1e-4
 
 
 def _run(command: list[str], env: dict[str, str], log: Path, timeout: int) -> subprocess.CompletedProcess:
@@ -65,11 +63,12 @@ def inputs(tmp_path_factory):
     }
 
 
-def train_twin(recipe: str, out: Path, model: Path, inputs: dict, *extra: str) -> dict:
+def train_twin(recipe: str, out: Path, model: Path, inputs: dict, *extra: str, **env_vars: str) -> dict:
     """Run ``recipe``'s twin; returns its run folder, log and per-step metrics."""
     env = {
         **twin_env(model, inputs["train"], inputs["val"], inputs["hub_cache"]),
         "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl"),
+        **env_vars,
     }
     process = _run(twin_command(recipe, out, *extra), env, out / "train.log", timeout=1200)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -142,10 +141,12 @@ def check_evaluated(pipeline: dict) -> None:
 
 @pytest.fixture(scope="module")
 def lora_twin(inputs, tmp_path_factory):
-    """The recipe's own learning rate and adapter (twins.AT_RECIPE_LEARNING_RATE); its model in bf16, as Qwen3-4B."""
+    """The recipe's own learning rate and adapter (twins.AT_RECIPE_LEARNING_RATE); its model stored in bf16, as
+    Qwen3-4B is. Computed in float32 (FSPO_CPU_DTYPE): at lr 1e-5 the adapter moves log-probs by ~2e-4, below
+    what bf16 activations resolve (~2e-2 between two bf16 forwards here), so the adapter-sync check needs it."""
     out = tmp_path_factory.mktemp("lora_twin")
     model = build_twin_model("qwen3", out / "model", bf16=True)
-    twin = train_twin(LORA_RECIPE, out, model, inputs, "trainer.total_training_steps=2")
+    twin = train_twin(LORA_RECIPE, out, model, inputs, "trainer.total_training_steps=2", FSPO_CPU_DTYPE="float32")
     return merge_and_evaluate(twin, model, inputs, out)
 
 
@@ -163,12 +164,14 @@ def test_lora_twin_trains_with_the_recipes_adapter(lora_twin):
     )
 
 
-def test_lora_twin_rollouts_sample_from_base_plus_the_synced_adapter(lora_twin):
+def test_lora_twin_rollouts_sample_from_base_plus_the_synced_adapter(lora_twin, lora_log_probs):
     """Step 2's rollouts come after step 1's update reached the hf rollout as verl sends it to vLLM (the adapter
-    alone, base weights read from disk): their log-probs are the updated actor's."""
+    alone, base weights read from disk): their log-probs are the updated actor's. Unsynced, they would differ
+    by the adapter's effect: about half the trained adapter's (one update of two), ~2e-6 per sequence here."""
     step2 = lora_twin["metrics"][1]["data"]
-    assert step2["actor/kl_loss"] > KL_FLOOR, "the actor did not move from the reference: the test lost its point"
-    assert max(abs(step2["rollout_corr/log_ppl_diff_max"]), abs(step2["rollout_corr/log_ppl_diff_min"])) < SYNC_TOL
+    effect = lora_log_probs["adapter_effect_per_sequence"]
+    print(f"step 2: rollout vs actor |log-ppl diff| {step2['rollout_corr/log_ppl_abs_diff']:.2e}; adapter {effect:.2e}")
+    assert step2["rollout_corr/log_ppl_abs_diff"] < 0.25 * effect
 
 
 def lora_pieces(pipeline: dict):
@@ -218,10 +221,11 @@ def sequence_log_probs(model, ids):
     return torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
 
 
-def test_evaluated_lora_model_log_probs_match_base_plus_adapter(lora_twin):
-    """The model `fspo evaluate` loads (fspo.evaluation.generation.HFGenerator) gives the log-probs of the base plus
-    the unmerged adapter (peft, as vLLM applied it in training) to float32 precision; the bf16 fold merge_checkpoint.sh
-    stored before loses most of the update (its error is most of the adapter's whole effect)."""
+@pytest.fixture(scope="module")
+def lora_log_probs(lora_twin) -> dict:
+    """Next-token log-probs on random sequences: the base, base + the unmerged adapter (peft, as vLLM applied it
+    in training), the model `fspo evaluate` loads (fspo.evaluation.generation.HFGenerator), and a bf16 store of the
+    same fold (what merge_checkpoint.sh wrote before); the max abs differences to base + adapter."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -229,24 +233,35 @@ def test_evaluated_lora_model_log_probs_match_base_plus_adapter(lora_twin):
     from fspo.evaluation.generation import GenerationSettings, HFGenerator
 
     evaluated = HFGenerator(lora_twin["merged"], GenerationSettings(), device="cpu").model
-    assert evaluated.dtype == torch.float32
     ids = torch.randint(0, evaluated.config.vocab_size, (4, 48), generator=torch.Generator().manual_seed(0))
     base = AutoModelForCausalLM.from_pretrained(lora_twin["base"], dtype=torch.float32).eval()
     base_log_probs = sequence_log_probs(base, ids)
-    reference = PeftModel.from_pretrained(base, lora_twin["merged"] / "lora_adapter").eval()
-    expected = sequence_log_probs(reference, ids)
+    expected = sequence_log_probs(PeftModel.from_pretrained(base, lora_twin["merged"] / "lora_adapter").eval(), ids)
     bf16_fold = AutoModelForCausalLM.from_pretrained(lora_twin["merged"], dtype=torch.bfloat16).float().eval()
-
-    adapter_effect = (expected - base_log_probs).abs().max().item()
-    evaluated_error = (sequence_log_probs(evaluated, ids) - expected).abs().max().item()
-    bf16_error = (sequence_log_probs(bf16_fold, ids) - expected).abs().max().item()
+    figures = {
+        "evaluated_dtype": evaluated.dtype,
+        "adapter_effect": (expected - base_log_probs).abs().max().item(),
+        "adapter_effect_per_sequence": (expected - base_log_probs).mean(1).abs().mean().item(),
+        "evaluated_error": (sequence_log_probs(evaluated, ids) - expected).abs().max().item(),
+        "bf16_error": (sequence_log_probs(bf16_fold, ids) - expected).abs().max().item(),
+    }
     print(
-        f"max |log-prob - base+adapter|: evaluated (float32 fold) {evaluated_error:.2e}, bf16 fold {bf16_error:.2e}; "
-        f"the adapter's own effect {adapter_effect:.2e}"
+        f"max |log-prob - base+adapter|: evaluated (float32 fold) {figures['evaluated_error']:.2e}, bf16 fold "
+        f"{figures['bf16_error']:.2e}; the adapter's own effect {figures['adapter_effect']:.2e}"
     )
-    assert adapter_effect > 1e-5, "the adapter does not change the model: the test lost its point"
-    assert evaluated_error < 0.01 * adapter_effect
-    assert bf16_error > 0.5 * adapter_effect
+    return figures
+
+
+def test_evaluated_lora_model_log_probs_match_base_plus_adapter(lora_log_probs):
+    """The evaluated model gives base + adapter's log-probs to float32 precision; the bf16 fold loses most of the
+    update (its error is most of the adapter's whole effect)."""
+    import torch
+
+    figures = lora_log_probs
+    assert figures["evaluated_dtype"] == torch.float32
+    assert figures["adapter_effect"] > 1e-5, "the adapter does not change the model: the test lost its point"
+    assert figures["evaluated_error"] < 0.01 * figures["adapter_effect"]
+    assert figures["bf16_error"] > 0.5 * figures["adapter_effect"]
 
 
 def test_lora_twin_evaluates_the_merged_model(lora_twin):
