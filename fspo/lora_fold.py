@@ -190,6 +190,8 @@ def fold_merged_model(merged_dir: Path, actor_dir: Path, trust_remote_code: bool
     from fspo.input_files import InputFileError, read_json
 
     adapter_dir = merged_dir / "lora_adapter"
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise LoraCheckpointError(f"{actor_dir} has {TRAIN_META} but its weights hold no LoRA adapter (lora_A/lora_B)")
     try:
         adapter_config = read_json(adapter_dir / "adapter_config.json")
     except InputFileError as error:

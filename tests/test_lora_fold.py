@@ -42,7 +42,7 @@ def peft_layer(weight: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
     return model.eval()
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(
     seed=st.integers(0, 2**31 - 1),
     b_size=st.sampled_from([1e-5, 3e-5, 1e-4, 3e-4]),  # |B| after ~1-30 Adam updates at lr 1e-5
@@ -239,3 +239,14 @@ def test_fold_command_refuses_a_checkpoint_without_its_metadata(merged_lora, cap
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "lora_train_meta.json is missing" in line and "lora_alpha=0" in line
     assert {path: path.read_bytes() for path in merged_lora["merged"].rglob("*") if path.is_file()} == before
+
+
+def test_fold_command_refuses_metadata_without_an_adapter(merged_lora, capsys):
+    import shutil
+
+    from fspo.lora_fold import main
+
+    shutil.rmtree(merged_lora["merged"] / "lora_adapter")
+    assert main([str(merged_lora["merged"]), str(merged_lora["actor"])]) == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "has lora_train_meta.json but its weights hold no LoRA adapter" in line
