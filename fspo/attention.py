@@ -23,6 +23,7 @@ Triton cross-entropy without the package and take ``logprobs_from_logits_v2``: a
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -94,12 +95,36 @@ def importable(module: str) -> bool:
     return True
 
 
+# The flash-attention packages that import where the GPU workers run, comma-separated: set by fspo.main after
+# checking on a GPU node of the cluster when this machine has none (a GPU-less head node), or by hand.
+WORKER_IMPORTS_ENV = "FSPO_GPU_WORKER_IMPORTS"
+
+
+def worker_importable(module: str) -> bool:
+    """Whether ``module`` imports where verl's GPU workers run: :data:`WORKER_IMPORTS_ENV` when set (what a GPU
+    node of the cluster answered), else this machine's install (a GPU machine launching its own workers)."""
+    listed = os.environ.get(WORKER_IMPORTS_ENV)
+    if listed is not None:
+        return module in {name.strip() for name in listed.split(",") if name.strip()}
+    return importable(module)
+
+
+def importable_on_a_gpu_node(modules: tuple[str, ...], timeout_s: float) -> list[str]:
+    """The ``modules`` that import in a Ray task on a GPU node of the cluster this process is connected to (a
+    sliver of one GPU, so that it runs beside whatever holds the rest); ``ray.exceptions.GetTimeoutError`` after
+    ``timeout_s``."""
+    import ray
+
+    probe = ray.remote(num_gpus=0.01, num_cpus=0)(lambda names: [name for name in names if importable(name)])
+    return ray.get(probe.remote(list(modules)), timeout=timeout_s)
+
+
 def attention_fallback(
     requested: str | None,
     use_remove_padding: bool,
     ulysses_sp_size: int,
     device: str,
-    is_importable: Callable[[str], bool] = importable,
+    is_importable: Callable[[str], bool] = worker_importable,
     role: ModelRole = ACTOR,
 ) -> AttentionFallback | None:
     """Decide whether ``role``'s model must leave flash attention, and how.
@@ -109,7 +134,8 @@ def attention_fallback(
         use_remove_padding: its ``use_remove_padding``.
         ulysses_sp_size: its Ulysses sequence-parallel size.
         device: ``trainer.device`` (only CUDA uses flash-attn; the CPU preset already asks for sdpa).
-        is_importable: tells whether a package imports (injected so the decision is testable anywhere).
+        is_importable: tells whether a package imports on the GPU workers (:func:`worker_importable`; injected
+            so the decision is testable anywhere).
         role: the model (the actor, whose block the reference shares, or the critic).
 
     Returns:
@@ -156,8 +182,9 @@ def apply_attention_fallback(config: DictConfig, with_critic: bool = False) -> N
 
     Call it before ``OmegaConf.resolve``: verl's ``actor.use_remove_padding`` interpolates the model's.
 
-    Runs on the driver, which checks its own install: the Ray workers are assumed to share it (one image
-    or one virtualenv across nodes), as verl's own setup assumes.
+    Runs on the driver for the GPU workers (:func:`worker_importable`): a driver without a GPU that joins a GPU
+    cluster has a GPU node answer for it (fspo.main); a GPU driver checks its own install, which its workers
+    share (one image or virtualenv across nodes, as verl's own setup assumes).
     """
     device = str(OmegaConf.select(config, "trainer.device", default="cuda"))
     for role in (ACTOR, CRITIC) if with_critic else (ACTOR,):

@@ -20,12 +20,20 @@ from verl.utils.config import omega_conf_to_dataclass, validate_config
 from verl.utils.device import auto_set_device
 
 from fspo.attention import apply_attention_fallback
+from fspo.cluster_paths import with_absolute_paths
 from fspo.config.fspo_config import FSPOConfig, fspo_config
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
 from fspo.cpu.compute import startup_line
 from fspo.data.check import scan_file
 from fspo.numeric_options import COUNT
-from fspo.preflight import MODEL_FILES, ModelNeed, preflight, preflight_requested, resolve_local
+from fspo.preflight import (
+    MODEL_FILES,
+    ModelNeed,
+    check_rollout_importable,
+    preflight,
+    preflight_requested,
+    resolve_local,
+)
 from fspo.verifiers.placement import resolve_verifier_placement
 
 ACTOR_PARAM_DTYPE = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"
@@ -326,6 +334,8 @@ def validate(config: DictConfig, check_files: bool = True) -> FSPOConfig:
     # sdpa without flash-attn; before resolving, so interpolations follow
     apply_attention_fallback(config, with_critic=uses_critic(config))
     OmegaConf.resolve(config)
+    # Ray's workers run where `ray start` ran, not here: every path they open is made absolute first
+    with_absolute_paths(config, os.getcwd())
     settings = fspo_config(config)  # the fspo block's types and ranges, before anything reads it
     if check_files:
         check_config(config, settings)
@@ -353,6 +363,8 @@ def validate(config: DictConfig, check_files: bool = True) -> FSPOConfig:
     if preflight_requested():  # last: the checks above cost nothing, this one may ask the hub
         found = preflight(config, settings)
         print(f"fspo: models found: {'; '.join(found) or 'none to load'}", file=sys.stderr, flush=True)
+    if check_files:  # a real run: its task runner starts on this machine (a dry run may be on a laptop)
+        check_rollout_importable(config)
     return settings
 
 

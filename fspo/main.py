@@ -151,14 +151,43 @@ def ray_address(argv: list[str]) -> str | None:
     return os.environ.get("RAY_ADDRESS") or None
 
 
+# How long the flash-attn check waits for a GPU node to run it (a cluster busy with another job may not).
+GPU_NODE_CHECK_TIMEOUT_S = 120
+
+
 def cluster_has_accelerator(address: str) -> bool:
-    """Whether the Ray cluster at ``address`` offers GPUs (or NPUs); connects briefly as a driver."""
+    """Whether the Ray cluster at ``address`` offers GPUs (or NPUs); connects briefly as a driver. On a GPU
+    cluster it also records which flash-attention packages import on a GPU node (:func:`record_gpu_worker_imports`)."""
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     try:
         resources = ray.cluster_resources()
+        has_accelerator = any(resources.get(name, 0) > 0 for name in ("GPU", "NPU"))
+        if resources.get("GPU", 0) > 0:
+            record_gpu_worker_imports()
     finally:
         ray.shutdown()
-    return any(resources.get(name, 0) > 0 for name in ("GPU", "NPU"))
+    return has_accelerator
+
+
+def record_gpu_worker_imports() -> None:
+    """Decide the attention fallback for the GPU workers, not this GPU-less driver: the flash-attention packages
+    a GPU node imports go to :data:`fspo.attention.WORKER_IMPORTS_ENV`, read by the config checks. A value the
+    user set is kept; a node that cannot run the check in time leaves the decision to this machine, said in a line."""
+    from fspo.attention import FLASH_ATTENTION_MODULES, WORKER_IMPORTS_ENV, importable_on_a_gpu_node
+
+    if WORKER_IMPORTS_ENV in os.environ:
+        return
+    try:
+        found = importable_on_a_gpu_node(tuple(FLASH_ATTENTION_MODULES.values()), GPU_NODE_CHECK_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        print(
+            f"fspo: no GPU node ran the flash-attn check within {GPU_NODE_CHECK_TIMEOUT_S} s; deciding from this "
+            f"machine's install. Set {WORKER_IMPORTS_ENV}=flash_attn if the GPU nodes have flash-attn",
+            file=sys.stderr,
+        )
+        return
+    os.environ[WORKER_IMPORTS_ENV] = ",".join(found)
+    print(f"fspo: flash-attn on the GPU nodes: {'installed' if found else 'not installed'}", file=sys.stderr)
 
 
 def pin_cuda_platform(argv: list[str]) -> list[str]:
@@ -179,16 +208,19 @@ def with_platform_default(argv: list[str]) -> list[str]:
     gets the CPU preset only when that cluster has no GPU. A GPU cluster keeps the GPU preset, and
     ``VERL_PLATFORM`` is pinned to CUDA here and in every Ray process (the CPU backend otherwise takes
     over in processes that land on a GPU-less head node). ``platform=gpu`` given on a machine without an
-    accelerator pins ``VERL_PLATFORM`` the same way; ``platform=cpu`` is left as given.
+    accelerator pins ``VERL_PLATFORM`` the same way; ``platform=cpu`` is left as given. Joining a GPU cluster
+    from here, whether flash-attn is there is asked of a GPU node (:func:`record_gpu_worker_imports`).
     """
     platforms = [arg.split("=", 1)[1] for arg in argv if arg.split("=", 1)[0].lstrip("+~") == "platform" and "=" in arg]
     if platforms and platforms[-1] != "gpu":
         return argv
     if not cpu_mode_requested():
         return argv
-    if platforms:  # platform=gpu from a machine without an accelerator: the GPUs are in the cluster
-        return pin_cuda_platform(argv)
     address = ray_address(argv)
+    if platforms:  # platform=gpu from a machine without an accelerator: the GPUs are in the cluster
+        if address:
+            cluster_has_accelerator(address)  # the flash-attn decision is made on a GPU node
+        return pin_cuda_platform(argv)
     if address and cluster_has_accelerator(address):
         print(
             f"fspo: no accelerator on this machine, but the Ray cluster at {address} has GPUs; using the GPU preset",

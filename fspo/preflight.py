@@ -17,6 +17,7 @@ training run's config checks (:mod:`fspo.config_checks`), the dry run and every 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import warnings
 from dataclasses import dataclass
@@ -385,3 +386,27 @@ def preflight(config: DictConfig, settings: FSPOConfig) -> list[str]:
             seen[identity] = resolve(need, probe)
         resolved.append(f"{need.key}: {seen[identity]}")
     return resolved
+
+
+# What verl's task runner imports for each rollout server backend (verl/workers/rollout/replica.py:331-334:
+# _load_vllm imports vllm_async_server, which imports vLLM).
+ROLLOUT_PACKAGES = {"vllm": "vllm", "sglang": "sglang"}
+
+
+def check_rollout_importable(config: DictConfig) -> None:
+    """Refuse a run whose rollout backend does not import on this machine, GPU or not.
+
+    verl's ``run_ppo`` starts its task runner with ``task_runner_class.remote()`` (``verl/trainer/main_ppo.py:92``):
+    no resources asked, so Ray's default scheduling puts it on the driver's node when that node has a free CPU,
+    a GPU-less head node included. The task runner builds the rollout replicas, importing their backend, so the
+    driver's install must have it: ``scripts/setup.sh`` puts the CPU set (no vLLM) on a machine without a GPU
+    unless told otherwise.
+    """
+    name = str(OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=""))
+    package = ROLLOUT_PACKAGES.get(name)
+    if package and importlib.util.find_spec(package) is None:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.name={name} but {package} is not installed here, where verl starts its task "
+            f"runner (which imports {package}) even without a GPU: install the GPU set on this machine with "
+            "`FSPO_SETUP_TARGET=gpu bash scripts/setup.sh` (no GPU needed)"
+        )

@@ -5,7 +5,8 @@ the recipe sets (LoRA, Qwen3's thinking template and validation sampling, the ab
 reaches verl. Appended after them, and so winning (Hydra keeps the last value), are only:
 
 - :data:`CPU_REPLACEMENTS`: the GPU-only settings that have a CPU path, each replaced by it;
-- :data:`TWIN_SIZES`: sizes for a tiny model and one step (batch, lengths, learning rate);
+- :data:`TWIN_SIZES`: sizes for a tiny model and one step (batch, lengths);
+- :func:`twin_learning_rate`: 1e-3 for a full fine-tuning twin; a LoRA twin keeps its recipe's;
 - :data:`TWIN_REWARD`: an outcome reward that varies within every group (:mod:`fspo_testing.varied_reward`: a
   tiny model never answers right, the datasets' scorers would give every advantage 0 and a step would change
   nothing);
@@ -59,13 +60,43 @@ TWIN_SIZES = [
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
-    # The recipes' 1e-6 / 1e-5 move a tiny model's weights less than bf16 (the merged model's dtype) resolves.
-    "actor_rollout_ref.actor.optim.lr=1e-3",
     "trainer.total_training_steps=1",
     "trainer.save_freq=1",
     "trainer.test_freq=-1",
     "reward.num_workers=1",
 ]
+
+# Recipes whose twin trains at the recipe's own learning rate: a LoRA run's merged model is stored in float32
+# (scripts/merge_checkpoint.sh), which resolves the recipe's update, and the twin exists to show it does.
+AT_RECIPE_LEARNING_RATE = ("run_qwen3_4b_lora_1gpu.sh",)
+# A full fine-tuning twin's: the recipes' 1e-6 move a tiny model's weights less than bf16 resolves, and verl's
+# merger (like verl's weight sync to vLLM during training) stores bf16.
+FULL_FT_TWIN_LEARNING_RATE = "actor_rollout_ref.actor.optim.lr=1e-3"
+
+
+def twin_learning_rate(recipe: str) -> list[str]:
+    """The learning-rate override a twin appends (none: the recipe's own)."""
+    return [] if recipe in AT_RECIPE_LEARNING_RATE else [FULL_FT_TWIN_LEARNING_RATE]
+
+
+def recipe_value(recipe: str, key: str) -> str:
+    """The value ``recipes/<recipe>`` gives ``key`` (FSPO_PRINT_OVERRIDE: the last one, as Hydra keeps it)."""
+    import subprocess
+
+    process = subprocess.run(
+        ["bash", str(REPO / "recipes" / recipe)],
+        env={**os.environ, "FSPO_PRINT_OVERRIDE": key},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return process.stdout.strip()
+
+
+def twin_overrides(recipe: str) -> list[str]:
+    """Everything a twin appends to its recipe's overrides, but its paths."""
+    return [*CPU_REPLACEMENTS, *TWIN_SIZES, *twin_learning_rate(recipe), *TWIN_REWARD]
+
 
 TWIN_REWARD = [
     f"reward.custom_reward_function.path={Path(__file__).with_name('varied_reward.py')}",
@@ -73,11 +104,14 @@ TWIN_REWARD = [
 ]
 
 
-def build_twin_model(family: str, root: str | Path) -> Path:
-    """A tiny random model of ``family`` (``qwen2``, ``qwen3``, ``llama``) with a real tokenizer under ``root``."""
+def build_twin_model(family: str, root: str | Path, bf16: bool = False) -> Path:
+    """A tiny random model of ``family`` (``qwen2``, ``qwen3``, ``llama``) with a real tokenizer under ``root``;
+    ``bf16``: its weights stored in bf16, as the recipes' models ship (so on the grid verl's merger writes)."""
     from fspo_testing.tiny_model import build_qwen3_model, build_tiny_llama, build_tiny_model
 
     root = Path(root)
+    if bf16:
+        return stored_in_bf16(build_twin_model(family, root))
     if family == "qwen3":
         return build_qwen3_model(root / "qwen3")
     if family == "llama":
@@ -85,6 +119,18 @@ def build_twin_model(family: str, root: str | Path) -> Path:
     if family == "qwen2":
         return build_tiny_model(root / "qwen2")
     raise ValueError(f"no tiny model for family {family!r}")
+
+
+def stored_in_bf16(model_dir: Path) -> Path:
+    """Rewrite ``model_dir``'s weights in bf16, in place."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
+    for stale in model_dir.glob("*.safetensors"):
+        stale.unlink()
+    model.save_pretrained(model_dir)
+    return model_dir
 
 
 def twin_env(model: str | Path, train: str | Path, val: str | Path, hub_cache: str | Path) -> dict[str, str]:
@@ -110,9 +156,7 @@ def twin_command(recipe: str, out: str | Path, *extra: str) -> list[str]:
     return [
         "bash",
         str(REPO / "recipes" / recipe),
-        *CPU_REPLACEMENTS,
-        *TWIN_SIZES,
-        *TWIN_REWARD,
+        *twin_overrides(recipe),
         f"trainer.default_local_dir={out / 'run'}",
         f"fspo.dump_dir={out / 'dump'}",
         # The recipe runs from the repository root: keep Hydra's run folder out of it.

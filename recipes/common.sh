@@ -17,6 +17,8 @@
 #   LOGGER            trainer.logger list                        [[console]]  e.g. [console,wandb]
 #   TOTAL_EPOCHS      trainer.total_epochs                       [3]
 #   SAVE_FREQ / TEST_FREQ   trainer.save_freq / test_freq        [50 / 25]
+#   CKPT_KEEP         checkpoints kept (actor, and critic with GAE) [2]: verl deletes older ones of this run;
+#                     a save needs room for one more (recipes/README.md, "Checkpoints and disk")
 #   PYTHON            interpreter running fspo.main              [.venv/bin/python if set up, else python]
 #   RAY_ADDRESS       an existing Ray cluster to join (ray.init reads it); unset = start a local one
 #   FSPO_DRY_RUN=1    resolve, validate and print the config, start nothing (read by fspo.main)
@@ -33,6 +35,7 @@ PROJECT=${PROJECT:-fspo}
 LOGGER=${LOGGER:-"[console]"}
 SAVE_FREQ=${SAVE_FREQ:-50}
 TEST_FREQ=${TEST_FREQ:-25}
+CKPT_KEEP=${CKPT_KEEP:-2}
 
 # Run from the repository root so that the relative data/ and checkpoints/ defaults resolve.
 FSPO_REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -66,6 +69,8 @@ fspo_launch() {
         trainer.logger="$LOGGER" \
         trainer.save_freq="$SAVE_FREQ" \
         trainer.test_freq="$TEST_FREQ" \
+        trainer.max_actor_ckpt_to_keep="$CKPT_KEEP" \
+        trainer.max_critic_ckpt_to_keep="$CKPT_KEEP" \
         "$@"
 }
 

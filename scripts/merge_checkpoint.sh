@@ -12,8 +12,9 @@
 # naming the file, a file of the same name it did not write (a base model's config.json) or a link; a
 # linked target folder is followed. The merge goes to a staging folder inside the target and its files
 # move in only once the result loads; a failure leaves nothing behind.
-# A LoRA run's adapter is folded into the base weights (W + lora_alpha/r * B A, with peft), so the
-# merged model is the trained policy; the adapter alone is kept in lora_adapter/.
+# A LoRA run's adapter is checked against the run's metadata and folded into the base weights
+# (W + lora_alpha/r * B A), stored in float32 (bf16 would round a LoRA update away), so the merged model is
+# the trained policy; `fspo evaluate` loads it as float32. The adapter alone is kept in lora_adapter/.
 # Environment: PYTHON (interpreter with verl and transformers) [.venv/bin/python if set up, else python].
 set -euo pipefail
 
@@ -23,7 +24,7 @@ usage() {
 }
 
 help() {
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
 }
 
@@ -140,35 +141,11 @@ logged "verl's merger" "$PYTHON" -m verl.model_merger merge --backend fsdp \
     --local_dir "$actor_dir" --target_dir "$staging" "${trust_remote_code[@]}"
 
 # A LoRA run's checkpoint holds the frozen base and the adapter: verl's merger writes the base as the model and
-# the adapter alone to lora_adapter/. Fold the adapter into the base weights (peft's merge_and_unload:
-# W + lora_alpha/r * B A, computed in float32, stored in the dtype verl wrote) so the folder is the trained policy.
-if [[ -f "$staging/lora_adapter/adapter_config.json" ]]; then
-    FSPO_MERGED_DIR="$staging" FSPO_TRUST_REMOTE_CODE=${#trust_remote_code[@]} logged "folding the LoRA adapter" "$PYTHON" - <<'PY'
-import json
-import os
-from pathlib import Path
-
-import torch
-from peft import PeftModel
-from transformers import AutoModelForCausalLM
-
-path = Path(os.environ["FSPO_MERGED_DIR"])
-trust = os.environ["FSPO_TRUST_REMOTE_CODE"] == "1"
-adapter = json.loads((path / "lora_adapter" / "adapter_config.json").read_text())
-stored_dtype = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust, device_map="meta").dtype
-base = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust, dtype=torch.float32, device_map="cpu")
-model = PeftModel.from_pretrained(base, path / "lora_adapter", torch_device="cpu")
-folded = sorted({name.rsplit(".lora_", 1)[0] for name, _ in model.named_parameters() if ".lora_" in name})
-merged = model.merge_and_unload().to(stored_dtype)
-for stale in [*path.glob("*.safetensors"), *path.glob("*.safetensors.index.json")]:
-    stale.unlink()
-merged.save_pretrained(path)
-print(
-    f"folded the LoRA adapter (r={adapter['r']}, lora_alpha={adapter['lora_alpha']}, {len(folded)} modules: "
-    f"{', '.join(sorted(adapter['target_modules']))}) into the base weights: the model is the trained policy, "
-    f"stored as {stored_dtype}; lora_adapter/ keeps the adapter alone (for serving base + adapter)"
-)
-PY
+# the adapter alone to lora_adapter/. fspo/lora_fold.py checks the adapter against the run's lora_train_meta.json
+# (rank, alpha, target modules) and folds it in (W + lora_alpha/r * B A), stored in float32 so that an update below
+# bf16's resolution is kept: the folder is the trained policy.
+if [[ -f "$staging/lora_adapter/adapter_config.json" || -f "$actor_dir/lora_train_meta.json" ]]; then
+    logged "folding the LoRA adapter" "$PYTHON" -m fspo.lora_fold "$staging" "$actor_dir" "${trust_remote_code[@]}"
 fi
 
 # Check the result is a loadable Hugging Face model: config, tokenizer, and the weights on CPU.

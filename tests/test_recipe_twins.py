@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fspo_testing.twins import CPU_REPLACEMENTS, RECIPE_FAMILIES, REPO, TWIN_REWARD, TWIN_SIZES, twin_command, twin_env
+from fspo_testing.twins import RECIPE_FAMILIES, REPO, twin_command, twin_env, twin_overrides
 from fspo_testing.warm_python import warm_python
 
 # Keys verl fills from others (a mirror of a size, the disabled critic, the unused teacher, the platform's env var).
@@ -92,7 +92,7 @@ def configs(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
 @pytest.mark.parametrize("recipe", list(RECIPE_FAMILIES))
 def test_twin_differs_from_its_recipe_only_where_it_says(configs, recipe):
     gpu, cpu = configs[recipe]
-    allowed = override_keys(CPU_REPLACEMENTS + TWIN_SIZES + TWIN_REWARD) | cpu_preset_keys() | set(OUTPUT_KEYS)
+    allowed = override_keys(twin_overrides(recipe)) | cpu_preset_keys() | set(OUTPUT_KEYS)
     allowed |= {"trainer.n_gpus_per_node", "trainer.total_training_steps", "trainer.save_freq", "trainer.test_freq"}
     differing = {key for key in set(gpu) | set(cpu) if gpu.get(key, "<absent>") != cpu.get(key, "<absent>")}
     unexplained = sorted(key for key in differing - allowed if not key.startswith(DERIVED))
@@ -104,6 +104,12 @@ def test_twins_keep_lora_qwen3_and_ablation_settings(configs):
     _, lora = configs["run_qwen3_4b_lora_1gpu.sh"]
     assert (lora["actor_rollout_ref.model.lora_rank"], lora["actor_rollout_ref.model.lora_alpha"]) == (64, 32)
     assert lora["actor_rollout_ref.model.target_modules"] == "all-linear"
+    # The LoRA twin trains at the recipe's learning rate (what the merged model must keep), not the 1e-3 of others.
+    assert (
+        lora["actor_rollout_ref.actor.optim.lr"]
+        == configs["run_qwen3_4b_lora_1gpu.sh"][0]["actor_rollout_ref.actor.optim.lr"]
+    )
+    assert lora["actor_rollout_ref.actor.optim.lr"] == 1e-5
     assert lora["actor_rollout_ref.rollout.load_format"] == "safetensors"
     assert lora["actor_rollout_ref.rollout.layered_summon"] is True
     for recipe in ("run_qwen3_8b.sh", "run_qwen3_4b_lora_1gpu.sh"):

@@ -117,7 +117,16 @@ def test_gpu_recipe_carries_the_paper_settings(dry_runs, name):
     assert actor_rollout_ref["actor"]["kl_loss_type"] == "low_var_kl"
     assert config["data"]["max_prompt_length"] == 2048
     assert config["data"]["max_response_length"] == 2048
-    assert config["data"]["train_files"] == ["data/hotpotqa/train.parquet", "data/simplerl_math/train.parquet"]
+    # Absolute before Ray starts (fspo/cluster_paths.py): a worker runs where `ray start` ran, not in the repository.
+    assert config["data"]["train_files"] == [
+        str(REPO / "data/hotpotqa/train.parquet"),
+        str(REPO / "data/simplerl_math/train.parquet"),
+    ]
+    assert config["trainer"]["default_local_dir"] == str(
+        REPO / "checkpoints" / "fspo" / config["trainer"]["experiment_name"]
+    )
+    # verl keeps every checkpoint unless told: ~91 GB each for a 7B model (recipes/README.md)
+    assert config["trainer"]["max_actor_ckpt_to_keep"] == config["trainer"]["max_critic_ckpt_to_keep"] == 2
     assert config["fspo"]["verifier"]["name"] == "hhem"
     assert config["fspo"]["verifier"]["threshold"] == 0.5  # HHEM's published operating point
     assert actor_rollout_ref["model"]["path"] == weights_env()["MODEL_PATH"]
@@ -174,6 +183,7 @@ def test_cpu_recipe_uses_the_cpu_preset(dry_runs):
     assert config["trainer"]["device"] == "cpu"
     assert config["actor_rollout_ref"]["rollout"]["name"] == "hf"
     assert config["fspo"]["verifier"]["name"] == "lexical"
+    assert config["trainer"]["max_actor_ckpt_to_keep"] == 2  # every recipe, run_cpu.sh too (common.sh)
     # calibrated on held-out synthetic facts: the threshold `fspo verify` and the quickstart use for lexical
     assert config["fspo"]["verifier"]["threshold"] == calibrated_threshold("lexical") == 1.0
     assert config["data"]["train_batch_size"] == 2
@@ -189,6 +199,7 @@ def test_env_vars_and_extra_overrides_reach_the_config():
         EXPERIMENT="my_run",
         CKPT_DIR="/ckpt/here",
         TRAIN_FILES="[a.parquet]",
+        CKPT_KEEP="3",
     )
     config = printed_config(process)
     assert config["trainer"]["nnodes"] == 2
@@ -196,7 +207,8 @@ def test_env_vars_and_extra_overrides_reach_the_config():
     assert config["trainer"]["experiment_name"] == "my_run"
     assert config["trainer"]["default_local_dir"] == "/ckpt/here"
     assert config["trainer"]["total_epochs"] == 1
-    assert config["data"]["train_files"] == ["a.parquet"]
+    assert config["data"]["train_files"] == [str(REPO / "a.parquet")]  # the recipes launch from the repository
+    assert config["trainer"]["max_actor_ckpt_to_keep"] == 3
     assert config["actor_rollout_ref"]["rollout"]["n"] == 4  # the command line wins over the recipe
 
 

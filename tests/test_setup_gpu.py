@@ -1,8 +1,8 @@
 """The GPU install: scripts/setup.sh's GPU branch resolves to wheels, and which flash-attn wheel it picks.
 
-The set-up's dry run (``FSPO_SETUP_DRY_RUN``) is run with a stand-in ``nvidia-smi`` on PATH: pip resolves
-what a GPU machine would install, in a throwaway virtualenv, reading the CUDA wheels' metadata by HTTP
-range requests instead of downloading them. About three minutes, most of it pip asking the index about
+The set-up's dry run (``FSPO_SETUP_DRY_RUN``) is run as on a GPU cluster's head node without a GPU (a stand-in
+``nvidia-smi`` that fails, ``FSPO_SETUP_TARGET=gpu``): pip resolves what a GPU machine would install, in a
+throwaway virtualenv, reading the CUDA wheels' metadata by HTTP range requests instead of downloading them. About three minutes, most of it pip asking the index about
 ~270 packages one after another.
 """
 
@@ -159,6 +159,17 @@ def test_the_cpu_install_pins_the_transformers_the_gpu_install_resolves():
     assert importlib.metadata.version("transformers") == pins["transformers"], "reinstall: pip install -e ."
 
 
+def test_an_unknown_setup_target_is_refused_in_one_line_before_anything_is_installed(tmp_path):
+    out = tmp_path / "dry-run"
+    env = {**os.environ, "FSPO_SETUP_TARGET": "cuda", "FSPO_SETUP_DRY_RUN": str(out)}
+    process = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh")], env=env, capture_output=True, text=True)
+    assert process.returncode == 2
+    assert process.stderr.strip().splitlines() == [
+        "fspo: FSPO_SETUP_TARGET must be gpu or cpu (or unset: detect a GPU), got 'cuda'"
+    ]
+    assert not out.exists()
+
+
 @pytest.mark.network
 def test_the_gpu_install_resolves_to_wheels_without_a_gpu(tmp_path):
     """setup.sh's GPU branch needs no compiler: every requirement is a wheel on the index, or a source
@@ -166,7 +177,7 @@ def test_the_gpu_install_resolves_to_wheels_without_a_gpu(tmp_path):
     built, only picked as a prebuilt wheel for this Python or left out."""
     stand_in = tmp_path / "bin"
     stand_in.mkdir()
-    (stand_in / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
+    (stand_in / "nvidia-smi").write_text("#!/bin/sh\nexit 9\n")  # no GPU here: the head node of a GPU cluster
     (stand_in / "nvidia-smi").chmod(0o755)
     out = tmp_path / "dry-run"
     env = {
@@ -174,6 +185,7 @@ def test_the_gpu_install_resolves_to_wheels_without_a_gpu(tmp_path):
         "PATH": f"{stand_in}{os.pathsep}{os.environ['PATH']}",
         "PYTHON": sys.executable,
         "FSPO_SETUP_DRY_RUN": str(out),
+        "FSPO_SETUP_TARGET": "gpu",
     }
     process = subprocess.run(
         ["bash", str(REPO / "scripts" / "setup.sh"), "test"], env=env, capture_output=True, text=True, timeout=900

@@ -119,6 +119,24 @@ def render_prompts(tokenizer, rows: list[dict], prompt_format: str | None = None
     return prompts
 
 
+def stored_dtype(model_dir: str | Path) -> str | None:
+    """The dtype a model folder's config.json says its weights are stored in (``dtype``, or transformers'
+    older ``torch_dtype``), None if it says none."""
+    from fspo.input_files import read_hf_config
+
+    if not (Path(model_dir) / "config.json").is_file():  # a hub id: loaded as its own config says
+        return None
+    config = read_hf_config(Path(model_dir))
+    value = config.get("dtype") or config.get("torch_dtype")
+    return str(value).removeprefix("torch.") if value else None
+
+
+def keeps_float32(model_dir: str | Path) -> bool:
+    """Whether the model must be evaluated in float32: a LoRA fold (scripts/merge_checkpoint.sh) is stored so
+    because its update is below bf16's resolution, and a bf16 load would evaluate the base instead."""
+    return stored_dtype(model_dir) == "float32"
+
+
 class VLLMGenerator:
     """Generation with `vllm.LLM` (GPU)."""
 
@@ -126,7 +144,9 @@ class VLLMGenerator:
         self.settings = settings
         from vllm import LLM, SamplingParams
 
-        self.llm = LLM(model=str(model_dir), tensor_parallel_size=tensor_parallel_size, seed=settings.seed)
+        # vLLM's dtype "auto" serves a float32 checkpoint in 16 bits: name float32 where the weights need it.
+        dtype = "float32" if keeps_float32(model_dir) else "auto"
+        self.llm = LLM(model=str(model_dir), tensor_parallel_size=tensor_parallel_size, seed=settings.seed, dtype=dtype)
         self.tokenizer = self.llm.get_tokenizer()
         self.params = SamplingParams(**vllm_sampling_options(settings))
 
@@ -148,7 +168,9 @@ class HFGenerator:
         self.tokenizer.padding_side = "left"  # generation continues from the right edge of every prompt
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        if self.device.startswith("cuda"):
+        if keeps_float32(model_dir):
+            dtype = torch.float32
+        elif self.device.startswith("cuda"):
             dtype = torch.bfloat16
         else:  # bf16 only on a CPU with bf16 instructions: elsewhere it is several times slower
             dtype = torch_compute_dtype()
