@@ -14,12 +14,14 @@ from hypothesis import strategies as st
 
 from fspo.atomic_file import write_text_atomically
 from fspo.output_dir import (
+    LOCK,
     RECORD,
     OutputConflict,
     check_output_paths,
     conflicts,
     install_staged,
     read_record,
+    release_output_folders,
     staging_folder,
 )
 
@@ -116,7 +118,7 @@ def test_a_command_changes_nothing_it_did_not_write(contents, planned):
         outside.mkdir()
         build(root, outside, *contents)
         before, outside_before = snapshot(root) if root.exists() else {}, snapshot(outside)
-        owned_before = read_record(root)
+        owned_before = contents[1]  # what the record lists
         try:
             folder = check_output_paths("--output-dir", root, planned, "fspo test")
         except OutputConflict as error:
@@ -125,6 +127,7 @@ def test_a_command_changes_nothing_it_did_not_write(contents, planned):
             assert message.startswith(f"--output-dir {root.resolve()}: ")
             named = message.split(": ", 1)[1].split(" ", 1)[0]
             assert os.path.lexists(root / named), message
+            assert not (root / LOCK).exists()  # a refused command lets go of the folder
             return
         write_planned(folder, planned)
         after = snapshot(root)
@@ -137,6 +140,7 @@ def test_a_command_changes_nothing_it_did_not_write(contents, planned):
         assert snapshot(outside) == outside_before
         # Run again: its own outputs are replaceable.
         check_output_paths("--output-dir", root, planned, "fspo test")
+        release_output_folders()
 
 
 def test_conflicts_names_each_kind_of_obstacle():
@@ -176,6 +180,7 @@ def test_install_keeps_user_files_and_drops_only_its_own_stale_ones(tmp_path):
         for name in files:
             (staging / name).write_text(name)
         install_staged(staging, target, "--target-dir", "merge")
+    release_output_folders()
     assert sorted(p.name for p in target.iterdir()) == [RECORD, "NOTES.md", "config.json", "model.safetensors"]
     (target / "NOTES.md").write_text("mine")
     staging = staging_folder(target, "merge")
