@@ -35,7 +35,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -355,6 +355,31 @@ def release_output_folders() -> None:
 
 
 atexit.register(release_output_folders)
+
+
+# Every option a parser declared with :func:`output_option`: ``{command: {flag: "folder" or "file"}}`` (the
+# command guard generates its output-folder cases from it).
+OUTPUT_OPTIONS: dict[str, dict[str, str]] = {}
+
+
+def output_option(command: str, flag: str, file: bool = False, convert: Callable[[str], object] = str):
+    """The argparse ``type`` of an option naming where ``command`` writes: a folder, or with ``file`` a file
+    (its folder, when it exists). The folder is claimed (:func:`claim_output_folder`) as the option is read, so
+    that a folder another command is writing, a file where a folder is expected, an unwritable folder or a
+    tampered record is argparse's one-line error before any other argument is looked at or any work starts;
+    a string default is read (and claimed) the same way. Returns ``convert(value)``."""
+    OUTPUT_OPTIONS.setdefault(command, {})[flag] = "file" if file else "folder"
+
+    def claim(value: str):
+        folder = os.path.dirname(os.path.abspath(os.path.expanduser(value))) if file else value
+        if not file or os.path.isdir(folder):
+            try:
+                claim_output_folder(flag, folder, command)
+            except OutputConflict as error:
+                raise argparse.ArgumentTypeError(" ".join(str(error).split())) from None
+        return convert(value)
+
+    return claim
 
 
 def check_output_paths(

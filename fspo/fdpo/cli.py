@@ -30,7 +30,7 @@ from fspo.cli.arguments import (
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evaluation.records import read_records
 from fspo.fdpo.pairs import Sample, hallucination_label, pair_row, preference_pairs
-from fspo.output_dir import check_output_paths
+from fspo.output_dir import check_output_paths, output_option
 from fspo.steps import reasoning_steps
 from fspo.token_labels import verdicts_from_scores
 from fspo.verifier_tools.quality import calibrated_threshold
@@ -42,7 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build-pairs", help="F-DPO pairs from `fspo evaluate` predictions (sampled responses)")
     build.add_argument("predictions", nargs="+", help="predictions JSONL written by `fspo evaluate` (--samples >= 2)")
-    build.add_argument("--out", required=True, help="the pairs JSONL to write")
+    build.add_argument(
+        "--out",
+        required=True,
+        type=output_option("fspo fdpo build-pairs", "--out", file=True),
+        help="the pairs JSONL to write",
+    )
     build.add_argument("--verifier", default="hhem", choices=VERIFIER_NAMES, help="step verifier (default hhem)")
     build.add_argument(
         "--verifier-option", action="append", default=[], help="a verifier option as in fspo.verifier.* (repeatable)"
@@ -52,7 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     fit = commands.add_parser("train", help="train pairs with TRL's DPOTrainer and F-DPO's margin")
     fit.add_argument("--model", required=True, help="the Hugging Face model folder to start from")
     fit.add_argument("--pairs", required=True, help="pairs JSONL from `fspo fdpo build-pairs`")
-    fit.add_argument("--out", required=True, help="folder for the trained Hugging Face model")
+    fit.add_argument(
+        "--out",
+        required=True,
+        type=output_option("fspo fdpo train", "--out"),
+        help="folder for the trained Hugging Face model",
+    )
     fit.add_argument("--beta", type=float, default=0.1, help="DPO's beta (default 0.1)")
     fit.add_argument("--margin", type=float, default=1.0, help="F-DPO's margin m (default 1.0; 0 = plain DPO)")
     fit.add_argument("--lr", type=float, default=5e-7, help="learning rate (default 5e-7)")

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fspo.cli.arguments import UsageError, check_count, check_model_dir, check_positive_number, refuse
-from fspo.output_dir import check_output_paths, install_staged, staging_folder
+from fspo.output_dir import check_output_paths, install_staged, output_option, staging_folder
 from fspo.preflight import minilm_path
 from fspo.verifier_tools.download import main as download_main
 from fspo.verifier_tools.labelled import LabelledPair, load_labelled
@@ -228,7 +228,12 @@ def _parser() -> argparse.ArgumentParser:
         help="halueval, synthetic, synthetic-restated (their train split) or a JSONL/parquet file of "
         "{evidence, claim, label} rows; repeat to mix",
     )
-    parser.add_argument("--output-dir", required=True, help="where the Hugging Face directory is written")
+    parser.add_argument(
+        "--output-dir",
+        required=True,
+        type=output_option(PROG, "--output-dir"),
+        help="where the Hugging Face directory is written",
+    )
     parser.add_argument("--base-model", default=None, help="encoder directory (default: packaged all-MiniLM-L6-v2)")
     parser.add_argument("--steps", type=int, default=400, help="optimiser steps (default 400)")
     parser.add_argument("--batch-size", type=int, default=16, help="pairs per optimiser step (default 16)")

@@ -32,7 +32,7 @@ from fspo.atomic_file import replacing
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evidence import evidence_text
 from fspo.input_files import parse_json, read_text
-from fspo.output_dir import OutputConflict, check_output_paths
+from fspo.output_dir import OutputConflict, check_output_paths, output_option
 from fspo.preflight import check_verifier, looks_like_hub_id
 from fspo.steps import reasoning_span, reasoning_steps
 from fspo.verifier_tools.labelled import SOURCES, SPLITS, load_labelled
@@ -81,7 +81,12 @@ def _parser() -> argparse.ArgumentParser:
         help="--labelled with a built-in source: which split (default heldout)",
     )
     parser.add_argument("--seed", type=int, default=0, help="--labelled: seed of the train/heldout split")
-    parser.add_argument("--chart", metavar="PNG", help="--labelled: write a reliability chart here")
+    parser.add_argument(
+        "--chart",
+        metavar="PNG",
+        type=output_option(PROG, "--chart", file=True),
+        help="--labelled: write a reliability chart here",
+    )
     parser.add_argument(
         "--verifier",
         default="lexical",
