@@ -496,7 +496,8 @@ def _open_folder(folder: Path, parts: tuple[str, ...], create: bool = False) -> 
             except OSError as error:
                 if error.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
-                what = "a symbolic link" if error.errno == errno.ELOOP else "not a folder"
+                linked = stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
+                what = "a symbolic link" if linked else "not a folder"
                 raise OutputConflict(
                     f"{folder}: {'/'.join(parts[:depth])} is {what}: fspo deletes and writes nothing through it"
                 ) from None
