@@ -267,13 +267,19 @@ def claim_output_folder(flag: str, folder: str | os.PathLike, command: str) -> P
     path = output_folder(flag, folder)
     newly = path not in _HELD
     if newly:
+        held_for_us = os.environ.get(HELD_ENV, "").split(":", 1)[-1]
+        _check_ancestors(flag, path, {*_HELD, Path(held_for_us)} if held_for_us else set(_HELD))
         made = [parent for parent in (path, *path.parents) if not parent.exists()][::-1]
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise OutputConflict(f"{flag} {path}: the folder cannot be created ({error.strerror})") from None
-        held_for_us = os.environ.get(HELD_ENV, "").split(":", 1)[-1] == str(path)
-        _HELD[path] = _Held(None if held_for_us else _lock(flag, path, command), os.getpid(), made)
+        try:
+            fd = None if held_for_us == str(path) else _lock(flag, path, command)
+        except OutputConflict:
+            _remove_made(made)
+            raise
+        _HELD[path] = _Held(fd, os.getpid(), made)
     try:
         record_entries(path)
     except OutputConflict as error:
@@ -315,6 +321,27 @@ def _lock(flag: str, folder: Path, command: str) -> int:
     return fd
 
 
+def _check_ancestors(flag: str, folder: Path, ours: set[Path]) -> None:
+    """Refuse ``folder`` when a folder above it is another command's (its lock is held): a run's folder holds
+    what that command writes. Folders this process holds (``ours``) are its own to write in."""
+    for above in folder.parents:
+        if above in ours:
+            return
+        try:
+            fd = os.open(above / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputConflict(
+                f"{flag} {folder} lies in {above}, which is being written by another command ({_holder(fd)}): "
+                "wait for it to end or give another folder"
+            ) from None
+        finally:
+            os.close(fd)
+
+
 def _same_file(fd: int, path: Path) -> bool:
     try:
         at_name = os.stat(path, follow_symlinks=False)
@@ -341,9 +368,14 @@ def _release(folder: Path) -> None:
         if _same_file(held.fd, folder / LOCK):
             (folder / LOCK).unlink()  # while still held, so a waiting claim sees the name gone and retries
         os.close(held.fd)
-    for made in reversed(held.made):  # a folder the claim created and nothing was written in
+    _remove_made(held.made)
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove the folders a claim created (outermost first in ``made``) that nothing was written in."""
+    for folder in reversed(made):
         try:
-            made.rmdir()
+            folder.rmdir()
         except OSError:
             break
 
@@ -364,7 +396,7 @@ OUTPUT_OPTIONS: dict[str, dict[str, str]] = {}
 
 def output_option(command: str, flag: str, file: bool = False, convert: Callable[[str], object] = str):
     """The argparse ``type`` of an option naming where ``command`` writes: a folder, or with ``file`` a file
-    (its folder, when it exists). The folder is claimed (:func:`claim_output_folder`) as the option is read, so
+    (its folder). The folder is claimed (:func:`claim_output_folder`) as the option is read, so
     that a folder another command is writing, a file where a folder is expected, an unwritable folder or a
     tampered record is argparse's one-line error before any other argument is looked at or any work starts;
     a string default is read (and claimed) the same way. Returns ``convert(value)``."""
@@ -372,11 +404,10 @@ def output_option(command: str, flag: str, file: bool = False, convert: Callable
 
     def claim(value: str):
         folder = os.path.dirname(os.path.abspath(os.path.expanduser(value))) if file else value
-        if not file or os.path.isdir(folder):
-            try:
-                claim_output_folder(flag, folder, command)
-            except OutputConflict as error:
-                raise argparse.ArgumentTypeError(" ".join(str(error).split())) from None
+        try:
+            claim_output_folder(flag, folder, command)
+        except OutputConflict as error:
+            raise argparse.ArgumentTypeError(" ".join(str(error).split())) from None
         return convert(value)
 
     return claim
