@@ -12,24 +12,40 @@ a symbolic link to a folder (it is followed); a link inside it is never replaced
     # or, for files produced elsewhere first (a merge, save_pretrained): write them to staging_folder(folder)
     # then install_staged(staging, folder, "--target-dir", "merge_checkpoint.sh")
 
-``python -m fspo.output_dir check|install ...`` does the same for scripts (scripts/merge_checkpoint.sh).
+Every path fspo deletes, replaces or moves in goes through :func:`remove_output` or :func:`move_into`: resolved
+inside the output folder one name at a time (file descriptors opened without following links), so no record
+content reaches outside it; a record entry that names a path outside the folder, or one through a link, is
+refused (:func:`record_entries`). One command writes a folder at a time: :func:`claim_output_folder` takes
+the folder's advisory lock (:data:`LOCK`, ``fcntl.flock``) for the command's life and names the other
+process when it is taken.
+
+``python -m fspo.output_dir check|install|hold ...`` does the same for scripts (scripts/merge_checkpoint.sh).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import errno
+import fcntl
 import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from fspo.atomic_file import write_text_atomically
 from fspo.cli.arguments import UsageError
 
 RECORD = ".fspo-outputs.json"
+LOCK = ".fspo-lock"
+# Set by :func:`hold` for the command it runs: ``pid:folder``, a folder that process holds for it and its children.
+HELD_ENV = "FSPO_OUTPUT_FOLDER_HELD"
 STAGING_PREFIX = ".fspo-staging-"
 
 # Kinds of what is at a path (lstat, links not followed); None: nothing there.
@@ -44,10 +60,29 @@ def _parts(path: str) -> tuple[str, ...]:
     return PurePosixPath(path.rstrip("/")).parts
 
 
-def _check_relative(path: str) -> None:
+def entry_problem(path: str) -> str | None:
+    """Why ``path`` cannot name something inside an output folder (None: it can): the rule for every path a
+    command plans and every entry of a record, whatever wrote it."""
+    if "\x00" in path:
+        return "holds a NUL character"
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError:
+        return "is not a name this file system can hold"
     parts = _parts(path)
-    if not parts or PurePosixPath(path).is_absolute() or any(p in ("", ".", "..") for p in parts):
-        raise OutputConflict(f"{path!r} would be written outside its output folder: name it without '..' or '/'")
+    if not parts:
+        return "names no file"
+    if PurePosixPath(path).is_absolute():
+        return "is an absolute path, outside the output folder"
+    if ".." in parts:
+        return "climbs out of the output folder with '..'"
+    return None
+
+
+def _check_relative(path: str) -> None:
+    problem = entry_problem(path)
+    if problem:
+        raise OutputConflict(f"{json.dumps(path)} {problem}: fspo writes only inside its output folder")
 
 
 def is_owned(path: str, owned: Iterable[str]) -> bool:
@@ -111,14 +146,52 @@ def conflicts(planned: Iterable[str], present: Mapping[str, str], owned: Iterabl
 
 
 def read_record(folder: str | os.PathLike) -> list[str]:
-    """The paths the folder's record lists as fspo's; [] when there is no record (or it is unreadable)."""
-    record = Path(folder) / RECORD
+    """The paths the folder's record lists as fspo's; [] when there is no record (or it is not JSON).
+
+    Raises :class:`OutputConflict` when an entry breaks the rule (:func:`record_entries`).
+    """
+    return list(record_entries(Path(folder)))
+
+
+def record_entries(folder: Path) -> dict[str, str]:
+    """The folder's record, ``{path: the command that wrote it}``; {} when there is none (or it is not JSON:
+    then nothing is fspo's, which refuses more, never less).
+
+    The record is the user's file as much as fspo's: an entry outside the folder (``../x``, an absolute path),
+    through a symbolic link (a listed folder since replaced by a link), or a record that is itself a link is
+    refused, naming the entry, so that nothing is deleted on its word.
+    """
+    record = folder / RECORD
+    if _kind(record) == LINK:
+        raise OutputConflict(f"{RECORD} is a symbolic link: fspo keeps its record of outputs in a plain file")
     try:
         data = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return []
-    written = data.get("written") if isinstance(data, dict) else None
-    return [p for p in written if isinstance(p, str)] if isinstance(written, dict) else []
+        written = data["written"]
+        entries = {p: c for p, c in written.items() if isinstance(p, str) and isinstance(c, str)}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return {}
+    for entry in entries:
+        problem = entry_problem(entry) or _link_on_the_way(folder, entry)
+        if problem:
+            raise OutputConflict(
+                f"{RECORD} lists {json.dumps(entry)}, which {problem}; fspo never wrote that entry and deletes "
+                "nothing on its word: remove it from the record (or delete the record) and run again"
+            )
+    return entries
+
+
+def _link_on_the_way(folder: Path, entry: str) -> str | None:
+    """The first symbolic link at or above ``entry`` inside ``folder``, as a reason (None: none)."""
+    parts = _parts(entry)
+    for depth in range(1, len(parts) + 1):
+        kind = _kind(folder.joinpath(*parts[:depth]))
+        if kind == LINK and depth == len(parts):
+            return "is now a symbolic link"
+        if kind == LINK:
+            return f"passes through {'/'.join(parts[:depth])}, now a symbolic link"
+        if kind != FOLDER:
+            return None
+    return None
 
 
 def _kind(path: Path) -> str | None:
@@ -155,7 +228,11 @@ def survey(folder: Path, planned: Iterable[str]) -> dict[str, str]:
 def output_folder(flag: str, folder: str | os.PathLike) -> Path:
     """``folder`` with ``~`` expanded and a symbolic link followed; refused when it is a file, lies under a
     file, or cannot be written."""
-    path = Path(os.path.expanduser(str(folder)))
+    text = os.path.expanduser(os.fspath(folder))
+    problem = "holds a NUL character" if "\x00" in text else entry_problem(text.replace("/", "") or "x")
+    if problem:  # a name the file system cannot hold
+        raise OutputConflict(f"{flag} {json.dumps(text)} {problem}: give another folder")
+    path = Path(text)
     if path.is_symlink() and not path.exists():
         raise OutputConflict(f"{flag} {path} is a symbolic link to {os.readlink(path)}, which does not exist")
     path = path.resolve()
@@ -171,15 +248,182 @@ def output_folder(flag: str, folder: str | os.PathLike) -> Path:
     return path
 
 
+@dataclass
+class _Held:
+    fd: int | None  # None: a parent process holds the lock for this one (HELD_ENV)
+    pid: int
+    made: list[Path] = field(default_factory=list)  # folders the claim created, deepest last
+
+
+_HELD: dict[Path, _Held] = {}
+
+
+def claim_output_folder(flag: str, folder: str | os.PathLike, command: str) -> Path:
+    """The output folder, resolved (:func:`output_folder`), its record checked (:func:`record_entries`) and its
+    write lock held by this process until :func:`release_output_folders` (the ``fspo`` dispatcher calls it as a
+    command ends; so does the process's exit). Up front, before any work: a folder another command is writing
+    (named by its pid and command line), a file, an unwritable folder or a tampered record is one
+    :class:`OutputConflict`. Claiming a folder this process holds again is free."""
+    path = output_folder(flag, folder)
+    newly = path not in _HELD
+    if newly:
+        held_for_us = os.environ.get(HELD_ENV, "").split(":", 1)[-1]
+        _check_ancestors(flag, path, {*_HELD, Path(held_for_us)} if held_for_us else set(_HELD))
+        made = [parent for parent in (path, *path.parents) if not parent.exists()][::-1]
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise OutputConflict(f"{flag} {path}: the folder cannot be created ({error.strerror})") from None
+        try:
+            fd = None if held_for_us == str(path) else _lock(flag, path, command)
+        except OutputConflict:
+            _remove_made(made)
+            raise
+        _HELD[path] = _Held(fd, os.getpid(), made)
+    try:
+        record_entries(path)
+    except OutputConflict as error:
+        if newly:
+            _release(path)
+        raise OutputConflict(f"{flag} {path}: {error}") from None
+    return path
+
+
+def _lock(flag: str, folder: Path, command: str) -> int:
+    """A descriptor holding ``folder``'s lock file under ``fcntl.flock`` (exclusive), the holder written in it."""
+    lock = folder / LOCK
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as error:
+            raise OutputConflict(
+                f"{flag} {folder}: {LOCK} cannot be opened as fspo's lock file ({error.strerror}): move it away"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise OutputConflict(
+                f"{flag} {folder} is being written by another command ({holder}); one command writes a folder at "
+                "a time: wait for it to end or give another folder"
+            ) from None
+        # The holder before us may have deleted the file as it let go: lock the one at the name now.
+        if _same_file(fd, lock):
+            break
+        os.close(fd)
+    if os.fstat(fd).st_size and _holder(fd) == "a process that left no name":
+        os.close(fd)
+        raise OutputConflict(f"{flag} {folder}: {LOCK} is not fspo's lock file: move it away")
+    os.ftruncate(fd, 0)
+    holder = {"pid": os.getpid(), "command": command, "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+    os.pwrite(fd, json.dumps(holder).encode("utf-8", "backslashreplace"), 0)
+    return fd
+
+
+def _check_ancestors(flag: str, folder: Path, ours: set[Path]) -> None:
+    """Refuse ``folder`` when a folder above it is another command's (its lock is held): a run's folder holds
+    what that command writes. Folders this process holds (``ours``) are its own to write in."""
+    for above in folder.parents:
+        if above in ours:
+            return
+        try:
+            fd = os.open(above / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputConflict(
+                f"{flag} {folder} lies in {above}, which is being written by another command ({_holder(fd)}): "
+                "wait for it to end or give another folder"
+            ) from None
+        finally:
+            os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        at_name = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (at_name.st_dev, at_name.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, from what the holder wrote in the file: ``pid N: command, since T``."""
+    try:
+        holder = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+        return f"pid {int(holder['pid'])}: {holder['command']}, since {holder['since']}"
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return "a process that left no name"
+
+
+def _release(folder: Path) -> None:
+    held = _HELD.pop(folder)
+    if held.pid != os.getpid():  # a forked child: the lock and the folder are its parent's
+        return
+    if held.fd is not None:
+        if _same_file(held.fd, folder / LOCK):
+            (folder / LOCK).unlink()  # while still held, so a waiting claim sees the name gone and retries
+        os.close(held.fd)
+    _remove_made(held.made)
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove the folders a claim created (outermost first in ``made``) that nothing was written in."""
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+
+
+def release_output_folders() -> None:
+    """Let go of every output folder this process claimed (a command ended)."""
+    for folder in list(_HELD):
+        _release(folder)
+
+
+atexit.register(release_output_folders)
+
+
+# Every option a parser declared with :func:`output_option`: ``{command: {flag: "folder" or "file"}}`` (the
+# command guard generates its output-folder cases from it).
+OUTPUT_OPTIONS: dict[str, dict[str, str]] = {}
+
+
+def output_option(command: str, flag: str, file: bool = False, convert: Callable[[str], object] = str):
+    """The argparse ``type`` of an option naming where ``command`` writes: a folder, or with ``file`` a file
+    (its folder). The folder is claimed (:func:`claim_output_folder`) as the option is read, so
+    that a folder another command is writing, a file where a folder is expected, an unwritable folder or a
+    tampered record is argparse's one-line error before any other argument is looked at or any work starts;
+    a string default is read (and claimed) the same way. Returns ``convert(value)``."""
+    OUTPUT_OPTIONS.setdefault(command, {})[flag] = "file" if file else "folder"
+
+    def claim(value: str):
+        folder = os.path.dirname(os.path.abspath(os.path.expanduser(value))) if file else value
+        try:
+            claim_output_folder(flag, folder, command)
+        except OutputConflict as error:
+            raise argparse.ArgumentTypeError(" ".join(str(error).split())) from None
+        return convert(value)
+
+    return claim
+
+
 def check_output_paths(
     flag: str, folder: str | os.PathLike, planned: Iterable[str], command: str, record: bool = True
 ) -> Path:
     """THE check every command makes before it writes into its output folder (the rule of this module).
 
-    Refuses (:class:`OutputConflict`, one line naming the path and the fix) when any of ``planned`` would
+    Claims the folder (:func:`claim_output_folder`: its lock, its record checked), then refuses
+    (:class:`OutputConflict`, one line naming the path and the fix) when any of ``planned`` would
     replace, delete or write through something fspo did not write: a file or non-empty folder the folder's
     record does not list, a symbolic link, a file where a folder is needed. With ``record`` (the default) the
     planned paths are then added to the record, so a re-run (or a run that failed half way) may replace them.
+    A refused check lets go of a folder it claimed.
 
     Args:
         flag: The option that named the folder (``--output-dir``), for the message.
@@ -191,16 +435,21 @@ def check_output_paths(
         The output folder, resolved (write under this path, not through the link).
     """
     planned = list(dict.fromkeys(planned))
-    path = output_folder(flag, folder)
-    owned = read_record(path) if path.is_dir() else []
-    found = conflicts(planned, survey(path, planned) if path.is_dir() else {}, owned)
-    if found:
-        where, why = found[0]
-        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        raise OutputConflict(
-            f"{flag} {path}: {where} {why}{more}; fspo replaces only what it wrote there "
-            f"(listed in {RECORD}): move it away or give another folder"
-        )
+    claimed_before = set(_HELD)
+    path = claim_output_folder(flag, folder, command)
+    try:
+        found = conflicts(planned, survey(path, planned), record_entries(path))
+        if found:
+            where, why = found[0]
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            raise OutputConflict(
+                f"{flag} {path}: {where} {why}{more}; fspo replaces only what it wrote there "
+                f"(listed in {RECORD}): move it away or give another folder"
+            )
+    except OutputConflict:
+        if path not in claimed_before:
+            _release(path)
+        raise
     if record:
         record_outputs(path, planned, command)
     return path
@@ -208,22 +457,13 @@ def check_output_paths(
 
 def record_outputs(folder: Path, paths: Iterable[str], command: str) -> None:
     """Add ``paths`` to the folder's record as written by ``command`` (atomically; the folder is created)."""
-    _write_record(folder, {**_record_entries(folder), **{p: command for p in paths}})
+    _write_record(folder, {**record_entries(folder), **{p: command for p in paths}})
 
 
 def forget_outputs(folder: Path, paths: Iterable[str]) -> None:
     """Drop ``paths`` from the folder's record (they were deleted by the command that wrote them)."""
     gone = set(paths)
-    _write_record(folder, {p: c for p, c in _record_entries(folder).items() if p not in gone})
-
-
-def _record_entries(folder: Path) -> dict[str, str]:
-    try:
-        data = json.loads((folder / RECORD).read_text(encoding="utf-8"))
-        written = data["written"]
-        return {p: c for p, c in written.items() if isinstance(p, str) and isinstance(c, str)}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
-        return {}
+    _write_record(folder, {p: c for p, c in record_entries(folder).items() if p not in gone})
 
 
 def _write_record(folder: Path, written: dict[str, str]) -> None:
@@ -235,10 +475,10 @@ def _write_record(folder: Path, written: dict[str, str]) -> None:
 def staging_folder(folder: Path, command: str) -> Path:
     """A fresh folder inside ``folder`` (same file system, so its files move in by rename) for
     :func:`install_staged`."""
-    staging = folder / f"{STAGING_PREFIX}{command.replace(' ', '-').replace('/', '-')}-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    return staging
+    name = f"{STAGING_PREFIX}{command.replace(' ', '-').replace('/', '-')}-{os.getpid()}"
+    remove_output(folder, name)  # one a killed run of this pid left
+    (folder / name).mkdir(parents=True)
+    return folder / name
 
 
 def files_under(folder: Path) -> list[str]:
@@ -250,47 +490,152 @@ def install_staged(staging: Path, folder: Path, flag: str, command: str) -> list
     """Move every file of ``staging`` into ``folder`` under the rule, then delete the files ``command`` wrote
     there before that this output no longer has (a smaller merge's extra shards); ``staging`` is removed.
 
-    Refuses (:class:`OutputConflict`) before moving anything when a file would replace one fspo did not write.
-    Returns the installed relative paths.
+    Refuses (:class:`OutputConflict`) before moving anything when a file would replace one fspo did not write,
+    or when the record lists an entry outside the folder or through a link. Returns the installed paths.
     """
     files = files_under(staging)
     check_output_paths(flag, folder, files, command)
-    earlier = [p for p, c in _record_entries(folder).items() if c == command and not p.endswith("/")]
-    for relative in files:
-        destination = folder / relative
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staging / relative, destination)
+    earlier = [p for p, c in record_entries(folder).items() if c == command and not p.endswith("/")]
     stale = [p for p in earlier if p not in files]
+    for relative in files:
+        move_into(staging / relative, folder, relative)
     for relative in stale:
-        if _kind(folder / relative) == FILE:
-            (folder / relative).unlink()
-            _remove_empty_parents(folder, folder / relative)
+        remove_output(folder, relative)
     forget_outputs(folder, stale)
-    shutil.rmtree(staging, ignore_errors=True)
+    if staging.parent == folder:
+        remove_output(folder, staging.name)
+    else:
+        shutil.rmtree(staging, ignore_errors=True)
     return files
 
 
-def _remove_empty_parents(folder: Path, path: Path) -> None:
-    parent = path.parent
-    while parent != folder and parent.is_dir() and not any(parent.iterdir()):
-        parent.rmdir()
-        parent = parent.parent
+def _open_folder(folder: Path, parts: tuple[str, ...], create: bool = False) -> int:
+    """A descriptor of ``folder/parts...``, each name opened without following a link (``create``: missing
+    folders are made). Raises :class:`OutputConflict` at a link or a file on the way, FileNotFoundError when a
+    folder is missing."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for depth, part in enumerate(parts, 1):
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+            try:
+                inner = os.open(part, flags, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(part, dir_fd=fd)
+                inner = os.open(part, flags, dir_fd=fd)
+            except OSError as error:
+                if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                linked = stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
+                what = "a symbolic link" if linked else "not a folder"
+                raise OutputConflict(
+                    f"{folder}: {'/'.join(parts[:depth])} is {what}: fspo deletes and writes nothing through it"
+                ) from None
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def remove_output(folder: Path, path: str) -> bool:
+    """Delete ``folder/path`` (a file, or a folder with all it holds) and nothing outside ``folder``: every name
+    is resolved inside it without following a link; a link on the way, or at ``path`` itself, is refused
+    (:class:`OutputConflict`) and a link inside a deleted folder is removed, never followed. False when
+    nothing was there. The one way fspo deletes in an output folder."""
+    _check_relative(path)
+    parts = _parts(path)
+    try:
+        parent = _open_folder(folder, parts[:-1])
+    except FileNotFoundError:
+        return False
+    try:
+        try:
+            mode = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return False
+        if stat.S_ISLNK(mode):
+            raise OutputConflict(f"{folder}: {path.rstrip('/')} is a symbolic link: fspo does not delete links")
+        if stat.S_ISDIR(mode):
+            shutil.rmtree(parts[-1], dir_fd=parent)  # descriptor-based: links inside are unlinked, not followed
+        else:
+            os.unlink(parts[-1], dir_fd=parent)
+    finally:
+        os.close(parent)
+    _remove_empty_parents(folder, parts[:-1])
+    return True
+
+
+def move_into(source: Path, folder: Path, path: str) -> None:
+    """Move the file ``source`` to ``folder/path`` (its folders made), replacing a file there; never through
+    or over a link, never outside ``folder``. The one way fspo replaces a file in an output folder."""
+    _check_relative(path)
+    parts = _parts(path)
+    parent = _open_folder(folder, parts[:-1], create=True)
+    try:
+        try:
+            mode = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            what = "a symbolic link" if stat.S_ISLNK(mode) else "not a file"
+            raise OutputConflict(f"{folder}: {path} is {what}: fspo replaces only its own files")
+        os.replace(source, parts[-1], dst_dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
+def _remove_empty_parents(folder: Path, parts: tuple[str, ...]) -> None:
+    """Remove the folders ``parts`` leads through, deepest first, while they are empty (links are left)."""
+    for depth in range(len(parts), 0, -1):
+        try:
+            parent = _open_folder(folder, parts[: depth - 1])
+        except (FileNotFoundError, OutputConflict):
+            return
+        try:
+            os.rmdir(parts[depth - 1], dir_fd=parent)
+        except OSError:
+            return
+        finally:
+            os.close(parent)
+
+
+def hold(flag: str, folder: str, command: str, argv: list[str]) -> int:
+    """Run ``argv`` while this process holds ``folder``'s lock (a script's whole life: merge_checkpoint.sh); its
+    exit status. The command and its children claim the folder freely (:data:`HELD_ENV` names it)."""
+    path = claim_output_folder(flag, folder, command)
+    try:
+        child = subprocess.Popen(argv, env={**os.environ, HELD_ENV: f"{os.getpid()}:{path}"})
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:  # the child has it too: it decides, its status is ours
+                continue
+    finally:
+        release_output_folders()
 
 
 def main(argv: list[str] | None = None) -> int:
     """``check [--no-record] --flag=F --command=C FOLDER PATH...`` prints the resolved folder;
-    ``install --flag=F --command=C STAGING FOLDER`` moves a staged output in. Exit 2 with one line on stderr,
-    ``C: F FOLDER: ...``, when the rule refuses."""
+    ``install --flag=F --command=C STAGING FOLDER`` moves a staged output in; ``hold --flag=F --command=C FOLDER
+    -- CMD...`` runs CMD holding the folder's lock. Exit 2 with one line on stderr, ``C: F FOLDER: ...``, when
+    the rule refuses."""
     parser = argparse.ArgumentParser(prog="python -m fspo.output_dir", description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("check", "install"))
+    parser.add_argument("action", choices=("check", "install", "hold"))
     parser.add_argument("--flag", default="--output-dir", help="the option that named the folder")
     parser.add_argument("--command", default="fspo", help="the command that writes it")
     parser.add_argument("--no-record", action="store_true", help="check: record nothing")
-    parser.add_argument("paths", nargs="+", help="check: FOLDER PATH...; install: STAGING FOLDER")
+    parser.add_argument("paths", nargs="+", help="check: FOLDER PATH...; install: STAGING FOLDER; hold: FOLDER CMD...")
     args = parser.parse_args(argv)
     try:
         if args.action == "check":
             print(check_output_paths(args.flag, args.paths[0], args.paths[1:], args.command, not args.no_record))
+        elif args.action == "hold":
+            if len(args.paths) < 2:
+                parser.error("hold takes FOLDER -- CMD...")
+            return hold(args.flag, args.paths[0], args.command, args.paths[1:])
         elif len(args.paths) != 2:
             parser.error("install takes STAGING FOLDER")
         else:

@@ -16,6 +16,9 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from fspo.cli import main as fspo_main
@@ -413,3 +416,93 @@ def config_numbers() -> dict[str, type]:
             if not name.startswith("_") and kinds & {int, float} and not kinds & {bool, str}:
                 keys[f"{prefix}.{name}"] = int if int in kinds else float
     return keys
+
+
+# The output-folder classes: for every option a command declares with fspo.output_dir.output_option, the folder
+# it names is made one of these, and the command must refuse it first (the option is read first), in one line
+# holding the phrase, changing nothing inside or outside the folder.
+OUTPUT_CLASSES = {
+    "record": ".fspo-outputs.json",  # a record entry outside the folder, or a name no file can have
+    "link": "symbolic link",  # a listed file or folder since replaced by a link to the outside (or to a link)
+    "lock": "being written by another command",  # another process holds the folder
+    "read-only": "not writable",
+    "file": "is a file",  # a file where the folder is expected, or above it
+}
+# Record entries no command may act on; "@outside" stands for the absolute path of a file outside the folder.
+TAMPERED_ENTRIES = (
+    "../outside/victim.txt",
+    "a/../../outside/victim.txt",
+    "../outside/",
+    "..",
+    "@outside",
+    "/",
+    "",
+    "x\x00y",
+    "\ud800",
+)
+
+
+def output_options(leaves) -> dict[tuple[str, ...], dict[str, str]]:
+    """``{leaf: {flag: "folder" or "file"}}`` for every leaf command with an output option (the parsers, built
+    by :func:`command_paths`, declared them with :func:`fspo.output_dir.output_option`)."""
+    from fspo.output_dir import OUTPUT_OPTIONS
+
+    return {
+        leaf: OUTPUT_OPTIONS["fspo " + " ".join(leaf)] for leaf in leaves if "fspo " + " ".join(leaf) in OUTPUT_OPTIONS
+    }
+
+
+def build_outside(root: Path) -> Path:
+    """Files a tampered record or a swapped-in link points at: the user's, which no command may touch."""
+    outside = root / "outside"
+    (outside / "dir").mkdir(parents=True)
+    (outside / "victim.txt").write_bytes(b"the user's file\n")
+    (outside / "dir" / "inner.txt").write_bytes(b"the user's other file\n")
+    (outside / "link").symlink_to(outside / "dir", target_is_directory=True)
+    return outside
+
+
+def tampered_folder(folder: Path, outside: Path, entry: str, command: str) -> None:
+    """``folder`` whose record lists ``entry`` as ``command``'s."""
+    folder.mkdir(parents=True)
+    entry = str(outside / "victim.txt") if entry == "@outside" else entry
+    record = {"written": {entry: command, "results.md": command}}
+    (folder / ".fspo-outputs.json").write_text(json.dumps(record), encoding="utf-8")
+    (folder / "results.md").write_bytes(b"an earlier output\n")
+
+
+def linked_folder(folder: Path, outside: Path, listed: str, to_link: bool, command: str) -> None:
+    """``folder`` whose record lists ``listed`` (``sub/`` or ``sub/file``), ``sub`` now a link to the outside
+    (``to_link``: to a link there)."""
+    folder.mkdir(parents=True)
+    (folder / ".fspo-outputs.json").write_text(json.dumps({"written": {listed: command}}), encoding="utf-8")
+    (folder / listed.split("/")[0]).symlink_to(outside / ("link" if to_link else "dir"), target_is_directory=True)
+
+
+def make_read_only(folder: Path) -> bool:
+    """``folder`` unwritable, for this user (root included: the immutable attribute); False where it cannot be."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o555)
+    if not os.access(folder, os.W_OK):
+        return True
+    subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False)
+    return not os.access(folder, os.W_OK)
+
+
+def undo_read_only(folder: Path) -> None:
+    subprocess.run(["chattr", "-i", str(folder)], capture_output=True, check=False)
+    folder.chmod(0o755)
+
+
+def hold_folder(folder: Path, command: str) -> subprocess.Popen:
+    """Another process writing ``folder``: ``python -m fspo.output_dir hold`` around a sleep, once it holds it."""
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "fspo.output_dir", "hold", f"--command={command}", str(folder), "--", "sleep", "600"],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    for _ in range(400):
+        if (folder / ".fspo-lock").exists() and (folder / ".fspo-lock").stat().st_size:
+            return holder
+        time.sleep(0.025)
+    holder.kill()
+    raise RuntimeError(f"python -m fspo.output_dir hold did not take {folder}")

@@ -39,6 +39,7 @@ venv_python="$repo_root/.venv/bin/python"
 export PYTHONPATH="$repo_root${PYTHONPATH:+:$PYTHONPATH}"
 if [[ -z "${PYTHON:-}" && -x "$venv_python" ]]; then PYTHON="$venv_python"; fi
 PYTHON=${PYTHON:-python}
+arguments=("$@")
 target_dir=""
 trust_remote_code=()
 positional=()
@@ -72,6 +73,12 @@ if [[ ! -d "$actor_dir" ]]; then
 fi
 target_dir=${target_dir:-$run_dir/global_step_$step/merged}
 marker=.fspo_merged_from
+# One writer per target folder: the rest of this script runs while fspo holds the folder's lock (fspo/output_dir.py
+# hold), so a merge or fspo command already writing there is refused up front, named by its pid and command.
+if [[ -z "${FSPO_MERGE_HOLDS_TARGET:-}" ]]; then
+    FSPO_MERGE_HOLDS_TARGET=1 exec "$PYTHON" -m fspo.output_dir hold --flag=--target-dir \
+        --command=merge_checkpoint.sh "$target_dir" -- bash "${BASH_SOURCE[0]}" "${arguments[@]}"
+fi
 # fspo's output-folder rule, first on the files every merge writes (the files verl's merger really wrote are
 # checked again before they move in); prints the target with a link followed.
 rule=("$PYTHON" -m fspo.output_dir --flag=--target-dir --command=merge_checkpoint.sh)

@@ -4,12 +4,17 @@ scripts/merge_checkpoint.sh, driven with generated bad arguments and malformed f
 Each case must end without a traceback, within a time limit, with a non-zero exit and one line saying what is
 wrong when it refuses, and without changing any file outside the command's own output folder. The example
 count is bounded for CI; ``FSPO_GUARD_EXAMPLES=2000`` runs more (the count is printed).
+
+Every option a command writes through (fspo.output_dir.output_option) is driven with each output-folder class
+(fspo_testing.command_guard.OUTPUT_CLASSES): a tampered record, a link swapped in for a listed path, a folder
+another process is writing, a read-only folder, a file where the folder is expected.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import zipfile
 from pathlib import Path
@@ -21,19 +26,29 @@ from hypothesis import strategies as st
 from fspo_testing.command_guard import (
     ALWAYS_BAD,
     BAD_VALUES,
+    OUTPUT_CLASSES,
+    TAMPERED_ENTRIES,
+    build_outside,
     command_paths,
     describe,
+    hold_folder,
+    linked_folder,
     make_inputs,
+    make_read_only,
     message_lines,
     options,
+    output_options,
     run_in_process,
     snapshot,
+    tampered_folder,
+    undo_read_only,
 )
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = int(os.environ.get("FSPO_GUARD_EXAMPLES", "120"))
+OUTPUT_EXAMPLES = int(os.environ.get("FSPO_GUARD_EXAMPLES", "200"))  # per output-folder class
 LIMIT_S = 60.0
-COUNT = {"fspo": 0, "recipe": 0, "merge": 0}
+COUNT = {"fspo": 0, "recipe": 0, "merge": 0, **{f"output {name}": 0 for name in OUTPUT_CLASSES}}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +60,8 @@ def guarded(tmp_path_factory, request):
     work = root / "work"
     work.mkdir()
     leaves = command_paths()
-    yield {"root": root, "inputs": inputs, "work": work, "commands": {leaf: options(leaf) for leaf in leaves}}
+    commands = {leaf: options(leaf) for leaf in leaves}
+    yield {"root": root, "inputs": inputs, "work": work, "commands": commands, "outputs": output_options(leaves)}
     print(f"\ncommand guard: {sum(COUNT.values())} generated cases {COUNT}")
 
 
@@ -452,3 +468,121 @@ def test_every_config_number_is_declared_once():
 def test_zz_report_counts_45(capsys):
     with capsys.disabled():
         print(f"\ncommand guard (records, separators, numbers): {COUNT_45}")
+
+
+def test_every_option_that_names_an_output_claims_its_folder(guarded):
+    """A command that writes is covered by the output-folder classes without being listed: its output options
+    are declared with fspo.output_dir.output_option (found from the dispatcher), and an option named like one
+    that is not is a command writing around the rule."""
+    outputs = guarded["outputs"]
+    assert {("evaluate",), ("quickstart",), ("verifier", "train"), ("fdpo", "train"), ("data", "synthetic")} <= set(
+        outputs
+    )
+    assert ("data", "gsm8k") in outputs and outputs[("verify",)] == {"--chart": "file"}
+    for leaf, flags in guarded["commands"].items():
+        named_like_an_output = {f for f in flags if re.fullmatch(r"--(out|output-dir|target-dir|chart|save-dir)", f)}
+        assert named_like_an_output <= set(outputs.get(leaf, {})), (leaf, named_like_an_output)
+
+
+@pytest.fixture(scope="module")
+def output_world(guarded):
+    """What the output-folder classes share: the user's files outside, a folder another process writes, a
+    read-only folder, a plain file; let go of (and made writable again) at the end."""
+    root = guarded["root"] / "outputs"
+    root.mkdir()
+    world = {"root": root, "outside": build_outside(root), "cases": root / "cases", "file": root / "a-file"}
+    world["cases"].mkdir()
+    world["file"].write_bytes(b"a user's file\n")
+    world["held"] = root / "held"
+    holder = hold_folder(world["held"], "fspo data gsm8k --output-dir held")
+    world["holder"] = holder.pid
+    world["read-only"] = root / "read-only"
+    world["read_only_works"] = make_read_only(world["read-only"])
+    yield world
+    holder.kill()
+    holder.wait()
+    undo_read_only(world["read-only"])
+
+
+FOLDER_NAME = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="/\x00"), min_size=1, max_size=8
+).filter(lambda name: name not in (".", ".."))
+
+
+@st.composite
+def output_case(draw, guarded, klass):
+    """A command, one of its output options given a folder of ``klass`` (described here, made by
+    :func:`make_case`), and one to three other options (the first with a value no option may take, so that no
+    case runs for real whatever the folder check does)."""
+    outputs = guarded["outputs"]
+    leaf = draw(st.sampled_from(sorted(outputs)))
+    flag, kind = draw(st.sampled_from(sorted(outputs[leaf].items())))
+    if klass == "record":
+        detail = draw(st.sampled_from(TAMPERED_ENTRIES))
+    elif klass == "link":
+        listed = draw(st.sampled_from(["sub/", "sub/inner.txt", "lora_adapter/adapter.bin", "sub"]))
+        detail = (listed, draw(st.booleans()))
+    else:
+        detail = draw(st.sampled_from(["", "sub"]))  # the folder itself, or one to be made in it
+    others = [f for f in guarded["commands"][leaf] if f != flag]
+    rest = []
+    if others:
+        bad = value_strategy(guarded["inputs"], always_bad=True, files_only=leaf == ("quickstart",))
+        for i, other in enumerate(draw(st.lists(st.sampled_from(others), min_size=1, max_size=3))):
+            rest += [other, draw(bad if i == 0 else value_strategy(guarded["inputs"]))]
+    return leaf, flag, kind, draw(FOLDER_NAME), detail, rest
+
+
+def make_case(world, klass, case) -> tuple[list[str], Path]:
+    """The argv of a drawn case and the folder it names, made on disk."""
+    leaf, flag, kind, name, detail, rest = case
+    command = "fspo " + " ".join(leaf)
+    COUNT[f"output {klass}"] += 1
+    folder = world["cases"] / f"{klass}-{COUNT[f'output {klass}']}-{name}"
+    if klass == "record":
+        tampered_folder(folder, world["outside"], detail, command)
+    elif klass == "link":
+        linked_folder(folder, world["outside"], *detail, command)
+    else:
+        folder = world[{"lock": "held", "read-only": "read-only", "file": "file"}[klass]] / detail
+    value = str(folder / "out.png") if kind == "file" else str(folder)
+    if kind == "file" and klass == "file":
+        value = str(world["file"] / "out.png")
+    return [*leaf, flag, value, *rest], folder
+
+
+def watched(world, guarded, folder: Path) -> dict:
+    """What no case may change: the outside, the inputs, and the folder the case names (or the one above it)."""
+    folder = folder if folder.is_dir() else folder.parent
+    return {
+        "outside": snapshot(world["outside"]),
+        "inputs": snapshot(guarded["inputs"]["truncated.json"].parent),
+        "folder": snapshot(folder) if folder.is_dir() else None,
+    }
+
+
+@pytest.mark.parametrize("klass", sorted(OUTPUT_CLASSES))
+def test_every_output_option_refuses_a_bad_folder_first_in_one_line(in_work, output_world, klass, capsys):
+    if klass == "read-only" and not output_world["read_only_works"]:
+        pytest.skip("this file system lets this user write a read-only folder")
+
+    @settings(max_examples=OUTPUT_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(case=output_case(in_work, klass))
+    def case(case):
+        argv, folder = make_case(output_world, klass, case)
+        before = watched(output_world, in_work, folder)
+        outcome = run_in_process(argv, LIMIT_S)
+        shown = describe(argv)
+        assert outcome.raised is None, f"fspo {shown} raised {outcome.raised!r}"
+        assert "Traceback" not in outcome.stderr, f"fspo {shown}: traceback\n{outcome.stderr[-2000:]}"
+        assert watched(output_world, in_work, folder) == before, f"fspo {shown} changed files"
+        lines = message_lines(outcome.stderr)
+        assert outcome.status != 0 and len(lines) == 1, f"fspo {shown} exited {outcome.status}: {lines[:5]}"
+        phrase = OUTPUT_CLASSES[klass] + (f" (pid {output_world['holder']}" if klass == "lock" else "")
+        assert phrase in lines[0], f"fspo {shown}: its output folder ({klass}) was not what it refused: {lines[0]}"
+
+    case()
+    with capsys.disabled():
+        print(
+            f"\ncommand guard: {COUNT[f'output {klass}']} generated {klass} cases over {len(in_work['outputs'])} commands"
+        )

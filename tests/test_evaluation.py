@@ -29,8 +29,13 @@ def assert_refused(capsys, argv: list[str], pattern: str, after_loading: bool = 
     model's loading progress when the refusal comes ``after_loading``)."""
     import re
 
+    from fspo.output_dir import release_output_folders
+
     capsys.readouterr()
-    assert main(argv) == 2
+    try:
+        assert main(argv) == 2
+    finally:
+        release_output_folders()  # what the fspo dispatcher does as a command ends (main is called directly)
     err = capsys.readouterr().err
     assert err.endswith("\n") and re.search(pattern, err.splitlines()[-1]), err
     assert after_loading or err.count("\n") == 1, err

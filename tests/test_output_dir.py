@@ -14,12 +14,16 @@ from hypothesis import strategies as st
 
 from fspo.atomic_file import write_text_atomically
 from fspo.output_dir import (
+    LOCK,
     RECORD,
     OutputConflict,
     check_output_paths,
     conflicts,
     install_staged,
+    move_into,
     read_record,
+    release_output_folders,
+    remove_output,
     staging_folder,
 )
 
@@ -116,7 +120,7 @@ def test_a_command_changes_nothing_it_did_not_write(contents, planned):
         outside.mkdir()
         build(root, outside, *contents)
         before, outside_before = snapshot(root) if root.exists() else {}, snapshot(outside)
-        owned_before = read_record(root)
+        owned_before = contents[1]  # what the record lists
         try:
             folder = check_output_paths("--output-dir", root, planned, "fspo test")
         except OutputConflict as error:
@@ -125,6 +129,7 @@ def test_a_command_changes_nothing_it_did_not_write(contents, planned):
             assert message.startswith(f"--output-dir {root.resolve()}: ")
             named = message.split(": ", 1)[1].split(" ", 1)[0]
             assert os.path.lexists(root / named), message
+            assert not (root / LOCK).exists()  # a refused command lets go of the folder
             return
         write_planned(folder, planned)
         after = snapshot(root)
@@ -137,6 +142,7 @@ def test_a_command_changes_nothing_it_did_not_write(contents, planned):
         assert snapshot(outside) == outside_before
         # Run again: its own outputs are replaceable.
         check_output_paths("--output-dir", root, planned, "fspo test")
+        release_output_folders()
 
 
 def test_conflicts_names_each_kind_of_obstacle():
@@ -176,6 +182,7 @@ def test_install_keeps_user_files_and_drops_only_its_own_stale_ones(tmp_path):
         for name in files:
             (staging / name).write_text(name)
         install_staged(staging, target, "--target-dir", "merge")
+    release_output_folders()
     assert sorted(p.name for p in target.iterdir()) == [RECORD, "NOTES.md", "config.json", "model.safetensors"]
     (target / "NOTES.md").write_text("mine")
     staging = staging_folder(target, "merge")
@@ -184,3 +191,54 @@ def test_install_keeps_user_files_and_drops_only_its_own_stale_ones(tmp_path):
         install_staged(staging, target, "--target-dir", "merge")
     assert (target / "NOTES.md").read_text() == "mine"
     shutil.rmtree(staging)
+
+
+def test_remove_and_move_never_leave_the_folder_nor_follow_a_link(tmp_path):
+    """remove_output and move_into, the one way fspo deletes or replaces in an output folder: a link on the way
+    or at the name is refused; a link inside a deleted folder is removed, its target kept."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "mine.txt").write_text("mine")
+    out = tmp_path / "out"
+    (out / "run").mkdir(parents=True)
+    (out / "run" / "inner").symlink_to(outside, target_is_directory=True)
+    (out / "linked").symlink_to(outside, target_is_directory=True)
+    for path in ("linked/mine.txt", "linked", "../outside/mine.txt", str(outside / "mine.txt")):
+        with pytest.raises(OutputConflict):
+            remove_output(out, path)
+    source = tmp_path / "new.txt"
+    source.write_text("new")
+    with pytest.raises(OutputConflict, match="linked is a symbolic link"):
+        move_into(source, out, "linked/mine.txt")
+    assert remove_output(out, "run/") and not (out / "run").exists()
+    assert (outside / "mine.txt").read_text() == "mine" and not remove_output(out, "run/")
+    move_into(source, out, "a/b/new.txt")
+    assert (out / "a" / "b" / "new.txt").read_text() == "new"
+
+
+def test_a_folder_has_one_writer_at_a_time_named_when_refused(tmp_path):
+    """The folder's lock is held by another process (a real one: `python -m fspo.output_dir hold`): a claim is
+    refused up front naming its pid and command; it ends with that process and leaves no lock file behind."""
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "fspo.output_dir", "hold", "--command=fspo data gsm8k", str(out), "--", "sleep", "30"]
+    )
+    try:
+        for _ in range(200):
+            if (out / LOCK).exists():
+                break
+            time.sleep(0.05)
+        with pytest.raises(
+            OutputConflict, match=rf"being written by another command \(pid {holder.pid}: fspo data gsm8k"
+        ):
+            check_output_paths("--output-dir", out, ["train.parquet"], "fspo data synthetic")
+    finally:
+        holder.kill()
+        holder.wait()
+    check_output_paths("--output-dir", out, ["train.parquet"], "fspo data synthetic")
+    release_output_folders()
+    assert not (out / LOCK).exists()

@@ -55,10 +55,15 @@ def dispatch(prog: str, commands: Mapping[str, Command], argv: list[str] | None,
         return 2
     runner = commands[name][0]
     run = importlib.import_module(runner).main if isinstance(runner, str) else runner
+    # Lazy like the commands: fspo.output_dir is small, but `fspo --help` needs none of it.
+    from fspo.output_dir import OutputConflict, release_output_folders
+
     try:
         return int(run(rest) or 0)
-    except InputFileError as error:  # any command's input file, read by fspo.input_files
+    except (InputFileError, OutputConflict) as error:  # any command's input file or output folder
         return refuse(f"{prog} {name}", error)
+    finally:
+        release_output_folders()  # the output folders this command claimed: their locks end with it
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from fspo.cli.arguments import UsageError, check_count
 from fspo.data.io import SourceFileError, make_row, read_hub, read_records, source_files, write_parquet
 from fspo.data.templates import PROMPT_FORMATS, build_messages, count_prompt_tokens
 from fspo.numeric_options import COUNT, SEED
-from fspo.output_dir import check_output_paths
+from fspo.output_dir import check_output_paths, output_option
 
 
 @dataclass
@@ -150,7 +150,12 @@ def load_split(spec: DatasetSpec, split: str, args: argparse.Namespace) -> list[
 def make_parser(spec: DatasetSpec) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"fspo data {spec.name}", description=spec.description)
     parser.add_argument("--input", help="local source file or folder (default: offline package, else the HF hub)")
-    parser.add_argument("--output-dir", default=f"data/{spec.name}", help="where <split>.parquet is written")
+    parser.add_argument(
+        "--output-dir",
+        type=output_option(f"fspo data {spec.name}", "--output-dir"),
+        default=f"data/{spec.name}",
+        help="where <split>.parquet is written",
+    )
     parser.add_argument(
         "--split",
         action="append",

@@ -21,7 +21,7 @@ from fspo.data.builder import Example
 from fspo.data.io import make_row, write_parquet
 from fspo.data.templates import PROMPT_FORMATS, build_messages, check_prompt_format
 from fspo.numeric_options import NON_NEGATIVE_COUNT, SEED
-from fspo.output_dir import check_output_paths
+from fspo.output_dir import check_output_paths, output_option
 
 DATA_SOURCE = "synthetic_multihop"
 
@@ -249,7 +249,12 @@ def make_rows(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fspo data synthetic", description=__doc__.splitlines()[0])
-    parser.add_argument("--output-dir", default="data/synthetic", help="where <split>.parquet is written")
+    parser.add_argument(
+        "--output-dir",
+        type=output_option("fspo data synthetic", "--output-dir"),
+        default="data/synthetic",
+        help="where <split>.parquet is written",
+    )
     parser.add_argument("--size", type=NON_NEGATIVE_COUNT.parse, default=1000, help="train rows")
     parser.add_argument("--test-size", type=NON_NEGATIVE_COUNT.parse, default=100, help="test rows")
     parser.add_argument(

@@ -30,7 +30,7 @@ from fspo.evaluation.pipeline import ProvenanceError, check_rows, evaluate_model
 from fspo.evaluation.report import accumulated_results, write_results
 from fspo.input_files import InputFileError, read_parquet_rows
 from fspo.numeric_options import COUNT, LOSS_TERM, NON_NEGATIVE_COUNT, OPEN_PROBABILITY, PROBABILITY, SECONDS, SEED
-from fspo.output_dir import check_output_paths
+from fspo.output_dir import check_output_paths, output_option
 from fspo.verifier_tools.quality import calibrated_threshold
 from fspo.verifier_tools.verify import verifier_options
 
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--output-dir",
         required=True,
-        type=Path,
+        type=output_option(PROG, "--output-dir", convert=Path),
         help="where predictions, results.md/json and the chart are written (resumes from it)",
     )
     parser.add_argument(

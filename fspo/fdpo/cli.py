@@ -43,7 +43,7 @@ from fspo.fdpo.pairs import (
 )
 from fspo.fdpo.variants import llm_corruption, swap_corruption
 from fspo.numeric_options import COUNT, EPOCHS, LOSS_TERM, POSITIVE_LOSS_TERM, PROBABILITY, SEED
-from fspo.output_dir import check_output_paths
+from fspo.output_dir import check_output_paths, output_option
 from fspo.record_schemas import Prediction
 from fspo.steps import reasoning_steps
 from fspo.token_labels import verdicts_from_scores
@@ -56,7 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build-pairs", help="F-DPO pairs from `fspo evaluate` predictions (sampled responses)")
     build.add_argument("predictions", nargs="+", help="predictions JSONL written by `fspo evaluate` (--samples >= 2)")
-    build.add_argument("--out", required=True, help="the pairs JSONL to write")
+    build.add_argument(
+        "--out",
+        required=True,
+        type=output_option("fspo fdpo build-pairs", "--out", file=True),
+        help="the pairs JSONL to write",
+    )
     build.add_argument("--verifier", default="hhem", choices=VERIFIER_NAMES, help="step verifier (default hhem)")
     build.add_argument(
         "--verifier-option", action="append", default=[], help="a verifier option as in fspo.verifier.* (repeatable)"
@@ -83,7 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     fit = commands.add_parser("train", help="train pairs with TRL's DPOTrainer and F-DPO's margin")
     fit.add_argument("--model", required=True, help="the Hugging Face model folder to start from")
     fit.add_argument("--pairs", required=True, help="pairs JSONL from `fspo fdpo build-pairs`")
-    fit.add_argument("--out", required=True, help="folder for the trained Hugging Face model")
+    fit.add_argument(
+        "--out",
+        required=True,
+        type=output_option("fspo fdpo train", "--out"),
+        help="folder for the trained Hugging Face model",
+    )
     fit.add_argument(
         "--beta",
         type=POSITIVE_LOSS_TERM.parse,

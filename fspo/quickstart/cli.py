@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -33,7 +32,7 @@ from fspo.data.io import read_rows, write_parquet
 from fspo.data.synthetic import make_rows
 from fspo.input_files import read_json
 from fspo.numeric_options import COUNT, SEED
-from fspo.output_dir import OutputConflict, check_output_paths
+from fspo.output_dir import OutputConflict, check_output_paths, output_option, remove_output
 from fspo.quickstart.launch import launch
 from fspo.quickstart.smollm2 import convert_smollm2
 from fspo.quickstart.step_report import step_report, validation_samples
@@ -70,8 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--output-dir",
-        type=Path,
-        default=Path("outputs/quickstart"),
+        type=output_option(PROG, "--output-dir", convert=Path),
+        default="outputs/quickstart",
         help="where the runs, checkpoints, metrics and summary.json go (default outputs/quickstart)",
     )
     parser.add_argument(
@@ -355,7 +354,8 @@ def merge(out: Path, steps: int) -> Path:
     leaves no half-written model behind.
     """
     target, staging, log = out / "merged", out / ".merged.staging", out / "merge.log"
-    shutil.rmtree(staging, ignore_errors=True)
+    run = out.name  # deleted under the output folder's rule: never through a link swapped in for the run folder
+    remove_output(out.parent, f"{run}/{staging.name}")
     with open(log, "w") as handle:
         done = subprocess.run(
             [
@@ -374,11 +374,11 @@ def merge(out: Path, steps: int) -> Path:
             stderr=subprocess.STDOUT,
         )
     if done.returncode != 0:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_output(out.parent, f"{run}/{staging.name}")
         raise RuntimeError(
             f"merging the checkpoint failed (exit {done.returncode}); log {log} ends:\n{log.read_text()[-3000:]}"
         )
-    shutil.rmtree(target, ignore_errors=True)
+    remove_output(out.parent, f"{run}/{target.name}")
     staging.rename(target)
     return target
 
@@ -472,10 +472,9 @@ def clear_previous_run(out: Path) -> None:
     """Delete what an earlier quickstart run left in `out` that a new one would resume or merge into: the
     checkpoints and merged models of its run folders, nothing else."""
     for run in RUN_FOLDERS:
-        for folder in (out / run / "ckpt", out / run / "merged"):
-            if folder.is_dir() and not folder.is_symlink():
-                shutil.rmtree(folder)
-    (out / RUN_RECORD).unlink(missing_ok=True)
+        for folder in (f"{run}/ckpt/", f"{run}/merged/"):
+            remove_output(out, folder)
+    remove_output(out, RUN_RECORD)
 
 
 def main(argv: list[str] | None = None) -> int:

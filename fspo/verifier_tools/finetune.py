@@ -26,7 +26,7 @@ from pathlib import Path
 
 from fspo.cli.arguments import UsageError, check_count, check_model_dir, check_positive_number, refuse
 from fspo.numeric_options import COUNT, POSITIVE_LOSS_TERM, SEED
-from fspo.output_dir import check_output_paths, install_staged, staging_folder
+from fspo.output_dir import check_output_paths, install_staged, output_option, staging_folder
 from fspo.preflight import minilm_path
 from fspo.verifier_tools.download import main as download_main
 from fspo.verifier_tools.labelled import LabelledPair, load_labelled
@@ -229,7 +229,12 @@ def _parser() -> argparse.ArgumentParser:
         help="halueval, synthetic, synthetic-restated (their train split) or a JSONL/parquet file of "
         "{evidence, claim, label} rows; repeat to mix",
     )
-    parser.add_argument("--output-dir", required=True, help="where the Hugging Face directory is written")
+    parser.add_argument(
+        "--output-dir",
+        required=True,
+        type=output_option(PROG, "--output-dir"),
+        help="where the Hugging Face directory is written",
+    )
     parser.add_argument("--base-model", default=None, help="encoder directory (default: packaged all-MiniLM-L6-v2)")
     parser.add_argument("--steps", type=COUNT.parse, default=400, help="optimiser steps (default 400)")
     parser.add_argument("--batch-size", type=COUNT.parse, default=16, help="pairs per optimiser step (default 16)")

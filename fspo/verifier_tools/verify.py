@@ -32,7 +32,7 @@ from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evidence import evidence_text
 from fspo.input_files import jsonl_lines, parse_jsonl, read_text
 from fspo.numeric_options import COUNT, PROBABILITY, SEED, VERIFIER_NUMBERS
-from fspo.output_dir import OutputConflict, check_output_paths
+from fspo.output_dir import OutputConflict, check_output_paths, output_option
 from fspo.preflight import check_verifier, looks_like_hub_id
 from fspo.record_schemas import verify_row
 from fspo.steps import reasoning_span, reasoning_steps
@@ -83,7 +83,12 @@ def _parser() -> argparse.ArgumentParser:
         help="--labelled with a built-in source: which split (default heldout)",
     )
     parser.add_argument("--seed", type=SEED.parse, default=0, help="--labelled: seed of the train/heldout split")
-    parser.add_argument("--chart", metavar="PNG", help="--labelled: write a reliability chart here")
+    parser.add_argument(
+        "--chart",
+        metavar="PNG",
+        type=output_option(PROG, "--chart", file=True),
+        help="--labelled: write a reliability chart here",
+    )
     parser.add_argument(
         "--verifier",
         default="lexical",
