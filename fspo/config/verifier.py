@@ -19,6 +19,7 @@ from verl.base_config import BaseConfig
 
 from fspo.config.convert import to_dataclass
 from fspo.config.vocabulary import (
+    EVIDENCE_UNITS,
     LONG_EVIDENCE,
     MODEL_BACKENDS,
     PLACEMENTS,
@@ -62,6 +63,14 @@ class VerifierConfig(BaseConfig):
         "Check each step against only its k most relevant evidence sentences (fewer tokens); null = the "
         "whole evidence, as in the paper.",
         EVERY_BACKEND,
+    )
+    evidence_unit: Optional[str] = _option(
+        None,
+        "lexical: what a step's words are looked up in. whole = the whole evidence (a step whose words come from "
+        "two unrelated sentences passes); sentence = each clause of the step in its own best evidence sentence, "
+        "the maximum over units as MiniCheck and FactCG take it over chunks (a relation the evidence does not "
+        "state fails; a multi-fact step passes clause by clause). null = whole.",
+        ("lexical",),
     )
     cache_size: int = _option(
         0,
@@ -215,6 +224,11 @@ class VerifierConfig(BaseConfig):
         if self.long_evidence is not None and self.long_evidence not in LONG_EVIDENCE:
             raise ConfigError(
                 f"fspo.verifier.long_evidence must be one of {', '.join(LONG_EVIDENCE)} or null, got {self.long_evidence!r}"
+            )
+        if self.evidence_unit is not None and self.evidence_unit not in EVIDENCE_UNITS:
+            raise ConfigError(
+                f"fspo.verifier.evidence_unit must be one of {', '.join(EVIDENCE_UNITS)} or null, "
+                f"got {self.evidence_unit!r}"
             )
         if self.dtype is not None and self.dtype not in VERIFIER_DTYPES:
             raise ConfigError(
