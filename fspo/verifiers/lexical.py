@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from fspo.config.vocabulary import EVIDENCE_UNITS
 from fspo.verifiers.base import UNVERIFIABLE, Pair, PairPipeline
-from fspo.verifiers.clauses import split_clauses
+from fspo.verifiers.clauses import link_cuts, split_clauses, words
 from fspo.verifiers.text import content_tokens, is_number, split_sentences
 
 
@@ -46,26 +46,51 @@ def lexical_support(evidence: str, claim: str) -> float:
     return len(claim_tokens & _tokens(evidence)) / len(claim_tokens)
 
 
-def sentence_support(evidence: str, claim: str) -> float:
-    """Fraction of the claim's distinct content tokens that its clauses' best evidence sentences hold.
+def _within_a_sentence(tokens: frozenset[str], sentences: list[frozenset[str]]) -> bool:
+    return not tokens or any(tokens <= sentence for sentence in sentences)
 
-    Each clause of ``claim`` (:func:`fspo.verifiers.clauses.split_clauses`) is matched to the evidence
-    sentence that holds most of its tokens (the earliest on a tie); a token counts as supported when every
-    clause it belongs to finds it in that clause's sentence. So the score is 1 exactly when every clause
-    lies within one sentence, and never exceeds :func:`lexical_support` (every supported token is in the
-    evidence). NaN for a claim without content words, as in :func:`lexical_support`.
+
+def linked_support(clause: str, sentences: list[frozenset[str]]) -> bool:
+    """Whether ``clause`` is a chain of pieces, each within one evidence sentence, consecutive pieces sharing
+    the name where one ends and the next begins (:func:`fspo.verifiers.clauses.link_cuts`)."""
+    clause_words = words(clause)
+    cuts = link_cuts(clause_words)
+    reachable = {0}  # word indices a supported chain of pieces can start the next piece at
+    for start in sorted({0, *(cut_start for cut_start, _ in cuts)}):
+        if start not in reachable:
+            continue
+        if _within_a_sentence(_tokens(" ".join(clause_words[start:])), sentences):
+            return True
+        for cut_start, cut_end in cuts:
+            if cut_start > start and _within_a_sentence(_tokens(" ".join(clause_words[start:cut_end])), sentences):
+                reachable.add(cut_start)
+    return False
+
+
+def sentence_support(evidence: str, claim: str) -> float:
+    """Fraction of the claim's distinct content tokens that its clauses' own evidence sentences hold.
+
+    Each clause of ``claim`` (:func:`fspo.verifiers.clauses.split_clauses`) is supported in full when it is
+    a chain of pieces linked by shared names, each piece within one evidence sentence
+    (:func:`linked_support`; one piece = the whole clause in one sentence). Otherwise it is matched to the
+    evidence sentence that holds most of its tokens (the earliest on a tie), and its tokens outside that
+    sentence are unsupported. A token counts as supported when no clause it belongs to leaves it
+    unsupported. So the score is 1 exactly when every clause is supported in full, and never exceeds
+    :func:`lexical_support` (a token outside the evidence is never supported). NaN for a claim without
+    content words, as in :func:`lexical_support`.
     """
     claim_tokens = _tokens(claim)
     if not claim_tokens:
         return UNVERIFIABLE
-    clauses = [tokens & claim_tokens for tokens in map(_tokens, split_clauses(claim))]
-    # Tokens the clause cut loses (none expected) are checked as one more clause, so none goes unchecked.
-    clauses = [tokens for tokens in (*clauses, claim_tokens.difference(*clauses)) if tokens]
+    evidence_tokens = _tokens(evidence)
     sentences = [_tokens(sentence) for sentence in split_sentences(evidence)]
-    unsupported: set[str] = set()
-    for clause in clauses:
-        best = max(sentences, key=lambda sentence: len(clause & sentence), default=frozenset())
-        unsupported |= clause - best
+    unsupported = set(claim_tokens - evidence_tokens)
+    for clause in split_clauses(claim):
+        tokens = _tokens(clause) & claim_tokens
+        if not tokens or linked_support(clause, sentences):
+            continue
+        best = max(sentences, key=lambda sentence: len(tokens & sentence), default=frozenset())
+        unsupported |= tokens - best
     return 1.0 - len(unsupported) / len(claim_tokens)
 
 
