@@ -67,9 +67,11 @@ class VerifierConfig(BaseConfig):
     evidence_unit: Optional[str] = _option(
         None,
         "lexical: what a step's words are looked up in. whole = the whole evidence (a step whose words come from "
-        "two unrelated sentences passes); sentence = each clause of the step in its own best evidence sentence, "
-        "the maximum over units as MiniCheck and FactCG take it over chunks (a relation the evidence does not "
-        "state fails; a multi-fact step passes clause by clause). null = whole.",
+        "two unrelated sentences passes); sentence = also each clause of the step in its own best evidence "
+        "sentence (or a chain of sentences linked by a shared name), the maximum over units as MiniCheck and "
+        "FactCG take it over chunks, averaged with whole: 1 only when every clause is so supported, so a "
+        "relation the evidence does not state fails and a multi-fact step passes clause by clause "
+        "(fspo.verifiers.lexical). null = whole.",
         ("lexical",),
     )
     cache_size: int = _option(

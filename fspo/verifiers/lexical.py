@@ -8,10 +8,13 @@ Two units of evidence (``evidence_unit``):
 - ``sentence``: each clause of the claim (:mod:`fspo.verifiers.clauses`) is looked up in the one evidence
   sentence that holds most of its words, as MiniCheck and FactCG score a claim as its best-supporting
   chunk (the maximum over chunks, not the concatenation). A multi-fact step ("A works for B, which is
-  based in C") is supported clause by clause, each by its own sentence.
+  based in C") is supported clause by clause, each by its own sentence, or by a chain of sentences
+  linked by a shared name. The score averages this with ``whole`` (see :func:`sentence_support`).
 """
 
 from __future__ import annotations
+
+import math
 
 from fspo.config.vocabulary import EVIDENCE_UNITS
 from fspo.verifiers.base import UNVERIFIABLE, Pair, PairPipeline
@@ -67,7 +70,7 @@ def linked_support(clause: str, sentences: list[frozenset[str]]) -> bool:
     return False
 
 
-def sentence_support(evidence: str, claim: str) -> float:
+def clause_support(evidence: str, claim: str) -> float:
     """Fraction of the claim's distinct content tokens that its clauses' own evidence sentences hold.
 
     Each clause of ``claim`` (:func:`fspo.verifiers.clauses.split_clauses`) is supported in full when it is
@@ -92,6 +95,20 @@ def sentence_support(evidence: str, claim: str) -> float:
         best = max(sentences, key=lambda sentence: len(tokens & sentence), default=frozenset())
         unsupported |= tokens - best
     return 1.0 - len(unsupported) / len(claim_tokens)
+
+
+def sentence_support(evidence: str, claim: str) -> float:
+    """The mean of :func:`lexical_support` (the share of the claim's tokens the evidence holds anywhere) and
+    :func:`clause_support` (the share its clauses' own sentences hold).
+
+    1 exactly when every clause is supported in full by its own sentence(s); below
+    :func:`lexical_support` whenever a clause's words come from unrelated sentences. The whole-evidence
+    half keeps a graded order among partly supported claims, where a claim's words are spread over a long
+    evidence (HaluEval-QA held out: AUROC 0.641 for the mean against 0.629 for :func:`clause_support`
+    alone and 0.635 for :func:`lexical_support`; ``benchmarks/verifier_quality.py``).
+    """
+    whole = lexical_support(evidence, claim)
+    return whole if math.isnan(whole) else (whole + clause_support(evidence, claim)) / 2
 
 
 SUPPORT = {"whole": lexical_support, "sentence": sentence_support}
