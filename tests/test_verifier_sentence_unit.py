@@ -6,7 +6,6 @@ the config to the backend, then the measured quality on steps a trained quicksta
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -17,7 +16,6 @@ from hypothesis import strategies as st
 from fspo.config.verifier import verifier_config
 from fspo.config.vocabulary import ConfigError
 from fspo.verifier_tools.multi_fact import JOINS, multi_fact_steps
-from fspo.verifier_tools.quality import balanced_accuracy
 from fspo.verifiers import build_verifier
 from fspo.verifiers.clauses import split_clauses
 from fspo.verifiers.lexical import clause_support, lexical_support, sentence_support
