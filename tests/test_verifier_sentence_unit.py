@@ -6,6 +6,7 @@ the config to the backend, then the measured quality on steps a trained quicksta
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -15,7 +16,9 @@ from hypothesis import strategies as st
 
 from fspo.config.verifier import verifier_config
 from fspo.config.vocabulary import ConfigError
+from fspo.quickstart.cli import VERIFIER
 from fspo.verifier_tools.multi_fact import JOINS, multi_fact_steps
+from fspo.verifier_tools.quality import balanced_accuracy
 from fspo.verifiers import build_verifier
 from fspo.verifiers.clauses import split_clauses
 from fspo.verifiers.lexical import clause_support, lexical_support, sentence_support
@@ -110,3 +113,21 @@ def test_evidence_unit_reaches_the_lexical_backend_and_refuses_other_values():
     assert sentence.score([(evidence, claim)])[0] < 1.0
     with pytest.raises(ConfigError, match="fspo.verifier.evidence_unit must be one of whole, sentence"):
         verifier_config({"name": "lexical", "evidence_unit": "chunk"})
+
+
+def _judged_steps() -> list[dict]:
+    return [json.loads(line) for line in JUDGED_STEPS.read_text().splitlines() if line.strip()]
+
+
+def test_the_quickstart_verifier_separates_judge_labelled_steps_of_a_quickstart_policy():
+    """The quickstart's training verifier, as it configures it, on the held-out half of the steps a quickstart
+    policy wrote, labelled by the world judge (benchmarks/judged_steps.py built the file): balanced accuracy at
+    least 0.9, and above the whole-evidence unit's."""
+    rows = [row for row in _judged_steps() if row["split"] == "heldout"]
+    pairs, labels = [(row["evidence"], row["claim"]) for row in rows], [row["label"] for row in rows]
+    assert 0 < sum(labels) < len(labels)
+    quickstart = build_verifier(verifier_config(VERIFIER))
+    accuracy = balanced_accuracy(quickstart.score(pairs), labels, VERIFIER["threshold"])
+    whole = build_verifier(verifier_config({**VERIFIER, "evidence_unit": "whole"}))
+    assert accuracy >= 0.9
+    assert accuracy > balanced_accuracy(whole.score(pairs), labels, VERIFIER["threshold"])
