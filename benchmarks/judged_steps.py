@@ -5,8 +5,13 @@
 
 - the greedy validation answers before and after training (``<run>/fspo/validation/0.jsonl`` and the last);
 - fresh answers to ``--questions`` new synthetic questions (split ``judged``, never trained or validated
-  on), written by the trained policy (``<run>/fspo/merged``) greedily and at the training temperature
-  (0.7), and by the untrained model greedily: more steps of the kind FSPO labels during training.
+  on), written greedily and at the training temperature (0.7) by the untrained model and by the trained
+  policy (``<run>/fspo/merged``): more steps of the kind FSPO labels during training.
+
+A run stopped early (no last validation, no merged model) gives what it has; the script says what it left out.
+The committed file was built from a run that stopped after one training step (Ray's memory monitor killed
+it on the shared machine): its first validation and the untrained model's answers to 48 questions. Rebuild
+it from a finished run to add the trained policy's steps.
 
 Each reasoning step the world judge (:mod:`fspo.quickstart.world_judge`) calls supported (label 1) or
 contradicted (label 0) is a row ``{evidence, claim, label, group, split, source}`` (steps that make no
@@ -109,21 +114,29 @@ def _samples(rows: list[dict], responses: list[str]) -> list[dict]:
 
 
 def build(run_dir: Path, questions: int, output: Path, untrained: Path | None) -> int:
+    """Labels the steps of every source the run has: a run stopped before its end (no last validation, no
+    merged model) still gives its first validation and the untrained model's answers, and says what it lacks."""
     record = json.loads((run_dir / "quickstart_run.json").read_text())
     held_out = read_rows(run_dir / "data" / "test.parquet")
     by_evidence = {row["extra_info"]["evidence"]: row["extra_info"]["question"] for row in held_out}
     rows: list[dict] = []
     for when, step in (("before", 0), ("after", record["steps"])):
-        samples = validation_samples(run_dir / "fspo" / "validation" / f"{step}.jsonl", held_out)
+        dump = run_dir / "fspo" / "validation" / f"{step}.jsonl"
+        if not dump.is_file():
+            print(f"no {dump}: the run's validation {when} training is left out", file=sys.stderr)
+            continue
+        samples = validation_samples(dump, held_out)
         for sample in samples:
             sample["question"] = by_evidence[sample["evidence"]]
         rows += judged_rows(samples, f"validation-{when}")
     fresh = quickstart_rows(questions, record["seed"], "judged")
-    models = [
-        ("trained-greedy", run_dir / "fspo" / "merged", 0.0),
-        ("trained-sampled", run_dir / "fspo" / "merged", 0.7),
-    ]
-    models.append(("untrained-greedy", untrained or Path(record["model"]), 0.0))
+    trained = run_dir / "fspo" / "merged"
+    models = [("untrained-greedy", untrained or Path(record["model"]), 0.0)]
+    models.append(("untrained-sampled", untrained or Path(record["model"]), TRAINING_TEMPERATURE))
+    if (trained / "config.json").is_file():
+        models += [("trained-greedy", trained, 0.0), ("trained-sampled", trained, TRAINING_TEMPERATURE)]
+    else:
+        print(f"no trained model in {trained}: the trained policy's answers are left out", file=sys.stderr)
     for source, model_dir, temperature in models:
         started = time.time()
         responses = generate(model_dir, fresh, temperature, record["seed"])
