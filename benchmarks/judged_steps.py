@@ -10,7 +10,7 @@
 
 A run stopped early (no last validation, no merged model) gives what it has; the script says what it left out.
 The committed file was built from a run that stopped after one training step (Ray's memory monitor killed
-it on the shared machine): its first validation and the untrained model's answers to 48 questions. Rebuild
+it on the shared machine): its first validation and the untrained model's answers to 24 questions. Rebuild
 it from a finished run to add the trained policy's steps.
 
 Each reasoning step the world judge (:mod:`fspo.quickstart.world_judge`) calls supported (label 1) or
@@ -78,7 +78,7 @@ def judged_rows(samples: list[dict], source: str) -> list[dict]:
     return rows
 
 
-def generate(model_dir: Path, rows: list[dict], temperature: float, seed: int, batch_size: int = 16) -> list[str]:
+def generate(model_dir: Path, rows: list[dict], temperature: float, seed: int, batch_size: int = 24) -> list[str]:
     """Each row's response from the model in ``model_dir`` (greedy at temperature 0), as the quickstart prompts it."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
