@@ -119,10 +119,10 @@ def _judged_steps() -> list[dict]:
     return [json.loads(line) for line in JUDGED_STEPS.read_text().splitlines() if line.strip()]
 
 
-def test_the_quickstart_verifier_separates_judge_labelled_steps_of_a_quickstart_policy():
-    """The quickstart's training verifier, as it configures it, on the held-out half of the steps a quickstart
-    policy wrote, labelled by the world judge (benchmarks/judged_steps.py built the file): balanced accuracy at
-    least 0.9, and above the whole-evidence unit's."""
+def test_the_quickstart_verifier_separates_judge_labelled_steps_of_the_quickstart_model():
+    """The quickstart's training verifier, as it configures it, on the held-out half of the steps the quickstart's
+    model wrote (untrained: the run meant to train it was stopped, see benchmarks/judged_steps.py, which built
+    the file), labelled by the world judge: balanced accuracy at least 0.9, and above the whole-evidence unit's."""
     rows = [row for row in _judged_steps() if row["split"] == "heldout"]
     pairs, labels = [(row["evidence"], row["claim"]) for row in rows], [row["label"] for row in rows]
     assert 0 < sum(labels) < len(labels)
