@@ -1,6 +1,7 @@
 """Verifier quality: AUROC, balanced accuracy and the calibrated threshold of each offline backend.
 
-Every offline backend (``lexical``, ``embedding`` and, given ``--finetuned DIR``, the cross-encoder of
+Every offline backend (``lexical`` with the whole evidence and, as ``lexical-sentence``, with each clause of
+a claim in its own best evidence sentence, ``embedding`` and, given ``--finetuned DIR``, the cross-encoder of
 ``fspo verifier train`` through the ``nli`` backend) scores the held-out split of the built-in labelled
 sources (see `fspo.verifier_tools.labelled`):
   halueval            HaluEval-QA: "The answer to '<question>' is <right / hallucinated answer>." vs the knowledge;
@@ -48,13 +49,19 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=2000, help="held-out pairs per source (default 2000)")
     parser.add_argument("--threshold", type=float, default=0.5, help="the configured threshold (default 0.5)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default torch's)")
-    parser.add_argument("--backends", default="lexical,embedding,fine-tuned", help="comma-separated subset to run")
+    parser.add_argument(
+        "--backends", default="lexical,lexical-sentence,embedding,fine-tuned", help="comma-separated subset to run"
+    )
     args = parser.parse_args()
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    backends = {"lexical": {"name": "lexical"}, "embedding": {"name": "embedding", "device": "cpu"}}
+    backends = {
+        "lexical": {"name": "lexical"},
+        "lexical-sentence": {"name": "lexical", "evidence_unit": "sentence"},
+        "embedding": {"name": "embedding", "device": "cpu"},
+    }
     if args.finetuned:
         backends["fine-tuned"] = {"name": "nli", "model_path": args.finetuned, "device": "cpu"}
     elif "fine-tuned" in args.backends.split(","):

@@ -5,8 +5,10 @@
 #   MODEL_PATH=/path/to/tiny TRAIN_FILES=data/synthetic/train.parquet VAL_FILES=data/synthetic/test.parquet \
 #     recipes/run_cpu.sh trainer.total_training_steps=2
 # MODEL_PATH defaults to the SmolLM2-135M-Instruct that `fspo quickstart` converted, when it is there.
-# The CPU preset sets the verifier's calibrated threshold (lexical: 1.0, the best balanced accuracy on held-out
-# synthetic facts: `fspo verify --labelled synthetic --verifier lexical`; README, "Verifiers and data").
+# The lexical verifier checks each clause of a step against its own best evidence sentence
+# (evidence_unit=sentence), as the quickstart does. The CPU preset sets its calibrated threshold (lexical: 1.0, the
+# best balanced accuracy on held-out synthetic facts, `fspo verify --labelled synthetic --verifier lexical
+# --evidence-unit sentence`, and on judge-labelled quickstart steps, benchmarks/judged_steps.py).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 quickstart_model="${FSPO_CACHE:-$HOME/.cache/fspo}/SmolLM2-135M-Instruct"
 if [[ -z "${MODEL_PATH:-}" && -f "$quickstart_model/config.json" ]]; then
@@ -36,6 +38,7 @@ fspo_launch \
     actor_rollout_ref.actor.kl_loss_type=low_var_kl \
     actor_rollout_ref.actor.optim.lr=1e-5 \
     fspo.verifier.name=lexical \
+    fspo.verifier.evidence_unit=sentence \
     trainer.total_training_steps="${STEPS:-2}" \
     trainer.val_before_train=false \
     "$@"

@@ -186,6 +186,8 @@ def test_cpu_recipe_uses_the_cpu_preset(dry_runs):
     assert config["trainer"]["max_actor_ckpt_to_keep"] == 2  # every recipe, run_cpu.sh too (common.sh)
     # calibrated on held-out synthetic facts: the threshold `fspo verify` and the quickstart use for lexical
     assert config["fspo"]["verifier"]["threshold"] == calibrated_threshold("lexical") == 1.0
+    # each clause of a step in its own evidence sentence, as the quickstart trains
+    assert config["fspo"]["verifier"]["evidence_unit"] == "sentence"
     assert config["data"]["train_batch_size"] == 2
 
 

@@ -18,6 +18,7 @@ from verl.base_config import BaseConfig
 
 from fspo.config.convert import to_dataclass
 from fspo.config.vocabulary import (
+    EVIDENCE_UNITS,
     LONG_EVIDENCE,
     MODEL_BACKENDS,
     PLACEMENTS,
@@ -62,6 +63,16 @@ class VerifierConfig(BaseConfig):
         "Check each step against only its k most relevant evidence sentences (fewer tokens); null = the "
         "whole evidence, as in the paper.",
         EVERY_BACKEND,
+    )
+    evidence_unit: Optional[str] = _option(
+        None,
+        "lexical: what a step's words are looked up in. whole = the whole evidence (a step whose words come from "
+        "two unrelated sentences passes); sentence = also each clause of the step in its own best evidence "
+        "sentence (or a chain of sentences linked by a shared name), the maximum over units as MiniCheck and "
+        "FactCG take it over chunks, averaged with whole: 1 only when every clause is so supported, so a "
+        "relation the evidence does not state fails and a multi-fact step passes clause by clause "
+        "(fspo.verifiers.lexical). null = whole.",
+        ("lexical",),
     )
     cache_size: int = _option(
         0,
@@ -226,6 +237,11 @@ class VerifierConfig(BaseConfig):
         if self.reply_format is not None and self.reply_format not in ("verdict", "first_error"):
             raise ConfigError(
                 f"fspo.verifier.reply_format must be verdict, first_error or null, got {self.reply_format!r}"
+            )
+        if self.evidence_unit is not None and self.evidence_unit not in EVIDENCE_UNITS:
+            raise ConfigError(
+                f"fspo.verifier.evidence_unit must be one of {', '.join(EVIDENCE_UNITS)} or null, "
+                f"got {self.evidence_unit!r}"
             )
         if self.dtype is not None and self.dtype not in VERIFIER_DTYPES:
             raise ConfigError(

@@ -39,6 +39,8 @@ PLACEMENTS = ("auto", "local", "colocated", "ray")
 REWARD_ROUTER = "reward_router"
 # fspo.verifier.long_evidence: how an evidence longer than max_row_tokens is verified.
 LONG_EVIDENCE = ("chunks", "top_k")
+# fspo.verifier.evidence_unit: what a step is checked against (fspo.verifiers.lexical says what each one means).
+EVIDENCE_UNITS = ("whole", "sentence")
 # fspo.verifier.dtype. tf32: float32 weights and activations, matmuls on CUDA in TF32 (float32 on a CPU).
 VERIFIER_DTYPES = ("float32", "tf32", "bfloat16", "float16")
 # fspo.verifier.dtype: null on a CUDA device, per model backend (on a CPU: float32). TF32 moved the published

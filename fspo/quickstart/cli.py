@@ -5,7 +5,7 @@
    multi-hop questions (evidence in the prompt, one worked example in the instruction), or takes
    ``--data``.
 2. Trains ``--steps`` FSPO steps with verl's real trainer (``python -m fspo.main``, the config a GPU
-   run uses, with the CPU preset and the offline ``lexical`` verifier), validating on the held-out
+   run uses, with the CPU preset and the offline ``lexical`` verifier at sentence level), validating on the held-out
    split before and after training (greedy answers: answer F1, the verifier's supported-step rate, and
    on synthetic questions the independent world judge's hallucinated-step rate and the copy rate, see
    :mod:`fspo.quickstart.step_report`).
@@ -35,8 +35,7 @@ from fspo.numeric_options import COUNT, SEED
 from fspo.output_dir import OutputConflict, check_output_paths, output_option, remove_output
 from fspo.quickstart.launch import launch
 from fspo.quickstart.smollm2 import convert_smollm2
-from fspo.quickstart.step_report import step_report, validation_samples
-from fspo.verifier_tools.quality import calibrated_threshold
+from fspo.quickstart.step_report import TRAINING_VERIFIERS, step_report, validation_samples
 
 # The instruction of every quickstart prompt. The paper's instruction alone leaves a 135M model
 # answering in free text; one worked example shows it the step-by-step format FSPO labels.
@@ -48,6 +47,12 @@ INSTRUCTION = (
     "Question: In which city is the company that Nora Vik works for headquartered?\n"
     "<think> Nora Vik works for Bolt Mills. Bolt Mills is headquartered in Lima. </think> <answer> Lima </answer>"
 )
+# The training verifier: the share of a step's content words found in the evidence, each clause of the
+# step within its own best evidence sentence (fspo.verifiers.lexical), so a step built from words of two
+# unrelated sentences is unsupported. 1.0 is the calibrated threshold (CALIBRATED_THRESHOLDS): the best
+# balanced accuracy on held-out synthetic facts, and on judge-labelled steps a trained quickstart policy
+# wrote (benchmarks/judged_steps.py).
+VERIFIER = TRAINING_VERIFIERS["lexical"]
 PROMPT_FORMAT = "chatml-think"  # SmolLM2's ChatML, with the response starting inside <think>
 TRAIN_ROWS, VAL_ROWS = 512, 32
 # What the run in an output folder was started with; verl resumes any checkpoint it finds there.
@@ -218,17 +223,22 @@ class RunProgress:
         return lines
 
 
+def quickstart_rows(size: int, seed: int, split: str) -> list[dict]:
+    """``size`` synthetic multi-hop rows of ``split`` whose prompts carry the quickstart instruction."""
+    rows = make_rows(size, seed=seed, split=split)
+    for row in rows:
+        row["prompt"] = [
+            {"role": "system", "content": INSTRUCTION},
+            *(m for m in row["prompt"] if m["role"] != "system"),
+        ]
+    return rows
+
+
 def prepare_data(root: Path, seed: int, val_rows: int = VAL_ROWS) -> tuple[Path, Path]:
     """Synthetic multi-hop QA with the quickstart instruction: (train parquet, held-out parquet)."""
     paths = []
     for split, size in (("train", TRAIN_ROWS), ("test", val_rows)):
-        rows = make_rows(size, seed=seed, split=split)
-        for row in rows:
-            row["prompt"] = [
-                {"role": "system", "content": INSTRUCTION},
-                *(m for m in row["prompt"] if m["role"] != "system"),
-            ]
-        paths.append(write_parquet(rows, root / f"{split}.parquet"))
+        paths.append(write_parquet(quickstart_rows(size, seed, split), root / f"{split}.parquet"))
     return paths[0], paths[1]
 
 
@@ -254,11 +264,7 @@ def run_overrides(setup: dict, out: Path, steps: int) -> list[str]:
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
         "actor_rollout_ref.actor.optim.lr=2e-5",
-        # The lexical verifier scores the share of a step's content words found in the evidence:
-        # a step naming anything the context does not mention is unsupported. 1.0 is the calibrated
-        # threshold: the best balanced accuracy on held-out synthetic facts (`fspo verify --labelled synthetic`).
-        "fspo.verifier.name=lexical",
-        f"fspo.verifier.threshold={calibrated_threshold('lexical')}",
+        *(f"fspo.verifier.{key}={value}" for key, value in VERIFIER.items()),
         "fspo.step_reward_weight=0.0",
         f"trainer.total_training_steps={steps}",
         "trainer.val_before_train=true",

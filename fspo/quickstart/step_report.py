@@ -5,8 +5,8 @@ A policy trained against a verifier learns to please it; copying evidence senten
 
 - ``hallucinated_step_rate``: the share of claim steps the world judge
   (:mod:`fspo.quickstart.world_judge`) finds contradicted by the world's facts;
-- ``supported_step_rate`` per verifier (``lexical`` at the quickstart's threshold 1.0, ``embedding`` at
-  0.5): the share of steps each scores as supported;
+- ``supported_step_rate`` per verifier (``lexical`` as the quickstart trains with it: sentence unit,
+  threshold 1.0; ``embedding`` at 0.5): the share of steps each scores as supported;
 - ``copy_rate``: the share of steps that are verbatim substrings of the evidence.
 """
 
@@ -21,9 +21,15 @@ from fspo.input_files import read_jsonl
 from fspo.quickstart.world_judge import CONTRADICTED, NOT_A_CLAIM, SUPPORTED, build_world, judge_step
 from fspo.record_schemas import ValidationSample
 from fspo.steps import reasoning_steps
+from fspo.verifier_tools.quality import calibrated_threshold
 
-# The thresholds of the verifiers as the quickstart trains with `lexical` and the config's default.
-VERIFIER_THRESHOLDS = {"lexical": 1.0, "embedding": 0.5}
+# The verifiers as the quickstart trains with `lexical` (fspo.quickstart.cli.VERIFIER) and `embedding` at the
+# config's default threshold.
+TRAINING_VERIFIERS = {
+    "lexical": {"name": "lexical", "evidence_unit": "sentence", "threshold": calibrated_threshold("lexical")},
+    "embedding": {"name": "embedding", "threshold": calibrated_threshold("embedding")},
+}
+VERIFIER_THRESHOLDS = {name: settings["threshold"] for name, settings in TRAINING_VERIFIERS.items()}
 
 
 def is_copy(step: str, evidence: str) -> bool:
@@ -53,7 +59,7 @@ def verifier_supported_rate(name: str, samples: Sequence[dict], threshold: float
     pairs = [(s["evidence"], step.text) for s in samples for step in reasoning_steps(s["response"])]
     if not pairs:
         return None
-    verifier = build_verifier(verifier_config({"name": name}))
+    verifier = build_verifier(verifier_config(TRAINING_VERIFIERS.get(name, {"name": name})))
     try:
         scores = [x for x in verifier.score(pairs) if not math.isnan(x)]
     finally:

@@ -18,7 +18,9 @@ from collections.abc import Sequence
 
 # The threshold training runs each backend at (``fspo.verifier.threshold``), where it was calibrated: the
 # best balanced accuracy on held-out labelled claims (``fspo verify --labelled``; the README's table).
-# lexical: 1.0 on held-out synthetic facts, as the quickstart and recipes/run_cpu.sh train. A backend not
+# lexical: 1.0 on held-out synthetic facts, for both evidence units, and for the sentence unit also on
+# judge-labelled steps of a trained quickstart policy (benchmarks/judged_steps.py), as the quickstart and
+# recipes/run_cpu.sh train. A backend not
 # listed runs at the config default, 0.5 (HHEM-2.1-Open's published operating point in the GPU recipes).
 CALIBRATED_THRESHOLDS = {"lexical": 1.0}
 DEFAULT_THRESHOLD = 0.5

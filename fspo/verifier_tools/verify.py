@@ -53,6 +53,10 @@ _FLAG_OPTIONS = {
     "dtype": (str, "float32, tf32, bfloat16 or float16 (model backends; default tf32 on CUDA, float32 on a CPU)"),
     "max_tokens_per_batch": (int, "padded tokens per micro-batch of the model (model backends)"),
     "evidence_top_k": (int, "check each step against only its k most relevant evidence sentences"),
+    "evidence_unit": (
+        str,
+        "lexical: whole (the step's words anywhere in the evidence) or sentence (each clause in its best sentence)",
+    ),
     "cache_size": (int, "LRU entries (evidence, step) -> score kept; 0 = off"),
     "url": (str, "llm_judge: the OpenAI-compatible server (root, /v1 or the full chat-completions URL)"),
     "model": (str, "llm_judge: the model name sent in each request"),

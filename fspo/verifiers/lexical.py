@@ -1,9 +1,25 @@
-"""A dependency-free verifier: the share of the claim's content words and numbers found in the evidence."""
+"""A dependency-free verifier: the share of the claim's content words and numbers found in the evidence.
+
+Two units of evidence (``evidence_unit``):
+
+- ``whole``: the claim's words are looked up in the whole evidence, wherever they occur. A claim whose
+  words come from two unrelated sentences ("Nora was born in Lima" from "Nora was born in Kelton. Sam was
+  born in Lima.") scores 1.
+- ``sentence``: each clause of the claim (:mod:`fspo.verifiers.clauses`) is looked up in the one evidence
+  sentence that holds most of its words, as MiniCheck and FactCG score a claim as its best-supporting
+  chunk (the maximum over chunks, not the concatenation). A multi-fact step ("A works for B, which is
+  based in C") is supported clause by clause, each by its own sentence, or by a chain of sentences
+  linked by a shared name. The score averages this with ``whole`` (see :func:`sentence_support`).
+"""
 
 from __future__ import annotations
 
+import math
+
+from fspo.config.vocabulary import EVIDENCE_UNITS
 from fspo.verifiers.base import UNVERIFIABLE, Pair, PairPipeline
-from fspo.verifiers.text import content_tokens, is_number
+from fspo.verifiers.clauses import link_cuts, split_clauses, words
+from fspo.verifiers.text import content_tokens, is_number, split_sentences
 
 
 def _stem(token: str) -> str:
@@ -11,6 +27,10 @@ def _stem(token: str) -> str:
     if is_number(token) or len(token) <= 3 or not token.endswith("s") or token.endswith("ss"):
         return token
     return token[:-1]
+
+
+def _tokens(text: str) -> frozenset[str]:
+    return frozenset(_stem(t) for t in content_tokens(text))
 
 
 def lexical_support(evidence: str, claim: str) -> float:
@@ -23,22 +43,95 @@ def lexical_support(evidence: str, claim: str) -> float:
     A claim with no content words ("Let me think.") states nothing checkable and scores NaN
     (unverifiable, label 0): scoring it 1.0 would reward filler steps, 0.0 would punish them.
     """
-    claim_tokens = {_stem(t) for t in content_tokens(claim)}
+    claim_tokens = _tokens(claim)
     if not claim_tokens:
         return UNVERIFIABLE
-    evidence_tokens = {_stem(t) for t in content_tokens(evidence)}
-    return len(claim_tokens & evidence_tokens) / len(claim_tokens)
+    return len(claim_tokens & _tokens(evidence)) / len(claim_tokens)
+
+
+def _within_a_sentence(tokens: frozenset[str], sentences: list[frozenset[str]]) -> bool:
+    return not tokens or any(tokens <= sentence for sentence in sentences)
+
+
+def linked_support(clause: str, sentences: list[frozenset[str]]) -> bool:
+    """Whether ``clause`` is a chain of pieces, each within one evidence sentence, consecutive pieces sharing
+    the name where one ends and the next begins (:func:`fspo.verifiers.clauses.link_cuts`)."""
+    clause_words = words(clause)
+    cuts = link_cuts(clause_words)
+    reachable = {0}  # word indices a supported chain of pieces can start the next piece at
+    for start in sorted({0, *(cut_start for cut_start, _ in cuts)}):
+        if start not in reachable:
+            continue
+        if _within_a_sentence(_tokens(" ".join(clause_words[start:])), sentences):
+            return True
+        for cut_start, cut_end in cuts:
+            if cut_start > start and _within_a_sentence(_tokens(" ".join(clause_words[start:cut_end])), sentences):
+                reachable.add(cut_start)
+    return False
+
+
+def clause_support(evidence: str, claim: str) -> float:
+    """Fraction of the claim's distinct content tokens that its clauses' own evidence sentences hold.
+
+    Each clause of ``claim`` (:func:`fspo.verifiers.clauses.split_clauses`) is supported in full when it is
+    a chain of pieces linked by shared names, each piece within one evidence sentence
+    (:func:`linked_support`; one piece = the whole clause in one sentence). Otherwise it is matched to the
+    evidence sentence that holds most of its tokens (the earliest on a tie), and its tokens outside that
+    sentence are unsupported. A token counts as supported when no clause it belongs to leaves it
+    unsupported. So the score is 1 exactly when every clause is supported in full, and never exceeds
+    :func:`lexical_support` (a token outside the evidence is never supported). NaN for a claim without
+    content words, as in :func:`lexical_support`.
+    """
+    claim_tokens = _tokens(claim)
+    if not claim_tokens:
+        return UNVERIFIABLE
+    evidence_tokens = _tokens(evidence)
+    sentences = [_tokens(sentence) for sentence in split_sentences(evidence)]
+    unsupported = set(claim_tokens - evidence_tokens)
+    for clause in split_clauses(claim):
+        tokens = _tokens(clause) & claim_tokens
+        if not tokens or linked_support(clause, sentences):
+            continue
+        best = max(sentences, key=lambda sentence: len(tokens & sentence), default=frozenset())
+        unsupported |= tokens - best
+    return 1.0 - len(unsupported) / len(claim_tokens)
+
+
+def sentence_support(evidence: str, claim: str) -> float:
+    """The mean of :func:`lexical_support` (the share of the claim's tokens the evidence holds anywhere) and
+    :func:`clause_support` (the share its clauses' own sentences hold).
+
+    1 exactly when every clause is supported in full by its own sentence(s); below
+    :func:`lexical_support` whenever a clause's words come from unrelated sentences. The whole-evidence
+    half keeps a graded order among partly supported claims, where a claim's words are spread over a long
+    evidence (HaluEval-QA held out: AUROC 0.641 for the mean against 0.629 for :func:`clause_support`
+    alone and 0.635 for :func:`lexical_support`; ``benchmarks/verifier_quality.py``).
+    """
+    whole = lexical_support(evidence, claim)
+    return whole if math.isnan(whole) else (whole + clause_support(evidence, claim)) / 2
+
+
+SUPPORT = {"whole": lexical_support, "sentence": sentence_support}
 
 
 class LexicalVerifier(PairPipeline):
-    """Offline, model-free verifier for CPU runs and tests; see [`lexical_support`].
+    """Offline, model-free verifier for CPU runs and tests; see [`lexical_support`] and [`sentence_support`].
 
     Args:
+        evidence_unit: ``whole`` (the claim's words anywhere in the evidence) or ``sentence`` (each clause
+            of the claim within its best evidence sentence); see the module doc.
         evidence_top_k: check against only the k most relevant evidence sentences (off by default).
         cache_size: LRU cache entries (rarely worth it: scoring is cheaper than a lookup miss).
     """
 
     name = "lexical"
 
+    def __init__(self, evidence_unit: str = "whole", evidence_top_k: int | None = None, cache_size: int = 0):
+        super().__init__(evidence_top_k=evidence_top_k, cache_size=cache_size)
+        if evidence_unit not in SUPPORT:
+            raise ValueError(f"evidence_unit must be one of {', '.join(EVIDENCE_UNITS)}, got {evidence_unit!r}")
+        self.evidence_unit = evidence_unit
+        self._support = SUPPORT[evidence_unit]
+
     def _score_unique(self, pairs: list[Pair]) -> list[float]:
-        return [lexical_support(evidence, claim) for evidence, claim in pairs]
+        return [self._support(evidence, claim) for evidence, claim in pairs]
