@@ -61,7 +61,7 @@ from pathlib import Path
 from fspo.cpu.compute import DTYPE_ENV, FLOAT32
 from fspo.data.io import read_rows
 from fspo.quickstart.cli import VAL_ROWS, prepare_data, run_overrides, say, train
-from fspo.quickstart.step_report import VERIFIER_THRESHOLDS, step_report, validation_samples
+from fspo.quickstart.step_report import TRAINING_VERIFIERS, VERIFIER_THRESHOLDS, step_report, validation_samples
 from fspo.quickstart.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
 from fspo.steps import reasoning_steps
 
@@ -164,7 +164,9 @@ def question_figures(samples: list[dict], rows: list[dict]) -> dict[str, list[fl
     those FSPO's flip cannot see (a step made of the evidence's words in a wrong relation)."""
     from fspo.verifiers.lexical import LexicalVerifier  # imports verl (seconds): only when a run is judged
 
-    verifier, threshold = LexicalVerifier(), VERIFIER_THRESHOLDS["lexical"]
+    # As every arm trains with it (fspo.quickstart.step_report.TRAINING_VERIFIERS: each clause against its sentence).
+    unit = TRAINING_VERIFIERS["lexical"].get("evidence_unit", "whole")
+    verifier, threshold = LexicalVerifier(evidence_unit=unit), VERIFIER_THRESHOLDS["lexical"]
     row_of = {(row.get("extra_info") or {}).get("evidence"): index for index, row in enumerate(rows)}
     out = {}
     for sample in samples:
