@@ -1,0 +1,583 @@
+"""What FSPO's flip does to a policy, measured paired: one update with GRPO's advantages and one with FSPO's.
+
+From the same weights and the same batch of rollouts, the policy takes one policy-gradient step of the form
+of verl's PPO/GRPO actor loss (``compute_policy_loss_vanilla``, ``token-mean``) twice: once with GRPO's
+outcome advantages and once with the same advantages after FSPO's flip (:func:`fspo.advantage.apply_step_labels`).
+Then the log-probability of every reasoning step that the world judge (:mod:`fspo.quickstart.world_judge`)
+calls contradicted or supported is read again, under both updated policies, on the batch updated on
+("same") and on a fresh batch of samples of the untouched policy ("fresh"). The figure is the paired
+difference FSPO - GRPO of the mean change in a contradicted step's log-probability: the flip's intended
+effect is that it is negative (and positive for supported steps). Repeats over batches and seeds give a
+95% interval (Student's t over repeats). Everything else (weights, rollouts, rewards, optimiser) is shared,
+so run-to-run noise does not enter the difference.
+
+Pure PyTorch and ``transformers``: no verl trainer, no Ray. The rollouts come from the synthetic world
+(:mod:`fspo.data.synthetic`), either sampled from the model (``--rollouts sampled``, what a real run trains
+on) or written from the world's facts with a share of steps swapped for false ones (``--rollouts scripted``:
+a test bed that needs no capable model, so the CI test runs it on a tiny random one). The flip's labels are
+the judge's own verdicts (``--labels judge``: the mechanism with a perfect verifier) or the lexical
+verifier's at the quickstart's threshold (``--labels lexical``: what the quickstart trains with).
+
+Run (SmolLM2-135M-Instruct as ``fspo quickstart`` converts it, a few minutes on 2 cores)::
+
+    python benchmarks/flip_effect.py --model smollm2 --rollouts sampled --seeds 0 1 2 --batches 3
+
+``--model tiny`` builds a tiny random Qwen2 (:mod:`fspo_testing.tiny_model`) and needs ``--rollouts scripted``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from fspo.advantage import apply_step_labels
+from fspo.data.synthetic import make_rows
+from fspo.data.templates import render_prompt
+from fspo.outcome import compute_score
+from fspo.quickstart.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
+from fspo.steps import reasoning_steps
+from fspo.token_labels import labels_from_offsets, token_char_offsets
+
+PROMPT_FORMAT = "chatml-think"  # the quickstart's
+CONFIDENCE = 0.95
+VERDICTS = (CONTRADICTED, SUPPORTED)
+LABEL_SOURCES = ("judge", "lexical")
+ROLLOUT_SOURCES = ("sampled", "scripted")
+Flip = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class JudgedStep:
+    """A reasoning step as response-token positions ``[start, end)`` and the world judge's verdict."""
+
+    start: int
+    end: int
+    verdict: str
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One response to one prompt, as the update and the measurement need it."""
+
+    prompt_ids: tuple[int, ...]
+    response_ids: tuple[int, ...]
+    group: int  # the prompt it answers: GRPO normalises rewards within a group
+    reward: float
+    labels: tuple[int, ...]  # the flip's label of each response token, in {-1, 0, 1}
+    steps: tuple[JudgedStep, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Advantages and the loss: the form of verl's, on one batch.
+# ---------------------------------------------------------------------------------------------
+
+
+def grpo_advantages(rewards: Sequence[float], groups: Sequence[int], epsilon: float = 1e-6) -> torch.Tensor:
+    """GRPO's outcome advantage of each rollout: ``(r - mean) / (std + epsilon)`` within its group (unbiased std),
+    as verl's ``compute_grpo_outcome_advantage`` with ``norm_adv_by_std_in_grpo``; a group of one gets ``r``."""
+    scores = torch.tensor([float(r) for r in rewards], dtype=torch.float32)
+    members: dict[int, list[int]] = {}
+    for index, group in enumerate(groups):
+        members.setdefault(group, []).append(index)
+    advantages = torch.empty_like(scores)
+    for indices in members.values():
+        group_scores = scores[indices]
+        if len(indices) == 1:
+            mean, std = torch.tensor(0.0), torch.tensor(1.0)
+        else:
+            mean, std = group_scores.mean(), group_scores.std()
+        advantages[indices] = (group_scores - mean) / (std + epsilon)
+    return advantages
+
+
+def policy_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_ratio: float = 0.2,
+    clip_ratio_c: float = 3.0,
+) -> torch.Tensor:
+    """PPO's clipped objective with dual clip, averaged over response tokens (verl's vanilla loss, ``token-mean``)."""
+    ratio = torch.exp(torch.clamp(log_prob - old_log_prob, -20.0, 20.0))
+    clipped = torch.maximum(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip_ratio, 1 + clip_ratio))
+    dual = torch.minimum(-advantages * clip_ratio_c, clipped)
+    losses = torch.where(advantages < 0, dual, clipped)
+    mask = mask.to(losses.dtype)
+    return (losses * mask).sum() / mask.sum()
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches and log-probabilities.
+# ---------------------------------------------------------------------------------------------
+
+
+def padded_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tensor]:
+    """Prompt and response of each rollout, right-padded; ``positions[i, t]`` is where response token t sits."""
+    lengths = [len(r.prompt_ids) + len(r.response_ids) for r in rollouts]
+    width, response_width = max(lengths), max(len(r.response_ids) for r in rollouts)
+    input_ids = torch.full((len(rollouts), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rollouts), width), dtype=torch.long)
+    positions = torch.zeros((len(rollouts), response_width), dtype=torch.long)
+    mask = torch.zeros((len(rollouts), response_width), dtype=torch.bool)
+    responses = torch.full((len(rollouts), response_width), pad_id, dtype=torch.long)
+    labels = torch.zeros((len(rollouts), response_width), dtype=torch.long)
+    for row, rollout in enumerate(rollouts):
+        tokens = list(rollout.prompt_ids) + list(rollout.response_ids)
+        input_ids[row, : len(tokens)] = torch.tensor(tokens)
+        attention[row, : len(tokens)] = 1
+        count = len(rollout.response_ids)
+        positions[row, :count] = torch.arange(len(rollout.prompt_ids), len(tokens))
+        mask[row, :count] = True
+        responses[row, :count] = torch.tensor(rollout.response_ids)
+        labels[row, :count] = torch.tensor(rollout.labels)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention,
+        "positions": positions,
+        "mask": mask,
+        "responses": responses,
+        "labels": labels,
+    }
+
+
+def response_log_probs(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``(rows, response_len)`` log-probability of each response token under ``model`` (0 past the response)."""
+    # Logits at the response positions only: over a 150k-token vocabulary the prompt's would cost the most.
+    hidden = model.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    # The token at position p is predicted by the hidden state at p - 1.
+    before = (batch["positions"] - 1).clamp(min=0)
+    gathered = torch.gather(hidden, 1, before[..., None].expand(-1, -1, hidden.shape[-1]))
+    predicting = model.get_output_embeddings()(gathered).float()
+    picked = torch.log_softmax(predicting, dim=-1).gather(-1, batch["responses"][..., None])[..., 0]
+    return picked * batch["mask"]
+
+
+def token_advantages(rollouts: Sequence[Rollout], batch: dict[str, torch.Tensor], flip: Flip | None) -> torch.Tensor:
+    """Each rollout's GRPO advantage on its response tokens; ``flip`` (FSPO's) applied to them when given."""
+    per_rollout = grpo_advantages([r.reward for r in rollouts], [r.group for r in rollouts])
+    advantages = per_rollout[:, None] * batch["mask"]
+    return advantages if flip is None else flip(advantages, batch["labels"], batch["mask"])
+
+
+def updated_model(
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    advantages: torch.Tensor,
+    lr: float,
+    optimizer: str = "adamw",
+) -> torch.nn.Module:
+    """A copy of ``model`` after one step on ``policy_loss`` (on-policy: the old log-probs are the model's own)."""
+    updated = copy.deepcopy(model)
+    updated.train()
+    parameters = [p for p in updated.parameters() if p.requires_grad]
+    if optimizer == "adamw":  # verl's actor optimiser (its default weight decay 0.01)
+        step = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.01)
+    elif optimizer == "sgd":
+        step = torch.optim.SGD(parameters, lr=lr)
+    else:
+        raise ValueError(f"optimizer must be adamw or sgd, got {optimizer!r}")
+    log_prob = response_log_probs(updated, batch)
+    loss = policy_loss(log_prob, log_prob.detach(), advantages, batch["mask"])
+    loss.backward()
+    step.step()
+    updated.eval()
+    return updated
+
+
+def step_log_probs(log_probs: torch.Tensor, rollouts: Sequence[Rollout]) -> dict[str, list[float]]:
+    """The log-probability of each judged step (sum over its tokens), grouped by the judge's verdict."""
+    by_verdict: dict[str, list[float]] = {verdict: [] for verdict in VERDICTS}
+    for row, rollout in enumerate(rollouts):
+        for step in rollout.steps:
+            if step.verdict in by_verdict:
+                by_verdict[step.verdict].append(float(log_probs[row, step.start : step.end].sum()))
+    return by_verdict
+
+
+def mean_change(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict[str, float]:
+    """Per verdict, the mean change of a step's log-probability (NaN where no step has the verdict)."""
+    return {
+        verdict: statistics.fmean(a - b for a, b in zip(after[verdict], before[verdict]))
+        if before[verdict]
+        else math.nan
+        for verdict in VERDICTS
+    }
+
+
+@torch.no_grad()
+def _step_log_probs_of(model: torch.nn.Module, rollouts: Sequence[Rollout], pad_id: int) -> dict[str, list[float]]:
+    return step_log_probs(response_log_probs(model, padded_batch(rollouts, pad_id)), rollouts)
+
+
+def paired_effect(
+    model: torch.nn.Module,
+    update_rollouts: Sequence[Rollout],
+    eval_sets: dict[str, Sequence[Rollout]],
+    pad_id: int,
+    lr: float,
+    optimizer: str = "adamw",
+    flip: Flip = apply_step_labels,
+) -> dict[str, dict[str, float]]:
+    """One GRPO update and one FSPO update of ``model`` from ``update_rollouts``; per evaluation set and verdict,
+    each arm's mean change in a step's log-probability and their difference ``fspo_minus_grpo``."""
+    model.eval()
+    batch = padded_batch(update_rollouts, pad_id)
+    grpo = updated_model(model, batch, token_advantages(update_rollouts, batch, None), lr, optimizer)
+    fspo = updated_model(model, batch, token_advantages(update_rollouts, batch, flip), lr, optimizer)
+    result: dict[str, dict[str, float]] = {}
+    for name, rollouts in eval_sets.items():
+        before = _step_log_probs_of(model, rollouts, pad_id)
+        grpo_change = mean_change(before, _step_log_probs_of(grpo, rollouts, pad_id))
+        fspo_change = mean_change(before, _step_log_probs_of(fspo, rollouts, pad_id))
+        for verdict in VERDICTS:
+            result[f"{name}/{verdict}"] = {
+                "grpo": grpo_change[verdict],
+                "fspo": fspo_change[verdict],
+                "fspo_minus_grpo": fspo_change[verdict] - grpo_change[verdict],
+                "steps": len(before[verdict]),
+            }
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Rollouts from the synthetic world.
+# ---------------------------------------------------------------------------------------------
+
+
+def lexical_labeller(threshold: float | None = None) -> Callable[[str, str], int]:
+    """The flip label the lexical verifier gives a step at the quickstart's threshold (+1 supported, -1 not)."""
+    from fspo.verifier_tools.quality import calibrated_threshold
+    from fspo.verifiers.lexical import lexical_support
+
+    cut = calibrated_threshold("lexical") if threshold is None else threshold
+    return lambda step, evidence: 1 if lexical_support(evidence, step) >= cut else -1
+
+
+def judge_labeller(step: str, evidence: str, gold_facts: Sequence[str] = ()) -> int:
+    """The flip label from the world judge itself: the mechanism with a perfect verifier."""
+    verdict = judge_step(step, build_world(evidence, gold_facts)).verdict
+    return {SUPPORTED: 1, CONTRADICTED: -1}.get(verdict, 0)
+
+
+def label_response(
+    response_ids: Sequence[int], tokenizer, row: dict, labeller: str = "judge"
+) -> tuple[tuple[int, ...], tuple[JudgedStep, ...]]:
+    """Token labels for the flip and the judge's steps (as token spans) of one response to a synthetic row."""
+    text = tokenizer.decode(list(response_ids), skip_special_tokens=True)
+    info = row["extra_info"]
+    evidence, gold = info["evidence"], info.get("gold_facts", [])
+    world = build_world(evidence, gold)
+    steps = reasoning_steps(text, claims_only=True)
+    offsets = token_char_offsets(list(response_ids), tokenizer, skip_special_tokens=True, text=text)
+    spans = [(step.start, step.end) for step in steps]
+    verdicts = [judge_step(step.text, world).verdict for step in steps]
+    if labeller == "judge":
+        flip_labels = [{SUPPORTED: 1, CONTRADICTED: -1}.get(verdict, 0) for verdict in verdicts]
+    elif labeller == "lexical":
+        label = lexical_labeller()
+        flip_labels = [label(step.text, evidence) for step in steps]
+    else:
+        raise ValueError(f"labels must be one of {LABEL_SOURCES}, got {labeller!r}")
+    labels = labels_from_offsets(offsets, text, spans, flip_labels)
+    judged = []
+    for index, verdict in enumerate(verdicts):
+        # Tokens of a step: those the alignment gives to it (a verdict of +-1 marks them, whatever the judge said).
+        members = labels_from_offsets(offsets, text, [spans[index]], [1])
+        positions = [t for t, hit in enumerate(members) if hit]
+        if positions:
+            judged.append(JudgedStep(positions[0], positions[-1] + 1, verdict))
+    return tuple(labels), tuple(judged)
+
+
+def _reward(text: str, row: dict) -> float:
+    return compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row["extra_info"])["score"]
+
+
+def prompt_ids(tokenizer, row: dict) -> list[int]:
+    return tokenizer(render_prompt(row["prompt"], PROMPT_FORMAT, tokenizer), add_special_tokens=False)["input_ids"]
+
+
+def scripted_response(row: dict, rng: random.Random, false_rate: float) -> str:
+    """A response written from the row's world: its gold facts in order as steps, each swapped for a false
+    one with probability ``false_rate`` (another entity of the evidence as its object), then the right
+    answer, or with probability 1/2 a wrong one taken from the evidence. So right answers with a false step
+    (flawed positives) and wrong answers with true steps both occur, as they do in outcome RL."""
+    info = row["extra_info"]
+    names = sorted({fact.rstrip(".").split(" ")[-1] for fact in info["evidence"].split(". ") if fact})
+    steps = []
+    for fact in info["gold_facts"]:
+        last = fact.rstrip(".").split(" ")[-1]
+        others = [name for name in names if name != last]
+        if others and rng.random() < false_rate:
+            fact = fact.rstrip(".")[: -len(last)] + rng.choice(others) + "."
+        steps.append(fact)
+    answer = row["reward_model"]["ground_truth"]
+    wrong = [name for name in names if name != answer]
+    if wrong and rng.random() < 0.5:
+        answer = rng.choice(wrong)
+    return f"{' '.join(steps)}\n</think>\n<answer>{answer}</answer>"
+
+
+def scripted_rollouts(
+    tokenizer, rows: Sequence[dict], n: int, rng: random.Random, false_rate: float = 0.4, labeller: str = "judge"
+) -> list[Rollout]:
+    """``n`` scripted responses (:func:`scripted_response`) per row, tokenised and labelled."""
+    rollouts = []
+    for group, row in enumerate(rows):
+        prompt = tuple(prompt_ids(tokenizer, row))
+        for _ in range(n):
+            text = scripted_response(row, rng, false_rate)
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            labels, steps = label_response(ids, tokenizer, row, labeller)
+            rollouts.append(Rollout(prompt, tuple(ids), group, _reward(text, row), labels, steps))
+    return rollouts
+
+
+@torch.no_grad()
+def sampled_rollouts(
+    model: torch.nn.Module,
+    tokenizer,
+    rows: Sequence[dict],
+    n: int,
+    seed: int,
+    temperature: float = 0.7,
+    max_new_tokens: int = 96,
+    labeller: str = "judge",
+) -> list[Rollout]:
+    """``n`` responses per row sampled from ``model`` (the quickstart's temperature and response length)."""
+    torch.manual_seed(seed)
+    stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    rollouts = []
+    for group, row in enumerate(rows):
+        prompt = prompt_ids(tokenizer, row)
+        output = model.generate(
+            torch.tensor([prompt] * n),
+            attention_mask=torch.ones((n, len(prompt)), dtype=torch.long),
+            do_sample=True,
+            temperature=temperature,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=stop,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        for sequence in output[:, len(prompt) :].tolist():
+            ids = sequence[: sequence.index(stop) + 1] if stop in sequence else sequence
+            text = tokenizer.decode(ids, skip_special_tokens=True)
+            labels, steps = label_response(ids, tokenizer, row, labeller)
+            rollouts.append(Rollout(tuple(prompt), tuple(ids), group, _reward(text, row), labels, steps))
+    return rollouts
+
+
+# ---------------------------------------------------------------------------------------------
+# Repeats and the interval.
+# ---------------------------------------------------------------------------------------------
+
+
+def t_quantile(probability: float, df: int) -> float:
+    """Student's t quantile by bisection on its CDF (Simpson's rule on the density): no scipy needed."""
+
+    def density(x: float) -> float:
+        return math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)) * (
+            1 + x * x / df
+        ) ** (-(df + 1) / 2)
+
+    def cdf(x: float, intervals: int = 2000) -> float:
+        h = x / intervals
+        total = density(0) + density(x) + sum((4 if i % 2 else 2) * density(i * h) for i in range(1, intervals))
+        return 0.5 + total * h / 3
+
+    low, high = 0.0, 1000.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if cdf(middle) < probability else (low, middle)
+    return (low + high) / 2
+
+
+def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float, int]:
+    """(mean, lower, upper, n) of the mean of the finite ``values`` by Student's t; bounds NaN below two values."""
+    values = [v for v in values if math.isfinite(v)]
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0
+    mean = statistics.fmean(values)
+    if n == 1:
+        return mean, math.nan, math.nan, 1
+    half = t_quantile(0.5 + confidence / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    return mean, mean - half, mean + half, n
+
+
+def summarise(repeats: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per measured set and verdict: the mean FSPO - GRPO difference with its interval, and each arm's mean."""
+    summary = {}
+    for key in repeats[0]:
+        mean, low, high, n = t_interval([r[key]["fspo_minus_grpo"] for r in repeats])
+        summary[key] = {
+            "fspo_minus_grpo": mean,
+            "lower": low,
+            "upper": high,
+            "repeats": n,
+            "grpo": statistics.fmean(r[key]["grpo"] for r in repeats if math.isfinite(r[key]["grpo"])),
+            "fspo": statistics.fmean(r[key]["fspo"] for r in repeats if math.isfinite(r[key]["fspo"])),
+            "steps": sum(r[key]["steps"] for r in repeats),
+        }
+    return summary
+
+
+def draw_rollouts(
+    model, tokenizer, rows: Sequence[dict], n: int, name: str, source: str, labels: str, max_new_tokens: int
+) -> list[Rollout]:
+    """``n`` rollouts per row, scripted or sampled, reproducibly from ``name``."""
+    if source == "scripted":
+        return scripted_rollouts(tokenizer, rows, n, random.Random(name), labeller=labels)
+    seed = zlib.crc32(name.encode())
+    return sampled_rollouts(model, tokenizer, rows, n, seed, max_new_tokens=max_new_tokens, labeller=labels)
+
+
+def measure(
+    model: torch.nn.Module,
+    tokenizer,
+    seeds: Sequence[int],
+    batches: int,
+    prompts: int,
+    n: int,
+    lr: float,
+    rollouts: str = "scripted",
+    labels: str = "judge",
+    optimizer: str = "adamw",
+    flip: Flip = apply_step_labels,
+    max_new_tokens: int = 96,
+    on_repeat: Callable[[int, int, dict], None] | None = None,
+) -> list[dict[str, dict[str, float]]]:
+    """One paired measurement per (seed, batch): ``prompts`` synthetic questions with ``n`` rollouts each to update
+    on, and a fresh batch of the same questions' rollouts to measure on as well."""
+    if rollouts not in ROLLOUT_SOURCES:
+        raise ValueError(f"rollouts must be one of {ROLLOUT_SOURCES}, got {rollouts!r}")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    repeats = []
+    for seed in seeds:
+        for batch in range(batches):
+            rows = make_rows(prompts, seed=seed, prompt_format=PROMPT_FORMAT, split=f"flip_effect_{batch}")
+
+            update, fresh = (
+                draw_rollouts(model, tokenizer, rows, n, f"{seed}:{batch}:{part}", rollouts, labels, max_new_tokens)
+                for part in ("update", "fresh")
+            )
+            result = paired_effect(model, update, {"same": update, "fresh": fresh}, pad_id, lr, optimizer, flip)
+            repeats.append(result)
+            if on_repeat:
+                on_repeat(seed, batch, result)
+    return repeats
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line.
+# ---------------------------------------------------------------------------------------------
+
+
+def load_model(name: str, workdir: Path):
+    """``tiny`` (a tiny random Qwen2), ``smollm2`` (the quickstart's, converted once), or a model directory."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if name == "tiny":
+        from fspo_testing.tiny_model import build_tiny_model
+
+        path = build_tiny_model(workdir / "tiny")
+    elif name == "smollm2":
+        from fspo.quickstart.smollm2 import convert_smollm2
+
+        path = convert_smollm2()
+    else:
+        path = Path(name)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"--model {name}: not tiny, smollm2 or a model directory with a config.json")
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    return model, tokenizer
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2", help="tiny, smollm2 or a model directory (default smollm2)")
+    parser.add_argument("--rollouts", choices=ROLLOUT_SOURCES, default="sampled")
+    parser.add_argument("--labels", choices=LABEL_SOURCES, default="judge", help="where the flip's labels come from")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--batches", type=int, default=3, help="update batches per seed")
+    parser.add_argument("--prompts", type=int, default=4, help="questions per batch")
+    parser.add_argument("--n", type=int, default=8, help="rollouts per question (the GRPO group)")
+    parser.add_argument("--lr", type=float, default=2e-5, help="the quickstart's actor learning rate")
+    parser.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--out", type=Path, help="write the repeats and the summary here as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if min(args.batches, args.prompts, args.n) < 1 or args.lr <= 0:
+        print("flip_effect: --batches, --prompts and --n must be >= 1 and --lr > 0", file=sys.stderr)
+        return 2
+    if args.model == "tiny" and args.rollouts == "sampled":
+        print("flip_effect: a tiny random model writes no reasoning steps; use --rollouts scripted", file=sys.stderr)
+        return 2
+    torch.manual_seed(0)
+    started = time.time()
+    with tempfile.TemporaryDirectory() as workdir:
+        try:
+            model, tokenizer = load_model(args.model, Path(workdir))
+        except (FileNotFoundError, ImportError) as error:
+            print(f"flip_effect: {error}", file=sys.stderr)
+            return 2
+
+        def progress(seed: int, batch: int, result: dict) -> None:
+            figures = ", ".join(f"{key} {value['fspo_minus_grpo']:+.4f}" for key, value in result.items())
+            print(f"seed {seed} batch {batch} ({time.time() - started:.0f} s): FSPO - GRPO {figures}", flush=True)
+
+        repeats = measure(
+            model,
+            tokenizer,
+            args.seeds,
+            args.batches,
+            args.prompts,
+            args.n,
+            args.lr,
+            args.rollouts,
+            args.labels,
+            args.optimizer,
+            max_new_tokens=args.max_new_tokens,
+            on_repeat=progress,
+        )
+    summary = summarise(repeats)
+    print(
+        f"\nChange in a step's log-probability after one update, FSPO - GRPO ({CONFIDENCE:.0%} interval over repeats):"
+    )
+    for key, figures in summary.items():
+        print(
+            f"  {key:<20} {figures['fspo_minus_grpo']:+.4f} [{figures['lower']:+.4f}, {figures['upper']:+.4f}]"
+            f"  (GRPO {figures['grpo']:+.4f}, FSPO {figures['fspo']:+.4f}; {figures['steps']} steps, "
+            f"{figures['repeats']} repeats)"
+        )
+    print(f"{time.time() - started:.0f} s")
+    if args.out:
+        args.out.write_text(
+            json.dumps({"args": vars(args) | {"out": str(args.out)}, "repeats": repeats, "summary": summary}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The paired one-update measurement of FSPO's flip (benchmarks/flip_effect.py), on a tiny model in seconds."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from fspo.advantage import apply_step_labels
+
+_spec = importlib.util.spec_from_file_location(
+    "flip_effect", Path(__file__).resolve().parents[1] / "benchmarks" / "flip_effect.py"
+)
+flip_effect = importlib.util.module_from_spec(_spec)
+sys.modules["flip_effect"] = flip_effect  # dataclasses look their module up
+_spec.loader.exec_module(flip_effect)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fspo_testing.tiny_model import build_tiny_model
+
+    path = build_tiny_model(tmp_path_factory.mktemp("tiny"))
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), AutoTokenizer.from_pretrained(path)
+
+
+def _reversed_flip(advantages, labels, mask):
+    return apply_step_labels(advantages, -labels, mask)
+
+
+def _no_flip(advantages, labels, mask):
+    return advantages
+
+
+def _contradicted_difference(tiny, flip):
+    model, tokenizer = tiny
+    repeats = flip_effect.measure(
+        model, tokenizer, seeds=[0, 1], batches=2, prompts=2, n=4, lr=1e-2, optimizer="sgd", flip=flip
+    )
+    return flip_effect.summarise(repeats)["same/contradicted"]
+
+
+def test_fspo_lowers_contradicted_steps_against_grpo_and_the_test_sees_a_missing_or_reversed_flip(tiny):
+    """From the same weights and rollouts, FSPO's update lowers a judge-contradicted step's log-probability more
+    than GRPO's (the interval of FSPO - GRPO is below 0); without the flip the two updates are one, and with its
+    sign reversed the difference turns positive: either would fail the first assertion."""
+    fspo = _contradicted_difference(tiny, apply_step_labels)
+    assert fspo["steps"] > 0 and fspo["upper"] < 0, fspo
+    assert _contradicted_difference(tiny, _no_flip)["fspo_minus_grpo"] == 0
+    assert _contradicted_difference(tiny, _reversed_flip)["lower"] > 0
+
+
+@hypothesis_settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.floats(-5, 5)), min_size=1, max_size=12))
+def test_grpo_advantages_are_verls(members):
+    """Against verl's own ``compute_grpo_outcome_advantage`` (verl 0.9.1, verl/trainer/ppo/core_algos.py)."""
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    groups, rewards = [m[0] for m in members], [m[1] for m in members]
+    scores = torch.zeros(len(members), 3)
+    scores[:, -1] = torch.tensor(rewards)
+    expected, _ = compute_grpo_outcome_advantage(scores, torch.ones(len(members), 3), __import__("numpy").array(groups))
+    assert torch.allclose(flip_effect.grpo_advantages(rewards, groups), expected[:, 0], atol=1e-5)
+
+
+@hypothesis_settings(max_examples=50, deadline=None)
+@given(st.integers(0, 2**31), st.floats(0.05, 0.5))
+def test_policy_loss_is_verls_vanilla_token_mean_loss(seed, clip):
+    """Against verl's ``compute_policy_loss_vanilla`` (verl 0.9.1, verl/trainer/ppo/core_algos.py), ``token-mean``."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
+    from verl.workers.config import ActorConfig
+
+    generator = torch.Generator().manual_seed(seed)
+    shape = (3, 5)
+    log_prob, old_log_prob = torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)
+    advantages = torch.randn(shape, generator=generator)
+    mask = (torch.rand(shape, generator=generator) > 0.3).float()
+    mask[0, 0] = 1
+    config = OmegaConf.structured(ActorConfig(clip_ratio=clip, strategy="fsdp", use_dynamic_bsz=True))
+    expected = compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, mask, "token-mean", config)[0]
+    assert torch.allclose(flip_effect.policy_loss(log_prob, old_log_prob, advantages, mask, clip), expected, atol=1e-6)
+
+
+def test_scripted_rollouts_hold_flawed_positives_and_the_judges_steps(tiny):
+    _, tokenizer = tiny
+    rows = flip_effect.make_rows(3, seed=0, prompt_format=flip_effect.PROMPT_FORMAT)
+    rollouts = flip_effect.scripted_rollouts(tokenizer, rows, 8, random.Random(0))
+    flawed = [r for r in rollouts if r.reward > 0 and any(s.verdict == "contradicted" for s in r.steps)]
+    assert flawed and any(r.reward == 0 for r in rollouts)
+    for rollout in rollouts:
+        for step in rollout.steps:
+            sign = {"supported": 1, "contradicted": -1}[step.verdict]
+            assert set(rollout.labels[step.start : step.end]) == {sign}
