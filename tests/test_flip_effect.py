@@ -83,7 +83,6 @@ def test_grpo_advantages_are_verls(members):
 @given(st.integers(0, 2**31), st.floats(0.05, 0.5))
 def test_policy_loss_is_verls_vanilla_token_mean_loss(seed, clip):
     """Against verl's ``compute_policy_loss_vanilla`` (verl 0.9.1, verl/trainer/ppo/core_algos.py), ``token-mean``."""
-    from omegaconf import OmegaConf
     from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
     from verl.workers.config import ActorConfig
 
@@ -93,7 +92,9 @@ def test_policy_loss_is_verls_vanilla_token_mean_loss(seed, clip):
     advantages = torch.randn(shape, generator=generator)
     mask = (torch.rand(shape, generator=generator) > 0.3).float()
     mask[0, 0] = 1
-    config = OmegaConf.structured(ActorConfig(clip_ratio=clip, strategy="fsdp", use_dynamic_bsz=True))
+    config = ActorConfig(
+        clip_ratio=clip, clip_ratio_low=clip, clip_ratio_high=clip, strategy="fsdp", rollout_n=1, use_dynamic_bsz=True
+    )
     expected = compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, mask, "token-mean", config)[0]
     assert torch.allclose(flip_effect.policy_loss(log_prob, old_log_prob, advantages, mask, clip), expected, atol=1e-6)
 
