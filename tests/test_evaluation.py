@@ -18,6 +18,7 @@ from fspo.evaluation.cli import main, named_path
 from fspo.evaluation.generation import GenerationSettings, hf_generation_config, vllm_sampling_options
 from fspo.evaluation.records import read_records
 from fspo.input_files import InputFileError
+from fspo.output_dir import release_output_folders
 from fspo.record_schemas import Prediction
 from fspo.verifiers import build_verifier
 
@@ -28,8 +29,6 @@ def assert_refused(capsys, argv: list[str], pattern: str, after_loading: bool = 
     """`fspo evaluate argv` exits 2 with one line on stderr that matches ``pattern`` (before it, only the
     model's loading progress when the refusal comes ``after_loading``)."""
     import re
-
-    from fspo.output_dir import release_output_folders
 
     capsys.readouterr()
     try:
@@ -177,11 +176,13 @@ def test_bad_inputs_name_what_to_fix(tiny_dir, bench, tmp_path, capsys):
         ["--model", f"a={tiny_dir}", "--model", f"a={tiny_dir}", "--data", str(bench), "--output-dir", str(tmp_path)],
         "share a name",
     )
-    assert_refused(
-        capsys,
-        ["--model", str(tiny_dir), "--data", str(bench), "--output-dir", str(tmp_path), "--top-p", "0"],
-        "--top-p must be",
-    )
+    # A number out of its declared range is argparse's refusal (fspo.numeric_options): exit 2, its last line.
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["--model", str(tiny_dir), "--data", str(bench), "--output-dir", str(tmp_path), "--top-p", "0"])
+    release_output_folders()
+    assert exit_.value.code == 2
+    assert "argument --top-p: must be in (0, 1]" in capsys.readouterr().err.splitlines()[-1]
     with pytest.raises(ValueError, match="no scorer for data_source 'nope'"):
         evaluate_model(tmp_path / "not-loaded", [{**read_rows(bench)[0], "data_source": "nope"}])
     with pytest.raises(ValueError, match="ground_truth"):

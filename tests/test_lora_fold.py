@@ -69,7 +69,9 @@ def test_fold_keeps_an_update_below_bf16_resolution(seed, b_size, rank, alpha):
         expected = peft_layer(weight.float(), lora_a, lora_b, alpha)(x)
         update = expected - x @ weight.float().T
         stored_error = (x @ folded.float().T - expected).abs().max()
-    assert stored_error <= 1e-3 * update.abs().max() + 1e-7
+    # float32's own rounding of the product: a few ulps of the largest partial sum.
+    rounding = 4 * torch.finfo(torch.float32).eps * (x.abs() @ weight.float().abs().T).max()
+    assert stored_error <= 1e-3 * update.abs().max() + rounding
     # Why the dtype matters here: a bf16 store of the same fold loses a large part of the update.
     bf16_error = (x @ folded.bfloat16().float().T - expected).abs().max()
     assert bf16_error > 10 * stored_error
