@@ -22,10 +22,10 @@ from verl.utils.device import auto_set_device
 from fspo.attention import apply_attention_fallback
 from fspo.cluster_paths import with_absolute_paths
 from fspo.config.fspo_config import FSPOConfig, fspo_config
+from fspo.config.numeric_options import COUNT
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
 from fspo.cpu.compute import startup_line
 from fspo.data.check import scan_file
-from fspo.numeric_options import COUNT
 from fspo.preflight import (
     MODEL_FILES,
     ModelNeed,

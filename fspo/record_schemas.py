@@ -6,7 +6,7 @@ msgspec, not pydantic or hand-written checks: verl already depends on it (nothin
 validates plain dicts against typed classes in C (a predictions file of thousands of records costs
 milliseconds), it is strict where we need it (``strict=True``: no "1" for 1, no 1 for true) and its error is
 one line with the field's path (``Expected `float`, got `null` - at `$.sample_scores[0]```); pydantic's is
-several lines per error. Numbers take their range and dtype from :mod:`fspo.numeric_options`, so NaN, inf and
+several lines per error. Numbers take their range and dtype from :mod:`fspo.config.numeric_options`, so NaN, inf and
 values beyond float32 or int64 fail as they do on the command line. Unknown fields are allowed: a record may
 carry more than its readers use (a newer writer's fields).
 """
@@ -17,7 +17,7 @@ from typing import Any, Literal, Optional, Union
 
 import msgspec
 
-from fspo.numeric_options import NON_NEGATIVE_COUNT, PROBABILITY, SCORE
+from fspo.config.numeric_options import NON_NEGATIVE_COUNT, PROBABILITY, SCORE
 
 Score = SCORE.schema()
 Index = NON_NEGATIVE_COUNT.schema()

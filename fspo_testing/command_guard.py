@@ -378,11 +378,11 @@ def with_separator(record: dict, separator: str) -> dict:
 
 def numeric_options(path: tuple[str, ...]) -> dict[str, object]:
     """The numeric options of leaf command ``path`` (flag -> its argparse ``type``): those whose type is ``int``,
-    ``float`` or a :class:`fspo.numeric_options.Number`'s ``parse``, found by recording the parser its ``--help``
+    ``float`` or a :class:`fspo.config.numeric_options.Number`'s ``parse``, found by recording the parser its ``--help``
     builds."""
     import argparse
 
-    from fspo.numeric_options import Number
+    from fspo.config.numeric_options import Number
 
     found: dict[str, object] = {}
     original = argparse._ActionsContainer.add_argument

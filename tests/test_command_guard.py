@@ -457,9 +457,9 @@ def test_every_config_number_refuses_nan_inf_float32_overflow_and_64_bits(in_wor
 
 
 def test_every_config_number_is_declared_once():
-    """Each numeric key of the fspo: block has its range and dtype in fspo.numeric_options (an enumerated one,
+    """Each numeric key of the fspo: block has its range and dtype in fspo.config.numeric_options (an enumerated one,
     label_outside_reasoning, is checked by its vocabulary)."""
-    from fspo.numeric_options import FSPO_NUMBERS, VERIFIER_NUMBERS
+    from fspo.config.numeric_options import FSPO_NUMBERS, VERIFIER_NUMBERS
 
     declared = {f"fspo.{k}" for k in FSPO_NUMBERS} | {f"fspo.verifier.{k}" for k in VERIFIER_NUMBERS}
     assert set(config_numbers()) - declared == {"fspo.label_outside_reasoning"}

@@ -176,7 +176,7 @@ def test_bad_inputs_name_what_to_fix(tiny_dir, bench, tmp_path, capsys):
         ["--model", f"a={tiny_dir}", "--model", f"a={tiny_dir}", "--data", str(bench), "--output-dir", str(tmp_path)],
         "share a name",
     )
-    # A number out of its declared range is argparse's refusal (fspo.numeric_options): exit 2, its last line.
+    # A number out of its declared range is argparse's refusal (fspo.config.numeric_options): exit 2, its last line.
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
         main(["--model", str(tiny_dir), "--data", str(bench), "--output-dir", str(tmp_path), "--top-p", "0"])

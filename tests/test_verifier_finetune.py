@@ -184,7 +184,7 @@ def test_learning_rate_warms_up_then_decays():
 
 
 def test_train_refuses_a_bad_number_where_it_parses_it(capsys):
-    """A number out of its declared range (fspo.numeric_options) is argparse's one line after the usage."""
+    """A number out of its declared range (fspo.config.numeric_options) is argparse's one line after the usage."""
     with pytest.raises(SystemExit) as stopped:
         fspo_main(["verifier", "train", "--data", "x.jsonl", "--steps", "0"])
     lines = capsys.readouterr().err.splitlines()

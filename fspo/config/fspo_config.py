@@ -17,9 +17,9 @@ from typing import Optional
 from verl.base_config import BaseConfig
 
 from fspo.config.convert import to_dataclass
+from fspo.config.numeric_options import FSPO_NUMBERS, check_numbers
 from fspo.config.verifier import VerifierConfig
 from fspo.config.vocabulary import OUTSIDE_LABELS, REWARD_MODES, ConfigError
-from fspo.numeric_options import FSPO_NUMBERS, check_numbers
 
 # A right answer's reward minus a wrong one's in modes knowrl and fapo (fspo.reward_modes).
 RIGHT_WRONG_GAP = 1.0
@@ -148,7 +148,7 @@ class FSPOConfig(BaseConfig):
             raise ConfigError(
                 f"fspo.step_reward_weight is the fspo mode's ablation; with fspo.mode={self.mode} set it to 0"
             )
-        # Ranges and dtypes (float32 for the reward terms) are declared once, in fspo.numeric_options.
+        # Ranges and dtypes (float32 for the reward terms) are declared once, in fspo.config.numeric_options.
         check_numbers(self, FSPO_NUMBERS, "fspo", ConfigError)
         for name in ("knowrl_fact_weight", "fapo_penalty"):
             if getattr(self, name) > RIGHT_WRONG_GAP:

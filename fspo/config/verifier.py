@@ -17,6 +17,7 @@ from typing import Any, Optional, Union
 from verl.base_config import BaseConfig
 
 from fspo.config.convert import to_dataclass
+from fspo.config.numeric_options import VERIFIER_NUMBERS, check_numbers
 from fspo.config.vocabulary import (
     EVIDENCE_UNITS,
     LONG_EVIDENCE,
@@ -27,7 +28,6 @@ from fspo.config.vocabulary import (
     VERIFIER_NAMES,
     ConfigError,
 )
-from fspo.numeric_options import VERIFIER_NUMBERS, check_numbers
 
 EVERY_BACKEND = VERIFIER_NAMES
 
@@ -247,7 +247,7 @@ class VerifierConfig(BaseConfig):
             raise ConfigError(
                 f"fspo.verifier.dtype must be one of {', '.join(VERIFIER_DTYPES)} or null, got {self.dtype!r}"
             )
-        # Ranges and dtypes are declared once, in fspo.numeric_options (fspo verify's flags share them).
+        # Ranges and dtypes are declared once, in fspo.config.numeric_options (fspo verify's flags share them).
         check_numbers(self, VERIFIER_NUMBERS, "fspo.verifier", ConfigError)
 
     @property

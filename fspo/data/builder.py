@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fspo.cli.arguments import UsageError, check_count
+from fspo.config.numeric_options import COUNT, SEED
 from fspo.data.io import SourceFileError, make_row, read_hub, read_records, source_files, write_parquet
 from fspo.data.templates import PROMPT_FORMATS, build_messages, count_prompt_tokens
-from fspo.numeric_options import COUNT, SEED
 from fspo.output_dir import check_output_paths, output_option
 
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fspo.cli.arguments import refuse
+from fspo.config.numeric_options import COUNT
 from fspo.data.io import text_list
 from fspo.data.templates import check_prompt_format, count_prompt_tokens
 from fspo.evidence import evidence_text, row_evidence
 from fspo.input_files import InputFileError, read_parquet
-from fspo.numeric_options import COUNT
 from fspo.outcome import known_sources, scorer_of
 
 REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")

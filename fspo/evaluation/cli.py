@@ -22,6 +22,15 @@ from pathlib import Path
 
 from fspo.chat_client import ChatClient
 from fspo.cli.arguments import UsageError, check_count, check_model_dir, check_probability, refuse
+from fspo.config.numeric_options import (
+    COUNT,
+    LOSS_TERM,
+    NON_NEGATIVE_COUNT,
+    OPEN_PROBABILITY,
+    PROBABILITY,
+    SECONDS,
+    SEED,
+)
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.data.templates import PROMPT_FORMATS
 from fspo.evaluation.answer_judge import METRICS_OF_SOURCE, AnswerJudge
@@ -29,7 +38,6 @@ from fspo.evaluation.generation import GenerationSettings, build_generator, rend
 from fspo.evaluation.pipeline import ProvenanceError, check_rows, evaluate_model
 from fspo.evaluation.report import accumulated_results, write_results
 from fspo.input_files import InputFileError, read_parquet_rows
-from fspo.numeric_options import COUNT, LOSS_TERM, NON_NEGATIVE_COUNT, OPEN_PROBABILITY, PROBABILITY, SECONDS, SEED
 from fspo.output_dir import check_output_paths, output_option
 from fspo.verifier_tools.quality import calibrated_threshold
 from fspo.verifier_tools.verify import verifier_options

@@ -30,6 +30,7 @@ from fspo.cli.arguments import (
     check_positive_number,
     refuse,
 )
+from fspo.config.numeric_options import COUNT, EPOCHS, LOSS_TERM, POSITIVE_LOSS_TERM, PROBABILITY, SEED
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evaluation.records import read_records
 from fspo.fdpo.loss import FDPO_BETA, FDPO_LAMBDA, FDPO_LAMBDA_SWEEP
@@ -42,7 +43,6 @@ from fspo.fdpo.pairs import (
     variant_sources,
 )
 from fspo.fdpo.variants import llm_corruption, swap_corruption
-from fspo.numeric_options import COUNT, EPOCHS, LOSS_TERM, POSITIVE_LOSS_TERM, PROBABILITY, SEED
 from fspo.output_dir import check_output_paths, output_option
 from fspo.record_schemas import Prediction
 from fspo.steps import reasoning_steps

@@ -28,10 +28,10 @@ from pathlib import Path
 
 from fspo.atomic_file import write_text_atomically
 from fspo.cli.arguments import UsageError, check_model_dir, check_overrides
+from fspo.config.numeric_options import COUNT, SEED
 from fspo.data.io import read_rows, write_parquet
 from fspo.data.synthetic import make_rows
 from fspo.input_files import read_json
-from fspo.numeric_options import COUNT, SEED
 from fspo.output_dir import OutputConflict, check_output_paths, output_option, remove_output
 from fspo.quickstart.launch import launch
 from fspo.quickstart.smollm2 import convert_smollm2

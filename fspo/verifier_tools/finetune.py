@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fspo.cli.arguments import UsageError, check_count, check_model_dir, check_positive_number, refuse
-from fspo.numeric_options import COUNT, POSITIVE_LOSS_TERM, SEED
+from fspo.config.numeric_options import COUNT, POSITIVE_LOSS_TERM, SEED
 from fspo.output_dir import check_output_paths, install_staged, output_option, staging_folder
 from fspo.preflight import minilm_path
 from fspo.verifier_tools.download import main as download_main

@@ -28,10 +28,10 @@ import sys
 import time
 
 from fspo.atomic_file import replacing
+from fspo.config.numeric_options import COUNT, PROBABILITY, SEED, VERIFIER_NUMBERS
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evidence import evidence_text
 from fspo.input_files import jsonl_lines, parse_jsonl, read_text
-from fspo.numeric_options import COUNT, PROBABILITY, SEED, VERIFIER_NUMBERS
 from fspo.output_dir import OutputConflict, check_output_paths, output_option
 from fspo.preflight import check_verifier, looks_like_hub_id
 from fspo.record_schemas import verify_row
@@ -45,7 +45,7 @@ CHART_SUFFIXES = (".png", ".pdf", ".svg")
 # Verifier options exposed as flags (``--model-path`` -> ``model_path``), with their help; anything else via
 # ``--option``. Each is the fspo.verifier option of that name (fspo.config.verifier.VerifierConfig), not imported
 # here: that would import verl, and `fspo verify` starts in a tenth of a second. Their numbers' ranges are
-# fspo.numeric_options.VERIFIER_NUMBERS, as the config's.
+# fspo.config.numeric_options.VERIFIER_NUMBERS, as the config's.
 _FLAG_OPTIONS = {
     "model_path": (str, "model directory or hub id (hhem, nli, embedding; nli needs one)"),
     "tokenizer_path": (str, "tokenizer directory or hub id (default: the model's own)"),
