@@ -15,8 +15,9 @@ GPUS_PER_NODE = 4
 
 
 @pytest.mark.multinode
-def test_reward_workers_on_both_nodes_find_the_servers_on_both():
+def test_reward_workers_on_both_nodes_find_the_servers_on_both(monkeypatch):
     import asyncio
+    import tempfile
 
     from ray.cluster_utils import Cluster
     from ray.util.placement_group import placement_group
@@ -44,6 +45,9 @@ def test_reward_workers_on_both_nodes_find_the_servers_on_both():
                 "scores": scores,
             }
 
+    # Cluster writes its address where a bare ray.init() looks: a folder of this test's own keeps a failed
+    # shutdown from leaving this worker's later tests an address to join.
+    monkeypatch.setenv("RAY_TMPDIR", tempfile.mkdtemp(prefix="ray-multinode-"))
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": GPUS_PER_NODE})
     cluster.add_node(num_cpus=2, num_gpus=GPUS_PER_NODE)
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
