@@ -145,6 +145,13 @@ def _run_child(request: dict, fds: list[int], import_changes: dict[str, str | No
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
+        # The streams the interpreter would open on these descriptors: the server's own stand on /dev/null,
+        # which is seekable, and a stream that believes so fails reconfigure() (fspo.cli calls it) on a pipe.
+        for target, (name, mode) in enumerate((("stdin", "r"), ("stdout", "w"), ("stderr", "w"))):
+            old = getattr(sys, name)
+            encoding, errors = (old.encoding, old.errors) if old is not None else ("utf-8", "strict")
+            line_buffered = 1 if name == "stderr" else -1  # as Python 3.9+ opens stderr
+            setattr(sys, name, open(target, mode, line_buffered, encoding, errors, closefd=False))  # noqa: SIM115
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])

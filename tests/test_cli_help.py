@@ -123,6 +123,8 @@ def readme_mentions() -> list[tuple[str, tuple[str, ...], str]]:
                 if re.search(re.escape(name) + r"(?![\w-])", text):
                     commands.append(name)
                     text = text.replace(name, "")
+            if "benchmarks/" in unit:  # a benchmark script's options, not the fspo command's beside it
+                continue
             options = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", unit)) - OTHER_TOOLS
             if len(commands) == 1 or (not commands and default):
                 found += [(readme, tuple(commands) or default, option) for option in sorted(options)]
