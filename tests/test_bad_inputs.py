@@ -223,12 +223,6 @@ VERIFY = [
         "lytang/MiniCheck-Flan-T5-Large is not in the HF cache",
     ),
     ("--chart without --labelled", ["{bom_jsonl}", "--chart", "{root}/c.png"], 2, "give --labelled too"),
-    (
-        "--chart in a missing folder",
-        ["--labelled", "{labelled_bom}", "--chart", "{root}/nowhere/c.png"],
-        2,
-        "nowhere does not exist",
-    ),
     ("--chart as text", ["--labelled", "{labelled_bom}", "--chart", "{root}/c.txt"], 2, "name the image .png"),
     ("NaNs leave one class", ["--labelled", "{labelled_nan}"], 2, "left no supported pair scored"),
 ]

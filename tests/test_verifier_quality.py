@@ -264,7 +264,7 @@ ROWS = [
 
 def test_verify_labelled_prints_the_quality_figures(tmp_path, capsys):
     path = _jsonl(tmp_path, [json.dumps(r) for r in ROWS])
-    chart = tmp_path / "reliability.png"
+    chart = tmp_path / "charts" / "reliability.png"  # a missing folder is made, as for every output path
     assert (
         fspo_main(
             ["verify", "--labelled", str(path), "--verifier", "lexical", "--threshold", "0.5", "--chart", str(chart)]

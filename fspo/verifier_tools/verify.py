@@ -342,9 +342,7 @@ def check_arguments(args) -> str | None:
     if args.chart is not None:
         if args.labelled is None:
             return "--chart draws the reliability of --labelled SOURCE; give --labelled too"
-        folder = os.path.dirname(os.path.abspath(os.path.expanduser(args.chart)))
-        if not os.path.isdir(folder):
-            return f"--chart {args.chart}: the folder {folder} does not exist; create it or pick another path"
+        folder = os.path.dirname(os.path.abspath(os.path.expanduser(args.chart)))  # made by its claim
         if not os.access(folder, os.W_OK):
             return f"--chart {args.chart}: the folder {folder} is not writable"
         if os.path.splitext(args.chart)[1].lower() not in CHART_SUFFIXES:
