@@ -264,10 +264,11 @@ EVIDENCE = [
     "Rain Ltd is headquartered in Oster.",
     "Cy Moe works for Fen Inc. Fen Inc is headquartered in Vale.",
 ]
-# Row 0's answer: a contradicted step made of the evidence's words (the lexical verifier passes it), a step
-# that is no claim, a supported step, and a contradicted step with a word the evidence lacks (it fails).
+# Row 0's answer: a contradicted step made of one evidence sentence's words (the lexical verifier, by
+# sentence, passes it), a step that is no claim, a supported step, and a contradicted step with a word the
+# evidence lacks (it fails).
 INVENTING = (
-    "Ada Lin works for Rain Ltd. Let me think. Rain Ltd is based in Oster. Ada Lin works for Moon Corp. "
+    "Sun Co works for Ada Lin. Let me think. Rain Ltd is based in Oster. Ada Lin works for Moon Corp. "
     "</think> <answer> Oster </answer>"
 )
 COPYING = "Cy Moe works for Fen Inc. Fen Inc is headquartered in Vale. </think> <answer> Vale </answer>"
