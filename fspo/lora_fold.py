@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from fspo.input_files import InputFileError, read_json
+
 # float32's 24-bit mantissa resolves lora_alpha/r * B A next to W (~2^-24 of W's size); bf16's 8 bits do not.
 FOLD_DTYPE = torch.float32
 # How verl's merger names adapter tensors: peft's names without the adapter name ("default").
@@ -156,7 +158,6 @@ def folded_weights(
 
 
 def read_train_meta(actor_dir: Path) -> dict | None:
-    from fspo.input_files import InputFileError, read_json
 
     path = actor_dir / TRAIN_META
     if not path.exists():
@@ -186,8 +187,6 @@ def fold_merged_model(merged_dir: Path, actor_dir: Path, trust_remote_code: bool
     :data:`FOLD_DTYPE`; returns the line that says what was folded. Checks first (:func:`check_lora_checkpoint`)."""
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
-
-    from fspo.input_files import InputFileError, read_json
 
     adapter_dir = merged_dir / "lora_adapter"
     if not (adapter_dir / "adapter_config.json").is_file():

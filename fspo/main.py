@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.ppo.v1 import trainer_base
 
+from fspo.attention import FLASH_ATTENTION_MODULES, WORKER_IMPORTS_ENV, importable_on_a_gpu_node
 from fspo.cli.arguments import UsageError, check_overrides, refuse
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
 from fspo.config_checks import validate
@@ -173,8 +174,6 @@ def record_gpu_worker_imports() -> None:
     """Decide the attention fallback for the GPU workers, not this GPU-less driver: the flash-attention packages
     a GPU node imports go to :data:`fspo.attention.WORKER_IMPORTS_ENV`, read by the config checks. A value the
     user set is kept; a node that cannot run the check in time leaves the decision to this machine, said in a line."""
-    from fspo.attention import FLASH_ATTENTION_MODULES, WORKER_IMPORTS_ENV, importable_on_a_gpu_node
-
     if WORKER_IMPORTS_ENV in os.environ:
         return
     try:

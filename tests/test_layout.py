@@ -35,7 +35,10 @@ LAZY_IMPORTS = {
     "fspo.verifier_tools.download": {"fspo.config.verifier"},
     "fspo.quickstart.step_report": {"fspo.config.verifier", "fspo.verifiers"},
     # The verifier imports verl, the trainer TRL (the `fdpo` extra): each only when its command runs.
-    "fspo.fdpo.cli": {"fspo.config.verifier", "fspo.verifiers", "fspo.fdpo.trainer"},
+    # ... and the llm rewrite's HTTP client only with `--variants llm`.
+    "fspo.fdpo.cli": {"fspo.config.verifier", "fspo.verifiers", "fspo.fdpo.trainer", "fspo.chat_client"},
+    # `fspo --help` and a mistyped command need no output-folder locks.
+    "fspo.cli": {"fspo.output_dir"},
 }
 
 

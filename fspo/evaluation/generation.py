@@ -8,6 +8,7 @@ from typing import Protocol
 
 from fspo.cpu.compute import torch_compute_dtype
 from fspo.data.templates import render_prompt
+from fspo.input_files import read_hf_config
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,6 @@ def render_prompts(tokenizer, rows: list[dict], prompt_format: str | None = None
 def stored_dtype(model_dir: str | Path) -> str | None:
     """The dtype a model folder's config.json says its weights are stored in (``dtype``, or transformers'
     older ``torch_dtype``), None if it says none."""
-    from fspo.input_files import read_hf_config
-
     if not (Path(model_dir) / "config.json").is_file():  # a hub id: loaded as its own config says
         return None
     config = read_hf_config(Path(model_dir))
