@@ -46,13 +46,13 @@ import torch
 from fspo.advantage import apply_step_labels
 from fspo.data.synthetic import make_rows
 from fspo.data.templates import render_prompt
+from fspo.evaluation.intervals import CONFIDENCE, t_interval
 from fspo.outcome import compute_score
 from fspo.quickstart.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
 from fspo.steps import reasoning_steps
 from fspo.token_labels import labels_from_offsets, token_char_offsets
 
 PROMPT_FORMAT = "chatml-think"  # the quickstart's
-CONFIDENCE = 0.95
 VERDICTS = (CONTRADICTED, SUPPORTED)
 LABEL_SOURCES = ("judge", "lexical")
 ROLLOUT_SOURCES = ("sampled", "scripted")
@@ -386,39 +386,6 @@ def sampled_rollouts(
 # ---------------------------------------------------------------------------------------------
 # Repeats and the interval.
 # ---------------------------------------------------------------------------------------------
-
-
-def t_quantile(probability: float, df: int) -> float:
-    """Student's t quantile by bisection on its CDF (Simpson's rule on the density): no scipy needed."""
-
-    def density(x: float) -> float:
-        return math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)) * (
-            1 + x * x / df
-        ) ** (-(df + 1) / 2)
-
-    def cdf(x: float, intervals: int = 2000) -> float:
-        h = x / intervals
-        total = density(0) + density(x) + sum((4 if i % 2 else 2) * density(i * h) for i in range(1, intervals))
-        return 0.5 + total * h / 3
-
-    low, high = 0.0, 1000.0
-    for _ in range(60):
-        middle = (low + high) / 2
-        low, high = (middle, high) if cdf(middle) < probability else (low, middle)
-    return (low + high) / 2
-
-
-def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float, int]:
-    """(mean, lower, upper, n) of the mean of the finite ``values`` by Student's t; bounds NaN below two values."""
-    values = [v for v in values if math.isfinite(v)]
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan, math.nan, 0
-    mean = statistics.fmean(values)
-    if n == 1:
-        return mean, math.nan, math.nan, 1
-    half = t_quantile(0.5 + confidence / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
-    return mean, mean - half, mean + half, n
 
 
 def summarise(repeats: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:

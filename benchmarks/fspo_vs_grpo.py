@@ -60,6 +60,7 @@ from pathlib import Path
 
 from fspo.cpu.compute import DTYPE_ENV, FLOAT32
 from fspo.data.io import read_rows
+from fspo.evaluation.intervals import CONFIDENCE, t_interval, t_quantile
 from fspo.quickstart.cli import VAL_ROWS, prepare_data, run_overrides, say, train
 from fspo.quickstart.step_report import TRAINING_VERIFIERS, VERIFIER_THRESHOLDS, step_report, validation_samples
 from fspo.quickstart.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
@@ -106,7 +107,6 @@ COMPARISONS = [
     ("fspo", "fdpo"),
 ]
 COMPARED_FIGURES = [("hallucinated_step_rate", "hallucinated-step rate"), ("answer_f1", "answer F1")]
-CONFIDENCE = 0.95
 # The resolution the comparison table sizes a future run for: the seeds a 95% interval of +-0.05 needs.
 TARGET_HALF_WIDTH = 0.05
 # Resamples of the paired bootstrap over held-out questions that estimates the questions' share of the noise.
@@ -331,49 +331,6 @@ def mean_std(values: list[float | None]) -> tuple[float, float, int]:
     if not present:
         return math.nan, math.nan, 0
     return statistics.fmean(present), statistics.stdev(present) if len(present) > 1 else 0.0, len(present)
-
-
-def _t_density(x: float, df: int) -> float:
-    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-    return math.exp(log_norm - (df + 1) / 2 * math.log1p(x * x / df))
-
-
-def _t_cdf(x: float, df: int, intervals: int = 2000) -> float:
-    """P(T <= x) for x >= 0: one half plus the density's integral over [0, x] (Simpson's rule)."""
-    h = x / intervals
-    inner = sum((4 if i % 2 else 2) * _t_density(i * h, df) for i in range(1, intervals))
-    return 0.5 + h / 3 * (_t_density(0.0, df) + inner + _t_density(x, df))
-
-
-@functools.cache
-def t_quantile(probability: float, df: int) -> float:
-    """Student's t quantile: the x with P(T <= x) = ``probability`` (in [0.5, 1)), ``df`` >= 1 degrees of freedom.
-
-    There is no SciPy here: the CDF is integrated numerically and inverted by bisection, to about 1e-6
-    (t(0.975, 2) = 4.3027, t(0.975, 9) = 2.2622)."""
-    if not 0.5 <= probability < 1 or df < 1:
-        raise ValueError(f"t_quantile needs 0.5 <= probability < 1 and df >= 1, got {probability}, {df}")
-    low, high = 0.0, 1.0
-    while _t_cdf(high, df) < probability:
-        low, high = high, 2 * high
-    while high - low > 1e-7:
-        middle = (low + high) / 2
-        low, high = (middle, high) if _t_cdf(middle, df) < probability else (low, middle)
-    return (low + high) / 2
-
-
-def t_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float, int]:
-    """(mean, lower, upper, n): the confidence interval of the mean of ``values`` by Student's t.
-
-    With one value there is no spread to estimate: the bounds are NaN (and everything is NaN with none)."""
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan, math.nan, 0
-    mean = statistics.fmean(values)
-    if n == 1:
-        return mean, math.nan, math.nan, 1
-    half = t_quantile(0.5 + confidence / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
-    return mean, mean - half, mean + half, n
 
 
 def paired_differences(results: list[dict], arm: str, baseline: str, key: str) -> list[tuple[int, float]]:

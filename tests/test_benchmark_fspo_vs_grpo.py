@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fspo.evaluation.intervals import t_interval, t_quantile
+
 _spec = importlib.util.spec_from_file_location(
     "fspo_vs_grpo", Path(__file__).parents[1] / "benchmarks" / "fspo_vs_grpo.py"
 )
@@ -74,14 +76,14 @@ def test_bad_budget_exits_2(capsys):
 # Student's t quantiles at 0.975 from the standard table.
 @pytest.mark.parametrize(("df", "expected"), [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (29, 2.045)])
 def test_t_quantile_matches_the_table(df, expected):
-    assert bench.t_quantile(0.975, df) == pytest.approx(expected, abs=1e-3)
+    assert t_quantile(0.975, df) == pytest.approx(expected, abs=1e-3)
 
 
 def test_t_quantile_approaches_the_normal_and_refuses_nonsense():
-    assert bench.t_quantile(0.975, 10_000) == pytest.approx(1.960, abs=1e-3)
-    assert bench.t_quantile(0.5, 3) == pytest.approx(0.0, abs=1e-6)
+    assert t_quantile(0.975, 10_000) == pytest.approx(1.960, abs=1e-3)
+    assert t_quantile(0.5, 3) == pytest.approx(0.0, abs=1e-6)
     with pytest.raises(ValueError):
-        bench.t_quantile(0.975, 0)
+        t_quantile(0.975, 0)
 
 
 values_lists = st.lists(st.floats(-1, 1, allow_nan=False), min_size=2, max_size=12)
@@ -89,10 +91,10 @@ values_lists = st.lists(st.floats(-1, 1, allow_nan=False), min_size=2, max_size=
 
 @given(values=values_lists, scale=st.floats(0.1, 10), shift=st.floats(-5, 5))
 def test_t_interval_is_centred_on_the_mean_and_moves_with_the_data(values, scale, shift):
-    mean, low, high, n = bench.t_interval(values)
+    mean, low, high, n = t_interval(values)
     assert n == len(values) and low <= mean <= high
     assert mean - low == pytest.approx(high - mean, abs=1e-9)
-    moved = bench.t_interval([scale * v + shift for v in values])
+    moved = t_interval([scale * v + shift for v in values])
     for this, that in zip(moved[:3], (mean, low, high)):
         assert this == pytest.approx(scale * that + shift, abs=1e-6)
 
@@ -100,8 +102,8 @@ def test_t_interval_is_centred_on_the_mean_and_moves_with_the_data(values, scale
 @settings(deadline=None)  # a new confidence level's t quantile is integrated afresh
 @given(values=values_lists)
 def test_a_higher_confidence_gives_a_wider_interval(values):
-    _, low_90, high_90, _ = bench.t_interval(values, confidence=0.90)
-    _, low_95, high_95, _ = bench.t_interval(values)
+    _, low_90, high_90, _ = t_interval(values, confidence=0.90)
+    _, low_95, high_95, _ = t_interval(values)
     assert low_95 <= low_90 + 1e-12 and high_90 <= high_95 + 1e-12
 
 
@@ -112,15 +114,15 @@ def test_t_interval_covers_the_true_mean_95_percent_of_the_time():
     trials = 4000
     covered = 0
     for _ in range(trials):
-        _, low, high, _ = bench.t_interval(list(rng.normal(0.3, 0.1, size=3)))
+        _, low, high, _ = t_interval(list(rng.normal(0.3, 0.1, size=3)))
         covered += low <= 0.3 <= high
     assert 0.935 <= covered / trials <= 0.965
 
 
 def test_t_interval_of_one_or_no_value_has_no_bounds():
-    mean, low, high, n = bench.t_interval([0.2])
+    mean, low, high, n = t_interval([0.2])
     assert (mean, n) == (0.2, 1) and math.isnan(low) and math.isnan(high)
-    assert bench.t_interval([])[3] == 0
+    assert t_interval([])[3] == 0
 
 
 def test_paired_differences_pair_arms_by_seed_and_skip_missing_figures():
@@ -225,8 +227,8 @@ def test_seeds_needed_matches_the_t_table():
 @given(st.floats(0.001, 0.3), st.floats(0.02, 0.3))
 def test_seeds_needed_is_the_fewest_whose_interval_is_narrow_enough(sd, half_width):
     n = bench.seeds_needed(sd, half_width)
-    assert bench.t_quantile(0.975, n - 1) * sd / math.sqrt(n) <= half_width
-    assert n == 2 or bench.t_quantile(0.975, n - 2) * sd / math.sqrt(n - 1) > half_width
+    assert t_quantile(0.975, n - 1) * sd / math.sqrt(n) <= half_width
+    assert n == 2 or t_quantile(0.975, n - 2) * sd / math.sqrt(n - 1) > half_width
 
 
 def _with_questions(run, per_question):

@@ -26,23 +26,10 @@ from fspo.output_dir import (
     remove_output,
     staging_folder,
 )
+from fspo_testing.command_guard import snapshot
 
 NAMES = ("a", "b", "sub", "results.md", "predictions")
 RELATIVE = st.lists(st.sampled_from(NAMES), min_size=1, max_size=3).map("/".join)
-
-
-def snapshot(root: Path) -> dict[str, tuple]:
-    """Every path under ``root`` (links not followed): a file's bytes, a link's target, a folder."""
-    seen = {}
-    for path in sorted(root.rglob("*")):
-        key = path.relative_to(root).as_posix()
-        if path.is_symlink():
-            seen[key] = ("link", os.readlink(path))
-        elif path.is_dir():
-            seen[key] = ("folder",)
-        else:
-            seen[key] = ("file", path.read_bytes())
-    return seen
 
 
 @st.composite

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from fspo.cli import main as fspo_main
 from fspo.output_dir import LOCK, RECORD, OutputConflict, install_staged, release_output_folders, staging_folder
 from fspo.output_dir import main as output_dir_main
 from fspo.quickstart.cli import clear_previous_run
+from fspo_testing.command_guard import snapshot
 
 # Placeholders the test resolves against its scratch folder: an absolute path to a victim outside the folder.
 ABSOLUTE = ("@abs-victim", "@abs-outside/")
@@ -46,20 +46,6 @@ def resolve(entry: str, scratch: Path) -> str:
     return {"@abs-victim": str(scratch / "outside" / "victim.txt"), "@abs-outside/": f"{scratch / 'outside'}/"}.get(
         entry, entry
     )
-
-
-def snapshot(root: Path) -> dict[str, tuple]:
-    """Every path under ``root``, links not followed: a file's bytes, a link's target, a folder."""
-    seen = {}
-    for path in sorted(root.rglob("*")):
-        key = path.relative_to(root).as_posix()
-        if path.is_symlink():
-            seen[key] = ("link", os.readlink(path))
-        elif path.is_dir():
-            seen[key] = ("folder",)
-        else:
-            seen[key] = ("file", path.read_bytes())
-    return seen
 
 
 def build_outside(scratch: Path) -> Path:
