@@ -19,6 +19,7 @@ HHEM of the published layout is read from an offline HF cache (:func:`fspo_testi
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -74,6 +75,23 @@ AT_RECIPE_LEARNING_RATE = ("run_qwen3_4b_lora_1gpu.sh",)
 FULL_FT_TWIN_LEARNING_RATE = "actor_rollout_ref.actor.optim.lr=1e-3"
 
 
+# The modes whose reward is binary correctness (fspo/reward_modes.py): a group mixes right and wrong answers only
+# by chance (each rollout's parity bit from varied_reward.py): 1 in 8 groups of 4 is all one, 1 in 128 of 8.
+BINARY_REWARD_MODES = ("knowrl", "fapo")
+BINARY_REWARD_ROLLOUTS = "actor_rollout_ref.rollout.n=8"
+
+
+def twin_sizes(recipe: str) -> list[str]:
+    """TWIN_SIZES, with 8 rollouts a prompt where the recipe's fspo.mode rewards binary correctness."""
+    try:
+        mode = recipe_value(recipe, "fspo.mode")
+    except subprocess.CalledProcessError:  # the recipe sets no mode: the default, fspo
+        mode = "fspo"
+    if mode not in BINARY_REWARD_MODES:
+        return TWIN_SIZES
+    return [BINARY_REWARD_ROLLOUTS if size.startswith("actor_rollout_ref.rollout.n=") else size for size in TWIN_SIZES]
+
+
 def twin_learning_rate(recipe: str) -> list[str]:
     """The learning-rate override a twin appends (none: the recipe's own)."""
     return [] if recipe in AT_RECIPE_LEARNING_RATE else [FULL_FT_TWIN_LEARNING_RATE]
@@ -81,8 +99,6 @@ def twin_learning_rate(recipe: str) -> list[str]:
 
 def recipe_value(recipe: str, key: str) -> str:
     """The value ``recipes/<recipe>`` gives ``key`` (FSPO_PRINT_OVERRIDE: the last one, as Hydra keeps it)."""
-    import subprocess
-
     process = subprocess.run(
         ["bash", str(REPO / "recipes" / recipe)],
         env={**os.environ, "FSPO_PRINT_OVERRIDE": key},
@@ -95,7 +111,7 @@ def recipe_value(recipe: str, key: str) -> str:
 
 def twin_overrides(recipe: str) -> list[str]:
     """Everything a twin appends to its recipe's overrides, but its paths."""
-    return [*CPU_REPLACEMENTS, *TWIN_SIZES, *twin_learning_rate(recipe), *TWIN_REWARD]
+    return [*CPU_REPLACEMENTS, *twin_sizes(recipe), *twin_learning_rate(recipe), *TWIN_REWARD]
 
 
 TWIN_REWARD = [
