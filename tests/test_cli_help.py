@@ -1,5 +1,5 @@
 """Every command answers ``--help`` with exit 0, every option it lists has help text, and every option the
-READMEs name for a command is one that command has."""
+READMEs and docs/ pages name for a command is one that command has."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import pytest
 
 from fspo.cli import main as fspo_main
 from fspo.data.registry import DATASETS
+from fspo_testing.docs_pages import markdown_pages
 from fspo_testing.warm_python import warm_python
 
 REPO = Path(__file__).resolve().parents[1]
-READMES = ("README.md", "data/README.md", "evaluate/README.md", "recipes/README.md")
+READMES = tuple(markdown_pages())
 
 # Each argparse command, as a user types it (`fspo data <name>` stands for every builder).
 COMMANDS = {
