@@ -13,4 +13,4 @@ REPO = Path(__file__).resolve().parents[1]
 def markdown_pages() -> list[str]:
     """Each page's path relative to the repository, the README first."""
     pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted(REPO.glob("*/README.md"))]
-    return [str(page.relative_to(REPO)) for page in pages if not page.parent.name.startswith(".")]
+    return list(dict.fromkeys(str(page.relative_to(REPO)) for page in pages if not page.parent.name.startswith(".")))
