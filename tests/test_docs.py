@@ -86,6 +86,7 @@ def ignored(paths: set[str]) -> set[str]:
         ["git", "check-ignore", "--no-index", "--stdin"], input="\n".join(sorted(paths)), text=True,
         capture_output=True, cwd=REPO,
     )  # fmt: skip
+    assert result.returncode in (0, 1), f"git check-ignore: {result.stderr.strip()}"  # 1: none ignored
     return set(result.stdout.split())
 
 
