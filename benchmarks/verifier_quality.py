@@ -8,7 +8,7 @@ sources (see `fspo.verifier_tools.labelled`):
   synthetic           synthetic worlds: each gold fact as the evidence states it vs the same fact with its
                       object swapped;
   synthetic-restated  the same claims in other words.
-It prints one figure a line (source, backend, figure, value), then the Markdown table of the README.
+It prints one figure a line (source, backend, figure, value), then the Markdown table of docs/verifiers.md.
 
 The calibrated threshold is the one that maximises balanced accuracy on the held-out rows scored here,
 so "balanced accuracy at the calibrated threshold" is an in-sample optimum; AUROC does not depend on it.

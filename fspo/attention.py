@@ -170,7 +170,7 @@ def attention_fallback(
         overrides=overrides,
         warning=(
             f"fspo: flash-attn is not installed, so the {role.name} falls back to {role.attention_key}="
-            f"{FALLBACK_ATTENTION}{padding_note}; slower, most at long responses (README, 'Without flash-attn'; "
+            f"{FALLBACK_ATTENTION}{padding_note}; slower, most at long responses (docs/install.md, 'Without flash-attn'; "
             "scripts/setup.sh names the flash-attn wheel for this machine)"
         ),
     )

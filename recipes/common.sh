@@ -18,7 +18,7 @@
 #   TOTAL_EPOCHS      trainer.total_epochs                       [3]
 #   SAVE_FREQ / TEST_FREQ   trainer.save_freq / test_freq        [50 / 25]
 #   CKPT_KEEP         checkpoints kept (actor, and critic with GAE) [2]: verl deletes older ones of this run;
-#                     a save needs room for one more (recipes/README.md, "Checkpoints and disk")
+#                     a save needs room for one more (docs/gpu-training.md, "Checkpoints and disk")
 #   PYTHON            interpreter running fspo.main              [.venv/bin/python if set up, else python]
 #   RAY_ADDRESS       an existing Ray cluster to join (ray.init reads it); unset = start a local one
 #   FSPO_DRY_RUN=1    resolve, validate and print the config, start nothing (read by fspo.main)
@@ -119,7 +119,7 @@ FSPO_GPU_OVERRIDES=(
     actor_rollout_ref.rollout.temperature=1.0
     actor_rollout_ref.rollout.tensor_model_parallel_size=2      # GUESS (7-8B in bf16 fits TP=1 too)
     actor_rollout_ref.rollout.gpu_memory_utilization=0.6        # GUESS
-    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4   # 8 would be ~77 of 80 GB on the sdpa path (recipes/README.md memory table)
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4   # 8 would be ~77 of 80 GB on the sdpa path (docs/gpu-training.md memory table)
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4       # as the rollout's
     actor_rollout_ref.ref.fsdp_config.param_offload=true
     fspo.enable=true

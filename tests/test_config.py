@@ -95,10 +95,10 @@ def test_the_yaml_shows_the_dataclass_defaults():
     assert verifier == verifier_defaults
 
 
-def test_the_readme_table_shows_the_dataclass_defaults():
-    """The README's `fspo:` table names each key with the dataclass's default."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("### The `fspo:` block", 1)[1].split("\n### ", 1)[0]
+def test_the_configuration_page_table_shows_the_dataclass_defaults():
+    """docs/configuration.md's `fspo:` table names each key with the dataclass's default."""
+    page = (REPO / "docs" / "configuration.md").read_text()
+    section = page.split("## The `fspo:` block", 1)[1].split("\n## ", 1)[0]
     table = [line for line in section.splitlines() if line.startswith("| `")]
     rows = [line.split("|")[1:3] for line in table if "*" not in line.split("|")[1]]
     assert len(rows) >= 10

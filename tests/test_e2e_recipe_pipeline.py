@@ -1,4 +1,4 @@
-"""Train -> merge -> evaluate on CPU, the way the README tells a user to, with the real scripts.
+"""Train -> merge -> evaluate on CPU, the way docs/quickstart.md tells a user to, with the real scripts.
 
 One step of `recipes/run_cpu.sh` on the session's tiny model, `scripts/merge_checkpoint.sh` on its
 checkpoint, then `fspo evaluate` comparing the merged model with the starting one on a few rows of

@@ -1,7 +1,7 @@
 """The ``fspo.verifier`` block: which step verifier scores (evidence, step) pairs, where it runs, and its options.
 
 One flat dataclass rather than one per backend: every option keeps its place on the command line
-(``fspo.verifier.model_path=...``, as the recipes and the README write it), every option is typed, and
+(``fspo.verifier.model_path=...``, as the recipes and the docs write it), every option is typed, and
 each backend-specific field says in its metadata which backends take it (``backends``). Fields a
 backend does not take are ignored for it with a warning, so one block can carry settings for several
 backends while a user switches ``name``. A backend option left null takes the backend class's own

@@ -45,7 +45,7 @@ EVIDENCE_UNITS = ("whole", "sentence")
 VERIFIER_DTYPES = ("float32", "tf32", "bfloat16", "float16")
 # fspo.verifier.dtype: null on a CUDA device, per model backend (on a CPU: float32). TF32 moved the published
 # architectures' features by ~1e-3 of their size, bf16 by ~1e-2, and bf16's verdict flips near the threshold
-# were several times TF32's (benchmarks/verifier_precision.py; README, "Verifier precision on GPUs").
+# were several times TF32's (benchmarks/verifier_precision.py; docs/verifiers.md, "Verifier precision on GPUs").
 GPU_DTYPES = {"hhem": "tf32", "nli": "tf32", "embedding": "tf32", "minicheck": "tf32", "factcg": "tf32"}
 
 # fspo.label_outside_reasoning: off, or the label every token after the reasoning gets.

@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 
 # The threshold training runs each backend at (``fspo.verifier.threshold``), where it was calibrated: the
-# best balanced accuracy on held-out labelled claims (``fspo verify --labelled``; the README's table).
+# best balanced accuracy on held-out labelled claims (``fspo verify --labelled``; docs/verifiers.md's table).
 # lexical: 1.0 on held-out synthetic facts, for both evidence units, and for the sentence unit also on
 # judge-labelled steps of a trained quickstart policy (benchmarks/judged_steps.py), as the quickstart and
 # recipes/run_cpu.sh train. A backend not
