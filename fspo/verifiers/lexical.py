@@ -14,6 +14,7 @@ Two units of evidence (``evidence_unit``):
 
 from __future__ import annotations
 
+import functools
 import math
 
 from fspo.config.vocabulary import EVIDENCE_UNITS
@@ -33,6 +34,13 @@ def _tokens(text: str) -> frozenset[str]:
     return frozenset(_stem(t) for t in content_tokens(text))
 
 
+@functools.lru_cache(maxsize=1024)
+def _evidence_index(evidence: str) -> tuple[frozenset[str], tuple[frozenset[str], ...]]:
+    """The evidence's tokens, whole and per sentence. Every step of every rollout of a prompt is checked
+    against the same evidence (8 rollouts x ~70 steps at the paper's scale): tokenised once, not per claim."""
+    return _tokens(evidence), tuple(_tokens(sentence) for sentence in split_sentences(evidence))
+
+
 def lexical_support(evidence: str, claim: str) -> float:
     """Fraction of the claim's distinct content tokens that occur in the evidence.
 
@@ -46,14 +54,14 @@ def lexical_support(evidence: str, claim: str) -> float:
     claim_tokens = _tokens(claim)
     if not claim_tokens:
         return UNVERIFIABLE
-    return len(claim_tokens & _tokens(evidence)) / len(claim_tokens)
+    return len(claim_tokens & _evidence_index(evidence)[0]) / len(claim_tokens)
 
 
-def _within_a_sentence(tokens: frozenset[str], sentences: list[frozenset[str]]) -> bool:
+def _within_a_sentence(tokens: frozenset[str], sentences: tuple[frozenset[str], ...]) -> bool:
     return not tokens or any(tokens <= sentence for sentence in sentences)
 
 
-def linked_support(clause: str, sentences: list[frozenset[str]]) -> bool:
+def linked_support(clause: str, sentences: tuple[frozenset[str], ...]) -> bool:
     """Whether ``clause`` is a chain of pieces, each within one evidence sentence, consecutive pieces sharing
     the name where one ends and the next begins (:func:`fspo.verifiers.clauses.link_cuts`)."""
     clause_words = words(clause)
@@ -85,8 +93,7 @@ def clause_support(evidence: str, claim: str) -> float:
     claim_tokens = _tokens(claim)
     if not claim_tokens:
         return UNVERIFIABLE
-    evidence_tokens = _tokens(evidence)
-    sentences = [_tokens(sentence) for sentence in split_sentences(evidence)]
+    evidence_tokens, sentences = _evidence_index(evidence)
     unsupported = set(claim_tokens - evidence_tokens)
     for clause in split_clauses(claim):
         tokens = _tokens(clause) & claim_tokens
