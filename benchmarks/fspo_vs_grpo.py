@@ -198,11 +198,16 @@ def fdpo_model(seed: int, args, model: Path, train_file: Path, out: Path, clock:
     evaluate_benchmark(generator, generator.tokenizer, rows, out / "samples.jsonl", PROMPT_FORMAT, description="fdpo")
     threshold = str(calibrated_threshold("lexical"))
     build = ["build-pairs", str(out / "samples.jsonl"), "--verifier", "lexical", "--threshold", threshold]
-    if fdpo_main([*build, "--out", str(out / "pairs.jsonl")]) != 0:
+    if fdpo_main([*build, "--pairs", str(out / "pairs.jsonl")]) != 0:
         raise SystemExit(f"[fdpo seed {seed}] no F-DPO pairs (see above)")
     say(clock, f"[fdpo seed {seed}] training the pairs with F-DPO")
-    fit = ["train", "--model", str(model), "--pairs", str(out / "pairs.jsonl"), "--out", str(out / "model")]
-    if fdpo_main([*fit, "--lr", str(FDPO_LR), "--batch-size", str(FDPO_PAIRS_PER_UPDATE), "--seed", str(seed)]) != 0:
+    fit = ["train", "--model", str(model), "--pairs", str(out / "pairs.jsonl"), "--output-dir", str(out / "model")]
+    if (
+        fdpo_main(
+            [*fit, "--learning-rate", str(FDPO_LR), "--batch-size", str(FDPO_PAIRS_PER_UPDATE), "--seed", str(seed)]
+        )
+        != 0
+    ):
         raise SystemExit(f"[fdpo seed {seed}] F-DPO training failed (see above)")
     return out / "model"
 

@@ -305,8 +305,8 @@ def record_commands(path: Path, work: Path, model: Path) -> dict[str, list[str]]
     """The command that reads each record kind, given a file of that kind (kinds only read inside a longer
     command, the judge's verdicts, verl's dumps, are covered at the reader: test_every_record_kind_...)."""
     return {
-        "Prediction": ["fdpo", "build-pairs", str(path), "--out", str(work / "pairs.jsonl"), "--verifier", "lexical"],
-        "Pair": ["fdpo", "train", "--model", str(model), "--pairs", str(path), "--out", str(work / "dpo")],
+        "Prediction": ["fdpo", "build-pairs", str(path), "--pairs", str(work / "pairs.jsonl"), "--verifier", "lexical"],
+        "Pair": ["fdpo", "train", "--model", str(model), "--pairs", str(path), "--output-dir", str(work / "dpo")],
         "LabelledClaim": ["verify", "--labelled", str(path), "--verifier", "lexical"],
         "VerifyRow": ["verify", str(path), "--verifier", "lexical"],
     }

@@ -163,7 +163,7 @@ def test_fdpo_train_at_its_defaults_computes_the_authors_loss(tiny_policy, tmp_p
     from fspo.fdpo.cli import build_parser, train_settings
     from fspo.fdpo.trainer import build_trainer
 
-    defaults = train_settings(build_parser().parse_args(["train", "--model", "m", "--pairs", "p", "--out", "o"]))
+    defaults = train_settings(build_parser().parse_args(["train", "--model", "m", "--pairs", "p", "--output-dir", "o"]))
     assert (defaults["beta"], defaults["factuality_lambda"]) == (FDPO_BETA, FDPO_LAMBDA) == (0.1, 10.0)
     pairs = [
         {"prompt": "Q: where? A:", "chosen": " Paris.", "rejected": " Mars.", "fdpo_margin_weight": 1},
@@ -191,7 +191,7 @@ def test_build_pairs_then_train_gives_a_model_evaluate_loads(tiny_policy, tmp_pa
     }
     predictions.write_text(json.dumps(record) + "\n")
     pairs = tmp_path / "pairs.jsonl"
-    assert fdpo_main(["build-pairs", str(predictions), "--verifier", "lexical", "--out", str(pairs)]) == 0
+    assert fdpo_main(["build-pairs", str(predictions), "--verifier", "lexical", "--pairs", str(pairs)]) == 0
     rows = [json.loads(line) for line in pairs.read_text().splitlines()]
     # The hallucinated right answer loses to both factual responses (to the wrong one by a flip); the best factual
     # response gets a synthetic variant, its employer swapped for the other name the evidence gives.
@@ -205,7 +205,17 @@ def test_build_pairs_then_train_gives_a_model_evaluate_loads(tiny_policy, tmp_pa
     out = capsys.readouterr().out
     assert "4 pairs from 1 prompts" in out and "2 pairs flipped, 3 with a factuality margin; 1 synthetic" in out
     out = tmp_path / "model"
-    args = ["train", "--model", str(tiny_policy), "--pairs", str(pairs), "--out", str(out), "--lr", "1e-3"]
+    args = [
+        "train",
+        "--model",
+        str(tiny_policy),
+        "--pairs",
+        str(pairs),
+        "--output-dir",
+        str(out),
+        "--learning-rate",
+        "1e-3",
+    ]
     assert fdpo_main([*args, "--batch-size", "4", "--max-length", "64"]) == 0
     from safetensors.torch import load_file
 
@@ -231,7 +241,7 @@ def test_llm_variants_are_the_authors_rewrite_over_a_chat_server(chat_server, tm
     }
     predictions.write_text(json.dumps(record) + "\n")
     pairs = tmp_path / "pairs.jsonl"
-    args = ["build-pairs", str(predictions), "--verifier", "lexical", "--out", str(pairs), "--variants", "llm"]
+    args = ["build-pairs", str(predictions), "--verifier", "lexical", "--pairs", str(pairs), "--variants", "llm"]
     assert fdpo_main([*args, "--variant-url", server.url]) == 0
     rows = [json.loads(line) for line in pairs.read_text().splitlines()]
     assert (rows[-1]["chosen"], rows[-1]["rejected"], rows[-1]["flipped"], rows[-1]["source"]) == (
@@ -248,8 +258,8 @@ def test_llm_variants_are_the_authors_rewrite_over_a_chat_server(chat_server, tm
 
 
 def test_bad_inputs_get_one_line(tmp_path, capsys):
-    assert fdpo_main(["build-pairs", str(tmp_path / "none.jsonl"), "--verifier", "lexical", "--out", "x"]) == 2
-    assert fdpo_main(["train", "--model", str(tmp_path), "--pairs", "p", "--out", str(tmp_path / "o")]) == 2
+    assert fdpo_main(["build-pairs", str(tmp_path / "none.jsonl"), "--verifier", "lexical", "--pairs", "x"]) == 2
+    assert fdpo_main(["train", "--model", str(tmp_path), "--pairs", "p", "--output-dir", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and err[0].startswith("fspo fdpo build-pairs: ") and "does not exist" in err[0]
     assert err[1].startswith("fspo fdpo train: --model")

@@ -118,7 +118,7 @@ def run(command: str, out: Path, staged: list[str]) -> str | None:
                 with contextlib.redirect_stderr(err):
                     status = output_dir_main(["install", f"--command={command}", str(staging), str(out)])
             else:
-                install_staged(staging, out, "--out", command)
+                install_staged(staging, out, "--output-dir", command)
                 status = 0
     except OutputConflict as error:
         return str(error)

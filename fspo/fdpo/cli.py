@@ -2,8 +2,8 @@
 
     fspo evaluate --model base=/models/Qwen2.5-7B-Instruct --data data/hotpotqa/train.parquet \
         --samples 8 --temperature 1.0 --output-dir samples
-    fspo fdpo build-pairs samples/<predictions>.jsonl --verifier hhem --out pairs.jsonl
-    fspo fdpo train --model /models/Qwen2.5-7B-Instruct --pairs pairs.jsonl --out fdpo_model
+    fspo fdpo build-pairs samples/<predictions>.jsonl --verifier hhem --pairs pairs.jsonl
+    fspo fdpo train --model /models/Qwen2.5-7B-Instruct --pairs pairs.jsonl --output-dir fdpo_model
 
 ``build-pairs`` reads ``fspo evaluate``'s predictions (each row's rendered prompt, evidence, sampled responses
 and their outcome scores), labels every response factual or hallucinated with a step verifier (every judged
@@ -57,10 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     build = commands.add_parser("build-pairs", help="F-DPO pairs from `fspo evaluate` predictions (sampled responses)")
     build.add_argument("predictions", nargs="+", help="predictions JSONL written by `fspo evaluate` (--samples >= 2)")
     build.add_argument(
-        "--out",
+        "--pairs",
         required=True,
-        type=output_option("fspo fdpo build-pairs", "--out", file=True),
-        help="the pairs JSONL to write",
+        type=output_option("fspo fdpo build-pairs", "--pairs", file=True),
+        help="the pairs JSONL to write (what `fspo fdpo train --pairs` reads)",
     )
     build.add_argument("--verifier", default="hhem", choices=VERIFIER_NAMES, help="step verifier (default hhem)")
     build.add_argument(
@@ -89,9 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--model", required=True, help="the Hugging Face model folder to start from")
     fit.add_argument("--pairs", required=True, help="pairs JSONL from `fspo fdpo build-pairs`")
     fit.add_argument(
-        "--out",
+        "--output-dir",
         required=True,
-        type=output_option("fspo fdpo train", "--out"),
+        type=output_option("fspo fdpo train", "--output-dir"),
         help="folder for the trained Hugging Face model",
     )
     fit.add_argument(
@@ -108,7 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"F-DPO's factuality margin lambda, inside beta (default {FDPO_LAMBDA:g}; its authors sweep "
         f"{', '.join(map(str, FDPO_LAMBDA_SWEEP))}; 0 = plain DPO)",
     )
-    fit.add_argument("--lr", type=POSITIVE_LOSS_TERM.parse, default=5e-7, help="learning rate (default 5e-7)")
+    fit.add_argument(
+        "--learning-rate", type=POSITIVE_LOSS_TERM.parse, default=5e-7, help="learning rate (default 5e-7)"
+    )
     fit.add_argument("--epochs", type=EPOCHS.parse, default=1.0, help="epochs over the pairs (default 1)")
     fit.add_argument("--batch-size", type=COUNT.parse, default=8, help="pairs per device step (default 8)")
     fit.add_argument(
@@ -123,7 +125,7 @@ def train_settings(args) -> dict:
     return {
         "beta": args.beta,
         "factuality_lambda": args.factuality_lambda,
-        "learning_rate": args.lr,
+        "learning_rate": args.learning_rate,
         "epochs": args.epochs,
         "batch_size": args.batch_size,
         "max_length": args.max_length,
@@ -253,10 +255,10 @@ def build_pairs(args, verifier, threshold: float) -> int:
             "no pairs: every prompt's samples tie in score and factuality; sample more responses per prompt "
             "(fspo evaluate --samples 8 --temperature 1.0)"
         )
-    folder, name = pairs_file(args.out)
-    write_text_atomically(check_output_paths("--out", folder, [name], "fspo fdpo build-pairs") / name, "".join(lines))
+    folder, name = pairs_file(args.pairs)
+    write_text_atomically(check_output_paths("--pairs", folder, [name], "fspo fdpo build-pairs") / name, "".join(lines))
     print(
-        f"fspo fdpo: {counts['pairs']} pairs from {counts['prompts']} prompts -> {args.out}; "
+        f"fspo fdpo: {counts['pairs']} pairs from {counts['prompts']} prompts -> {args.pairs}; "
         f"{counts['hallucinated']}/{counts['responses']} responses hallucinated ({counts['unlabelled']} with no judged "
         f"step: paired by score only), {counts['flipped']} pairs flipped, {counts['margin']} with a factuality "
         f"margin; {len(variants)} synthetic hallucinated variants ({args.variants}), {flagged} of them hallucinated "
@@ -271,11 +273,11 @@ MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "to
 
 
 def pairs_file(out: str) -> tuple[str, str]:
-    """``--out`` of build-pairs as (its folder, its name): the folder is the output folder fspo.output_dir's rule
+    """``--pairs`` of build-pairs as (its folder, its name): the folder is the output folder fspo.output_dir's rule
     holds for (a user's file of that name is refused, never replaced)."""
     folder, name = os.path.split(os.path.abspath(os.path.expanduser(out)))
     if not name:
-        raise UsageError(f"--out {out}: name the pairs file (e.g. pairs.jsonl), not a folder")
+        raise UsageError(f"--pairs {out}: name the pairs file (e.g. pairs.jsonl), not a folder")
     return folder, name
 
 
@@ -288,8 +290,8 @@ def main(argv: list[str] | None = None) -> int:
             check_count("--variants-per-prompt", args.variants_per_prompt)
             if args.variants == "llm" and not args.variant_url:
                 raise UsageError("--variants llm needs --variant-url (an OpenAI-compatible server)")
-            folder, name = pairs_file(args.out)
-            check_output_paths("--out", folder, [name], prog, record=False)  # before minutes of scoring
+            folder, name = pairs_file(args.pairs)
+            check_output_paths("--pairs", folder, [name], prog, record=False)  # before minutes of scoring
             threshold = calibrated_threshold(args.verifier) if args.threshold is None else args.threshold
             # Lazy: the verifier's config and backends import verl (seconds), after the arguments are checked.
             from fspo.config.verifier import verifier_config
@@ -302,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError(str(error)) from None
             return build_pairs(args, verifier, threshold)
         check_model_dir("--model", args.model)
-        check_output_paths("--out", args.out, MODEL_FILES, prog, record=False)  # before the model loads
-        for flag, value in (("--beta", args.beta), ("--lr", args.lr), ("--epochs", args.epochs)):
+        check_output_paths("--output-dir", args.output_dir, MODEL_FILES, prog, record=False)  # before the model loads
+        for flag, value in (("--beta", args.beta), ("--learning-rate", args.learning_rate), ("--epochs", args.epochs)):
             check_positive_number(flag, value)
         if not (args.factuality_lambda >= 0 and math.isfinite(args.factuality_lambda)):
             raise UsageError(f"--lambda must be a finite number >= 0, got {args.factuality_lambda}")
@@ -318,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             pairs = read_pairs(args.pairs)
         except (OSError, ValueError) as error:
             raise UsageError(str(error)) from None
-        out = train(args.model, pairs, args.out, **train_settings(args))
+        out = train(args.model, pairs, args.output_dir, **train_settings(args))
         print(f"fspo fdpo: trained {len(pairs)} pairs -> {out} (a Hugging Face model: fspo evaluate --model {out})")
         return 0
     except UsageError as error:

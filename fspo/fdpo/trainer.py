@@ -95,7 +95,7 @@ def train(
         trainer.train()
         trainer.save_model(str(staging))
         trainer.processing_class.save_pretrained(str(staging))
-        install_staged(staging, output_dir, "--out", command)
+        install_staged(staging, output_dir, "--output-dir", command)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return output_dir
