@@ -37,6 +37,30 @@ def test_every_option_of_every_command_has_help_text(parsers):
     assert missing == []
 
 
+def test_fspo_version_is_the_installed_package_s(capsys):
+    import importlib.metadata
+
+    assert fspo_main(["--version"]) == 0
+    assert capsys.readouterr().out == f"fspo {importlib.metadata.version('fspo')}\n"
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
+    """`fspo verify rows.jsonl --json | head -1`: was a BrokenPipeError traceback. The rows' output (~300 KB)
+    outgrows the pipe's buffer, so the writer meets the closed pipe whatever the timing."""
+    rows = tmp_path / "rows.jsonl"
+    row = '{"evidence": "Paris is the capital of France.", "response": "<think>Paris is the capital.</think>"}\n'
+    rows.write_text(row * 3000)
+    result = subprocess.run(
+        ["bash", "-c", f"'{warm_python()}' -m fspo.cli verify '{rows}' --verifier lexical --json | head -1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert result.stdout.startswith('{"row": 1,') and result.stdout.count("\n") == 1
+    assert result.stderr == ""
+
+
 def test_fspo_train_help_exits_0():
     result = subprocess.run(
         [warm_python(), "-m", "fspo.cli", "train", "--help"], capture_output=True, text=True, timeout=300, cwd=REPO

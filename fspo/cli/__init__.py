@@ -8,6 +8,8 @@ callable taking ``argv``.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import os
 import sys
 from collections.abc import Callable, Mapping
 
@@ -35,7 +37,7 @@ SUBCOMMANDS: dict[str, Command] = {
 
 def usage(prog: str, commands: Mapping[str, Command], noun: str = "command") -> str:
     width = max(len(name) for name in commands) + 1
-    lines = [f"usage: {prog} <{noun}> [args]", "", f"{noun}s:"]
+    lines = [f"usage: {prog} <{noun}> [args]" + ("  |  fspo --version" if prog == "fspo" else ""), "", f"{noun}s:"]
     lines += [f"  {name:<{width}} {help_}" for name, (_, help_) in commands.items()]
     return "\n".join(lines)
 
@@ -66,12 +68,27 @@ def dispatch(prog: str, commands: Mapping[str, Command], argv: list[str] | None,
         release_output_folders()  # the output folders this command claimed: their locks end with it
 
 
+# The exit status of a command whose reader went away (`fspo verify rows.jsonl --json | head -1`): 128 + SIGPIPE,
+# as a shell reports a tool that SIGPIPE ended.
+BROKEN_PIPE_STATUS = 141
+
+
 def main(argv: list[str] | None = None) -> int:
     # A file name that is not UTF-8 reaches Python as text with surrogates: printed escaped, not a crash.
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
-    return dispatch("fspo", SUBCOMMANDS, argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:
+        print(f"fspo {importlib.metadata.version('fspo')}")
+        return 0
+    try:
+        return dispatch("fspo", SUBCOMMANDS, argv)
+    except BrokenPipeError:
+        # Quietly, as a Unix tool ends: stdout now points at /dev/null so that the interpreter's last flush of
+        # what the reader never took does not raise again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_STATUS
 
 
 if __name__ == "__main__":
