@@ -67,3 +67,12 @@ def test_fspo_train_help_exits_0():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "fspo" in result.stdout
+
+
+def test_the_backend_lists_in_help_are_the_registry_s(parsers):
+    """Was: `fspo verify --help` named 5 backends of 7, `fspo verifier download --help` 3 of the 5 that load weights."""
+    from fspo.config.vocabulary import MODEL_BACKENDS, VERIFIER_NAMES
+
+    for command, names in (("fspo verify", VERIFIER_NAMES), ("fspo verifier download", MODEL_BACKENDS)):
+        shown = " ".join(parsers[command].format_help().split())
+        assert all(name in shown for name in names), (command, shown)

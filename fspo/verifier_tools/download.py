@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fspo.config.vocabulary import ConfigError
+from fspo.config.vocabulary import MODEL_BACKENDS, VERIFIER_NAMES, ConfigError
 from fspo.hub_deadline import bound_hub_requests
 from fspo.preflight import (
     HubProbe,
@@ -115,7 +115,11 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("name", help="the backend: hhem, nli or embedding (lexical and llm_judge load no weights)")
+    parser.add_argument(
+        "name",
+        help=f"the backend: {', '.join(MODEL_BACKENDS)} (the others, "
+        f"{', '.join(name for name in VERIFIER_NAMES if name not in MODEL_BACKENDS)}, load no weights)",
+    )
     parser.add_argument(
         "--model-path", default=None, help="hub id or folder (default: the backend's, e.g. HHEM-2.1-Open)"
     )

@@ -96,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--verifier",
         default="lexical",
-        help="lexical, embedding, hhem, nli or llm_judge (default: lexical)",
+        help=f"the backend: {', '.join(VERIFIER_NAMES)} (default: lexical)",
     )
     parser.add_argument(
         "--threshold",
