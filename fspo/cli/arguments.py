@@ -6,12 +6,25 @@ Each command keeps its own checks in its own module; what several share lives he
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import sys
 from pathlib import Path
 
 from fspo.input_files import InputFileError, read_hf_config
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every fspo command's help: the description as written, and each option's text ending in its default
+    unless the text already says it (or there is none worth saying: no value, off, an empty list)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        unsaid = action.default in (None, False, [], argparse.SUPPRESS) or "default" in text
+        if unsaid or not action.option_strings:
+            return text
+        return f"{text} (default %(default)s)"
 
 
 class UsageError(ValueError):

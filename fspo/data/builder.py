@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fspo.cli.arguments import UsageError, check_count
+from fspo.cli.arguments import HelpFormatter, UsageError, check_count
 from fspo.config.numeric_options import COUNT, SEED
 from fspo.data.io import SourceFileError, make_row, read_hub, read_records, source_files, write_parquet
 from fspo.data.templates import PROMPT_FORMATS, build_messages, count_prompt_tokens
@@ -148,7 +148,9 @@ def load_split(spec: DatasetSpec, split: str, args: argparse.Namespace) -> list[
 
 
 def make_parser(spec: DatasetSpec) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"fspo data {spec.name}", description=spec.description)
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, prog=f"fspo data {spec.name}", description=spec.description
+    )
     parser.add_argument("--input", help="local source file or folder (default: offline package, else the HF hub)")
     parser.add_argument(
         "--output-dir",

@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fspo.cli.arguments import refuse
+from fspo.cli.arguments import HelpFormatter, refuse
 from fspo.config.numeric_options import COUNT
 from fspo.data.io import text_list
 from fspo.data.templates import check_prompt_format, count_prompt_tokens
@@ -346,6 +346,7 @@ def format_report(report: FileReport) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         prog="fspo data check",
         description="Report what parquet files hold and whether they can train (exit 1 when one cannot).",
     )

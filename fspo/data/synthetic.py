@@ -16,7 +16,7 @@ import re
 import sys
 from collections.abc import Callable
 
-from fspo.cli.arguments import UsageError, check_count, refuse
+from fspo.cli.arguments import HelpFormatter, UsageError, check_count, refuse
 from fspo.config.numeric_options import NON_NEGATIVE_COUNT, SEED
 from fspo.data.builder import Example
 from fspo.data.io import make_row, write_parquet
@@ -248,7 +248,9 @@ def make_rows(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fspo data synthetic", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, prog="fspo data synthetic", description=__doc__.splitlines()[0]
+    )
     parser.add_argument(
         "--output-dir",
         type=output_option("fspo data synthetic", "--output-dir"),

@@ -1,4 +1,4 @@
-"""`fspo evaluate`: evaluate model directories on prepared benchmark parquet files.
+r"""`fspo evaluate`: evaluate model directories on prepared benchmark parquet files.
 
     fspo evaluate --model fspo=runs/fspo/merged --model base=/models/Qwen2.5-7B \
         --data data/gsm8k/test.parquet --data data/aime2025/test.parquet --output-dir eval_out \
@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from fspo.chat_client import ChatClient
-from fspo.cli.arguments import UsageError, check_count, check_model_dir, check_probability, refuse
+from fspo.cli.arguments import HelpFormatter, UsageError, check_count, check_model_dir, check_probability, refuse
 from fspo.config.numeric_options import (
     COUNT,
     LOSS_TERM,
@@ -66,9 +66,7 @@ def named_path(spec: str) -> tuple[str, Path]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--model", action="append", required=True, type=named_path, help="model directory (repeatable)")
     parser.add_argument(
         "--data",

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from fspo.atomic_file import write_text_atomically
 from fspo.cli.arguments import (
+    HelpFormatter,
     UsageError,
     check_count,
     check_model_dir,
@@ -52,9 +53,15 @@ from fspo.verifier_tools.verify import verifier_options
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fspo fdpo", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, prog="fspo fdpo", description=__doc__.split("\n\n")[0]
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    build = commands.add_parser("build-pairs", help="F-DPO pairs from `fspo evaluate` predictions (sampled responses)")
+    build = commands.add_parser(
+        "build-pairs",
+        formatter_class=HelpFormatter,
+        help="F-DPO pairs from `fspo evaluate` predictions (sampled responses)",
+    )
     build.add_argument("predictions", nargs="+", help="predictions JSONL written by `fspo evaluate` (--samples >= 2)")
     build.add_argument(
         "--pairs",
@@ -85,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--variant-model", default="default", help="--variants llm: the model name sent")
     build.add_argument("--variant-api-key-env", help="--variants llm: environment variable holding the API key")
     build.add_argument("--seed", type=SEED.parse, default=0, help="seed of the swap corruption (default 0)")
-    fit = commands.add_parser("train", help="train pairs with TRL's DPOTrainer and F-DPO's margin")
+    fit = commands.add_parser(
+        "train", formatter_class=HelpFormatter, help="train pairs with TRL's DPOTrainer and F-DPO's margin"
+    )
     fit.add_argument("--model", required=True, help="the Hugging Face model folder to start from")
     fit.add_argument("--pairs", required=True, help="pairs JSONL from `fspo fdpo build-pairs`")
     fit.add_argument(

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from fspo.atomic_file import write_text_atomically
-from fspo.cli.arguments import UsageError, check_model_dir, check_overrides
+from fspo.cli.arguments import HelpFormatter, UsageError, check_model_dir, check_overrides
 from fspo.config.numeric_options import COUNT, SEED
 from fspo.data.io import read_rows, write_parquet
 from fspo.data.synthetic import make_rows
@@ -62,7 +62,7 @@ PROG = "fspo quickstart"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--steps", type=COUNT.parse, default=12, help="training steps (default 12: about 11 minutes on 2 CPU cores)"
     )

@@ -18,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from fspo.cli.arguments import HelpFormatter
 from fspo.config.vocabulary import MODEL_BACKENDS, VERIFIER_NAMES, ConfigError
 from fspo.hub_deadline import bound_hub_requests
 from fspo.preflight import (
@@ -113,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fspo verifier download",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "name",

@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from fspo.cli.arguments import UsageError, check_count, check_model_dir, check_positive_number, refuse
+from fspo.cli.arguments import HelpFormatter, UsageError, check_count, check_model_dir, check_positive_number, refuse
 from fspo.config.numeric_options import COUNT, POSITIVE_LOSS_TERM, SEED
 from fspo.output_dir import check_output_paths, install_staged, output_option, staging_folder
 from fspo.preflight import minilm_path
@@ -219,7 +219,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fspo verifier train",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "--data",

@@ -28,6 +28,7 @@ import sys
 import time
 
 from fspo.atomic_file import replacing
+from fspo.cli.arguments import HelpFormatter
 from fspo.config.numeric_options import COUNT, PROBABILITY, SEED, VERIFIER_NUMBERS
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evidence import evidence_text
@@ -71,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fspo verify",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("input", nargs="?", help="JSONL file with {evidence, response} rows ('-' reads stdin)")
     parser.add_argument(
