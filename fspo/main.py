@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 import hydra
 import ray
@@ -19,7 +20,7 @@ from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.ppo.v1 import trainer_base
 
 from fspo.attention import FLASH_ATTENTION_MODULES, WORKER_IMPORTS_ENV, importable_on_a_gpu_node
-from fspo.cli.arguments import UsageError, check_overrides, refuse
+from fspo.cli.arguments import UsageError, check_override_keys, check_overrides, refuse
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
 from fspo.config_checks import validate
 from fspo.cpu import cpu_mode_requested
@@ -107,7 +108,11 @@ def dry_run_requested() -> bool:
     return os.environ.get("FSPO_DRY_RUN", "0").lower() in ("1", "true", "yes")
 
 
-@hydra.main(config_path="config", config_name="fspo_trainer", version_base=None)
+CONFIG_DIR = Path(__file__).with_name("config")
+CONFIG_NAME = "fspo_trainer"
+
+
+@hydra.main(config_path="config", config_name=CONFIG_NAME, version_base=None)
 def _hydra_main(config: DictConfig) -> None:
     try:
         if dry_run_requested():
@@ -238,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         # Hydra's own flags (--help, --cfg job, ...) are its to read; the overrides are checked here.
-        check_overrides(get_args_parser().parse_known_args(args)[0].overrides)
+        overrides = get_args_parser().parse_known_args(args)[0].overrides
+        check_overrides(overrides)
+        check_override_keys(overrides, CONFIG_DIR, CONFIG_NAME)
     except UsageError as error:
         return refuse("fspo", error)
     if dry_run_requested():

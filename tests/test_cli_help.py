@@ -89,3 +89,39 @@ def test_every_option_with_a_default_says_it_in_its_help(parsers):
             if action.default not in (None, False, [], argparse.SUPPRESS) and "default" not in shown:
                 unsaid.append((command, action.option_strings))
     assert unsaid == []
+
+
+@pytest.fixture(scope="module")
+def config_keys():
+    from fspo.cli.arguments import known_config_keys
+    from fspo.main import CONFIG_DIR
+
+    return sorted(known_config_keys(CONFIG_DIR))
+
+
+def test_a_mistyped_config_key_is_one_line_naming_the_key_it_resembles(config_keys):
+    """`fspo.verifier.nme=hhem` (no +) was Hydra's six lines suggesting +fspo.verifier.nme. Typos of real keys
+    (a letter dropped from the last part), each confirmed by composing the config as Hydra will."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from fspo.cli.arguments import UsageError, check_override_keys
+    from fspo.main import CONFIG_DIR, CONFIG_NAME
+
+    leaves = [k for k in config_keys if k.count(".") >= 2 and len(k.rsplit(".", 1)[1]) >= 5]
+
+    @settings(max_examples=6, deadline=None, database=None)
+    @given(st.sampled_from(leaves), st.integers(min_value=0, max_value=100))
+    def typo_is_named(key, at):
+        head, last = key.rsplit(".", 1)
+        typo = f"{head}.{last[: at % len(last)]}{last[at % len(last) + 1 :]}"
+        if typo in config_keys:
+            return
+        with pytest.raises(UsageError) as refused:
+            check_override_keys([f"{typo}=1"], CONFIG_DIR, CONFIG_NAME)
+        message = str(refused.value)
+        assert "\n" not in message and message.startswith(f"{typo}: no such config key") and key in message
+
+    typo_is_named()
+    # Known keys and keys of one's own (+) pass without composing anything.
+    check_override_keys([f"{k}=1" for k in leaves[:50]] + ["+my.own.key=1", "~trainer.logger"], CONFIG_DIR, CONFIG_NAME)

@@ -105,3 +105,68 @@ def check_overrides(overrides: list[str]) -> None:
         except HydraException as error:
             reason = " ".join(str(error).split())[:160]
             raise UsageError(f"override {shown!r} is not a Hydra override key=value ({reason})") from None
+
+
+def _config_keys(node, prefix: str = "") -> set[str]:
+    from omegaconf import OmegaConf
+
+    keys = set()
+    if OmegaConf.is_dict(node):
+        for key in node.keys():
+            keys.add(f"{prefix}{key}")
+            keys |= _config_keys(node._get_node(key), f"{prefix}{key}.")
+    return keys
+
+
+def known_config_keys(config_dir: Path) -> set[str]:
+    """Every key of verl's PPO trainer config (its generated, flattened file) and of the YAML files in
+    ``config_dir`` (fspo_trainer.yaml and its platform presets)."""
+    from omegaconf import OmegaConf
+    from verl.trainer import config as verl_config
+
+    files = [Path(verl_config.__file__).with_name("_generated_ppo_trainer.yaml"), *config_dir.rglob("*.yaml")]
+    keys = set()
+    for path in files:
+        node = OmegaConf.load(path)
+        keys |= _config_keys(node)
+    return keys
+
+
+def check_override_keys(overrides: list[str], config_dir: Path, config_name: str) -> None:
+    """A plain ``key=value`` whose key the config does not have is one line naming the keys it resembles.
+
+    Hydra refuses it too, in six lines that suggest ``+key`` (a new key), which is rarely what a typo wants.
+    A key not found among :func:`known_config_keys` is confirmed by composing the config as Hydra will
+    (about a second, paid only then), so a key this list misses is never refused here.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    dotted = [o for o in parsed if not (o.is_add() or o.is_delete() or o.is_force_add()) and "." in o.key_or_group]
+    if not dotted:
+        return
+    known = known_config_keys(config_dir)
+    unknown = [o.key_or_group for o in dotted if o.key_or_group not in known and "/" not in o.key_or_group]
+    if not unknown or _composes(overrides, config_dir, config_name):
+        return
+    import difflib
+
+    key = unknown[0]
+    siblings = [name for name in known if name.count(".") == key.count(".")]  # a typo keeps the depth
+    close = difflib.get_close_matches(key, siblings, n=3, cutoff=0.75)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    raise UsageError(f"{key}: no such config key; {hint}(a key of your own takes a +: +{key}=...)")
+
+
+def _composes(overrides: list[str], config_dir: Path, config_name: str) -> bool:
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        try:
+            compose(config_name=config_name, overrides=overrides)
+        except ConfigCompositionException:
+            return False
+        except Exception:  # noqa: BLE001 - any other fault is Hydra's to report, as it will at launch
+            return True
+    return True
