@@ -19,11 +19,14 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# Each test process keeps its Ray clusters in a temp folder of its own. `ray.init()` without an address joins
-# the cluster named by <temp>/ray/ray_current_cluster, which ray.cluster_utils.Cluster writes: one xdist
-# worker's simulated cluster would otherwise take in the next `ray.init(num_cpus=...)` of the other worker
-# (or of its trainer subprocesses) and fail it ("When connecting to an existing cluster ...").
-os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix=f"ray-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-"))
+# Each xdist worker keeps its Ray clusters in a temp folder of its own (the controller's, which the workers
+# inherit, is replaced). `ray.init()` without an address joins the cluster named by
+# <temp>/ray/ray_current_cluster, which ray.cluster_utils.Cluster writes: one worker's simulated cluster would
+# otherwise take in the next `ray.init(num_cpus=...)` of the other worker (or of its trainer subprocesses)
+# and fail it ("When connecting to an existing cluster ...").
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER or "RAY_TMPDIR" not in os.environ:
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix=f"ray-{_WORKER or 'main'}-")
 
 
 @pytest.fixture(scope="session")
