@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,12 +62,26 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
     assert result.stderr == ""
 
 
-def test_fspo_train_help_exits_0():
-    result = subprocess.run(
-        [warm_python(), "-m", "fspo.cli", "train", "--help"], capture_output=True, text=True, timeout=300, cwd=REPO
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "fspo" in result.stdout
+def test_fspo_train_help_is_its_own_and_names_the_environment_without_importing_verl():
+    """Was: Hydra's 1,136-line config dump after verl's import warnings; FSPO_DRY_RUN and FSPO_PREFLIGHT in no help."""
+    code = "import sys; from fspo.cli import main; main(['train', '--help']); print('verl' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0 and result.stderr == "", result.stderr[-2000:]
+    assert result.stdout.startswith("usage: fspo train [KEY=VALUE ...]")
+    assert result.stdout.splitlines()[-1] == "False"
+    for name in ("FSPO_DRY_RUN=1", "FSPO_PREFLIGHT=0", "--options", "--cfg job", "--hydra-help"):
+        assert name in result.stdout, name
+
+
+def test_fspo_train_options_lists_every_fspo_key_with_its_default(capsys):
+    from fspo.cli import main as fspo_main
+    from fspo.config.reference import options
+
+    assert fspo_main(["train", "--options"]) == 0
+    printed = capsys.readouterr().out
+    for option in options():
+        assert f"{option.key}={option.default}" in printed
+    assert "fspo.verifier.max_row_tokens=null    (hhem, nli, embedding)" in printed
 
 
 def test_the_backend_lists_in_help_are_the_registry_s(parsers):

@@ -95,19 +95,20 @@ def test_the_yaml_shows_the_dataclass_defaults():
     assert verifier == verifier_defaults
 
 
-def test_the_configuration_page_table_shows_the_dataclass_defaults():
-    """docs/configuration.md's `fspo:` table names each key with the dataclass's default."""
+def test_the_configuration_page_holds_the_generated_option_tables():
+    """docs/configuration.md's option tables are `python -m fspo.config.reference`'s output, and each default is
+    the dataclass's value as YAML writes it."""
+    from fspo.config.reference import options, page_with_tables
+
     page = (REPO / "docs" / "configuration.md").read_text()
-    section = page.split("## The `fspo:` block", 1)[1].split("\n## ", 1)[0]
-    table = [line for line in section.splitlines() if line.startswith("| `")]
-    rows = [line.split("|")[1:3] for line in table if "*" not in line.split("|")[1]]
-    assert len(rows) >= 10
-    shown = {key.strip().strip("`"): default.strip().strip("`") for key, default in rows}
+    assert page == page_with_tables(page), "run `python -m fspo.config.reference` to regenerate the tables"
     settings = FSPOConfig()
-    for key, default in shown.items():
-        owner, _, name = key.rpartition(".")
+    shown = list(options())
+    assert len(shown) >= 40
+    for option in shown:
+        owner, _, name = option.key.removeprefix("fspo.").rpartition(".")
         value = getattr(settings.verifier if owner == "verifier" else settings, name)
-        assert default == yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...").strip(), key
+        assert option.default == yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...").strip()
 
 
 def test_every_option_belongs_to_a_backend_or_to_all():

@@ -39,6 +39,8 @@ LAZY_IMPORTS = {
     "fspo.fdpo.cli": {"fspo.config.verifier", "fspo.verifiers", "fspo.fdpo.trainer", "fspo.chat_client"},
     # `fspo --help` and a mistyped command need no output-folder locks.
     "fspo.cli": {"fspo.output_dir"},
+    # `fspo train --help` answers without verl; --options reads the config dataclasses (verl's BaseConfig).
+    "fspo.cli.train": {"fspo.config.reference", "fspo.main"},
 }
 
 

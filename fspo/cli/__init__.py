@@ -19,7 +19,7 @@ from fspo.input_files import InputFileError
 Command = tuple[str | Callable[[list[str]], int | None], str]
 
 SUBCOMMANDS: dict[str, Command] = {
-    "train": ("fspo.main", "train with verl (Hydra overrides follow)"),
+    "train": ("fspo.cli.train", "train with verl (Hydra overrides follow; --help, --options)"),
     "quickstart": ("fspo.quickstart.cli", "a short FSPO run on CPU with before/after evaluation"),
     "verify": ("fspo.verifier_tools.verify", "score each reasoning step of JSONL rows {evidence, response}"),
     "verifier": (
@@ -89,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         # what the reader never took does not raise again at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return BROKEN_PIPE_STATUS
+
+
+def train(argv: list[str] | None = None) -> int:
+    """``fspo-train``: the same as ``fspo train``."""
+    return main(["train", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

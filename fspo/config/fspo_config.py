@@ -122,7 +122,8 @@ class FSPOConfig(BaseConfig):
         default=None,
         metadata={
             "help": "Save each actor update's batch (advantages before and after the flip, labels, response mask, "
-            "verl's pad rows) under this directory as step_<N>.pt; null = off."
+            "verl's pad rows) under this directory as step_<N>.pt (step_<N>_<k>.pt when a step makes "
+            "parameter_sync_step updates); null = off."
         },
     )
     verifier: VerifierConfig = field(
