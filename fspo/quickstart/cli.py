@@ -64,7 +64,7 @@ PROG = "fspo quickstart"
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--steps", type=COUNT.parse, default=12, help="training steps (default 12: about 11 minutes on 2 CPU cores)"
+        "--steps", type=COUNT.parse, default=12, help="training steps (docs/quickstart.md says how long 12 take)"
     )
     parser.add_argument(
         "--seed",
