@@ -51,29 +51,60 @@ def tiny_reasoner(tmp_path_factory):
 def grpo_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
     """The real trainer, FSPO with GRPO: 2 steps saving a checkpoint, then a resumed third step.
 
-    Shared by the end-to-end tests (one launch pair per session; each launch takes minutes on CPU).
+    Shared by the end-to-end tests (one launch pair per session; each launch takes minutes on CPU). The first
+    run keeps its rollouts and validation answers: test_e2e_reproducible runs its overrides again
+    (``first_overrides(folder)``) and compares the two.
     """
     from fspo.quickstart.launch import launch
     from fspo_testing.tiny_run import tiny_run_overrides
 
+    def base(out: Path, steps: int) -> list[str]:
+        return tiny_run_overrides(tiny_reasoner, out, steps) + [
+            *varied_reward_overrides,
+            "algorithm.adv_estimator=grpo",
+            "trainer.resume_mode=auto",
+        ]
+
+    def first_overrides(out: Path) -> list[str]:
+        return [
+            *base(out, steps=2),
+            "trainer.save_freq=2",
+            # verl writes each step's rollouts (prompt, response, reward) and each validation's answers (with
+            # the verifier's figures) as JSON lines; FSPO's dump (fspo.dump_dir) holds each step's labels.
+            f"trainer.rollout_data_dir={out / 'rollouts'}",
+            f"trainer.validation_data_dir={out / 'validation'}",
+            "trainer.test_freq=2",
+        ]
+
     out = tmp_path_factory.mktemp("grpo_run")
-    base = tiny_run_overrides(tiny_reasoner, out, steps=2) + [
-        *varied_reward_overrides,
-        "algorithm.adv_estimator=grpo",
-        "trainer.resume_mode=auto",
-    ]
-    # Its rollouts are kept: test_e2e_reproducible compares them with a run at another sampling seed.
-    first = launch(
-        [*base, "trainer.save_freq=2", f"trainer.rollout_data_dir={out / 'rollouts'}"],
-        out / "first.log",
-        out / "first.jsonl",
-    )
+    first = launch(first_overrides(out), out / "first.log", out / "first.jsonl")
     resumed = launch(
-        [*base, "trainer.total_training_steps=3", "trainer.save_freq=1", f"fspo.dump_dir={out / 'dump_resumed'}"],
+        [
+            *base(out, steps=2),
+            "trainer.total_training_steps=3",
+            "trainer.save_freq=1",
+            f"fspo.dump_dir={out / 'dump_resumed'}",
+        ],
         out / "resumed.log",
         out / "resumed.jsonl",
     )
-    return {"out": out, "first": first, "resumed": resumed, "setup": tiny_reasoner}
+    return {
+        "out": out,
+        "first": first,
+        "resumed": resumed,
+        "setup": tiny_reasoner,
+        "first_overrides": first_overrides,
+    }
+
+
+@pytest.fixture(scope="session")
+def servers_gone_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
+    """A run at sampling seed 3 whose verifier servers are killed once its first step is logged
+    (fspo_testing.servers_gone). test_e2e_verifier_loss checks how it stops; its step-1 rollouts, sampled before
+    any kill, are test_e2e_reproducible's other seed."""
+    from fspo_testing.servers_gone import run_with_servers_killed
+
+    return run_with_servers_killed(tiny_reasoner, varied_reward_overrides, tmp_path_factory.mktemp("servers_gone"))
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
 from fspo.coalesce import Coalescer
 from fspo.cpu.agent_loop import sample_seed
@@ -19,16 +21,23 @@ from fspo.cpu.rollout import SamplingSettings, generate_batch, left_pad, samplin
 
 
 def test_plugin_loads_and_verl_picks_the_cpu_platform():
-    # A fresh process, as verl's Ray workers are: importing verl must load the plugin.
+    # A fresh process, as verl's Ray workers are: importing verl must load the plugin. The plugin leaves verl's
+    # agent-loop module (~1.9 s of CPU) unimported, and its agent loop enters the registry when that module is.
     code = (
-        "import verl\n"
+        "import sys, verl\n"
         "from fspo.cpu.plugin import STATE\n"
         "from verl.utils.device import get_device_name, get_nccl_backend, get_torch_device\n"
         "assert STATE['active'] and STATE['error'] is None, STATE\n"
         "print(get_device_name(), get_nccl_backend(), get_torch_device().current_device())\n"
+        "print('verl.experimental.agent_loop.agent_loop' in sys.modules)\n"
+        "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
+        "print(_agent_loop_registry['fspo_seeded_single_turn']['_target_'])\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["cpu", "gloo", "cpu"]
+    assert out.split() == ["cpu", "gloo", "cpu", "False", "fspo.cpu.agent_loop.SeededSingleTurnAgentLoop"]
+    # The target is what verl's hydra instantiation imports in the agent-loop worker.
+    module, _, name = out.split()[-1].rpartition(".")
+    assert issubclass(getattr(importlib.import_module(module), name), SingleTurnAgentLoop)
 
 
 def test_plugin_stays_off_when_another_platform_is_asked_for():

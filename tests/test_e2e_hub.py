@@ -104,9 +104,9 @@ def test_the_token_reaches_the_workers_and_nothing_ray_logs_or_shows(tiny_reason
 
     with StandInHub({REPO_ID: tiny_reasoner["model"]}, gated={REPO_ID}, granted={token}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
-        records = launch(
-            hub_id_overrides(tiny_reasoner, out), out / "run.log", out / "metrics.jsonl", 900, on_poll=list_the_actors
-        )
+        # The dashboard (off in the CPU preset, on in a GPU run's Ray) is what answers the state API.
+        overrides = [*hub_id_overrides(tiny_reasoner, out), "ray_kwargs.ray_init.include_dashboard=true"]
+        records = launch(overrides, out / "run.log", out / "metrics.jsonl", 900, on_poll=list_the_actors)
     assert [record["step"] for record in records] == [1]
 
     # The workers had the token where they need it: they downloaded the gated weights with it.

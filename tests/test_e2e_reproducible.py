@@ -1,6 +1,6 @@
-"""Same seed, same run: two CPU runs of the real trainer at one seed log the same rollouts, rewards, step
-labels, per-step metrics and validation answers; another seed samples other rollouts (compared with the shared
-``grpo_run``, which samples at verl's default seed)."""
+"""Same seed, same run: ``grpo_run``'s first run, launched again with the same overrides, logs the same
+rollouts, rewards, step labels, per-step metrics and validation answers; another seed samples other rollouts
+(compared with ``servers_gone_run``, which samples at seed 3)."""
 
 from __future__ import annotations
 
@@ -13,33 +13,19 @@ import torch
 
 pytestmark = pytest.mark.e2e
 
-STEPS = 2
-
-
-def _launch(setup: dict, out: Path, seed: int, steps: int) -> dict:
-    from fspo.quickstart.launch import launch
-    from fspo_testing.tiny_run import tiny_run_overrides
-
-    overrides = tiny_run_overrides(setup, out, steps) + [
-        f"actor_rollout_ref.rollout.seed={seed}",
-        # verl writes each step's rollouts (prompt, response, reward) and each validation's answers
-        # (with the verifier's figures) as JSON lines; FSPO's dump holds each step's labels and advantages.
-        f"trainer.rollout_data_dir={out / 'rollouts'}",
-        f"trainer.validation_data_dir={out / 'validation'}",
-        f"trainer.test_freq={steps}",
-    ]
-    out.mkdir(parents=True)
-    records = launch(overrides, out / "train.log", out / "metrics.jsonl")
-    return {"records": records, "out": out}
+STEPS = 2  # grpo_run's first run
 
 
 @pytest.fixture(scope="module")
-def seeded_runs(tiny_reasoner, tmp_path_factory):
-    """Two runs at seed 3 (each a Ray start and a tiny run)."""
-    root = tmp_path_factory.mktemp("reproducible")
+def seeded_runs(grpo_run, tmp_path_factory):
+    """``grpo_run``'s first run and a second launch of its overrides (one more Ray start and tiny run)."""
+    from fspo.quickstart.launch import launch
+
+    again = tmp_path_factory.mktemp("reproducible")
+    records = launch(grpo_run["first_overrides"](again), again / "first.log", again / "first.jsonl")
     return {
-        "first": _launch(tiny_reasoner, root / "first", seed=3, steps=STEPS),
-        "again": _launch(tiny_reasoner, root / "again", seed=3, steps=STEPS),
+        "first": {"records": grpo_run["first"], "out": grpo_run["out"]},
+        "again": {"records": records, "out": again},
     }
 
 
@@ -106,13 +92,13 @@ def test_same_seed_gives_the_same_metrics_and_validation_answers(seeded_runs):
     assert answers == _jsonl_rows(seeded_runs["again"]["out"] / "validation", STEPS)
 
 
-def test_another_seed_samples_other_rollouts(seeded_runs, grpo_run):
-    """``grpo_run``'s first run samples step 1 from the same model, prompts, prompt order, temperature and length
-    as the seed-3 run, at verl's default sampling seed (42); what differs after sampling (its reward, its
-    checkpoint) cannot reach step 1's rollouts. A seed that did not reach the sampler would give equal outputs."""
+def test_another_seed_samples_other_rollouts(seeded_runs, servers_gone_run):
+    """``servers_gone_run`` samples step 1 from the same model, prompts, prompt order, temperature and length as
+    ``grpo_run``, at seed 3 instead of verl's default (42); what differs after sampling (its verifier, its
+    reward's use) cannot reach step 1's rollouts. A seed that did not reach the sampler would give equal outputs."""
     rollouts = [
         _jsonl_rows(seeded_runs["first"]["out"] / "rollouts", 1),
-        _jsonl_rows(grpo_run["out"] / "rollouts", 1),
+        _jsonl_rows(servers_gone_run["out"] / "rollouts", 1),
     ]
     outputs = [{json.loads(row)["output"] for row in rows} for rows in rollouts]
     assert outputs[0] != outputs[1]

@@ -28,7 +28,7 @@ LAZY_IMPORTS = {
         "fspo.verifiers.llm_judge",
     },
     # verl imports the CPU plugin while verl itself is being imported; these modules import verl.
-    "fspo.cpu.plugin": {"fspo.cpu", "fspo.cpu.agent_loop", "fspo.cpu.patches", "fspo.cpu.platform", "fspo.cpu.rollout"},
+    "fspo.cpu.plugin": {"fspo.cpu", "fspo.cpu.patches", "fspo.cpu.platform", "fspo.cpu.rollout"},
     # The config dataclasses and the verifiers import verl (seconds): the tools check their arguments first.
     "fspo.evaluation.cli": {"fspo.config.verifier", "fspo.verifiers"},
     "fspo.verifier_tools.verify": {"fspo.config.verifier", "fspo.verifiers"},

@@ -8,7 +8,7 @@ timing left. This loop adds ``seed`` to each request's sampling parameters (vLLM
 the run's ``rollout.seed``, the training step, the prompt and the rollout's index within its group: the
 same rollout gets the same seed in every run, and different rollouts different seeds.
 
-The CPU preset selects it (``rollout.agent.default_agent_loop``); the plugin registers it in every process.
+The CPU preset selects it (``rollout.agent.default_agent_loop``); :mod:`fspo.cpu.plugin` registers it.
 """
 
 from __future__ import annotations
@@ -16,19 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Any
-
-AGENT_LOOP_NAME = "fspo_seeded_single_turn"
-AGENT_LOOP_FQN = "fspo.cpu.agent_loop.SeededSingleTurnAgentLoop"
-
-
-def register() -> None:
-    """Make ``default_agent_loop=fspo_seeded_single_turn`` known to verl's agent-loop registry (idempotent).
-
-    The registry holds a Hydra target (the class is imported where an agent loop is built), so this only
-    imports verl's registry, not the agent loop classes."""
-    from verl.experimental.agent_loop import agent_loop
-
-    agent_loop._agent_loop_registry[AGENT_LOOP_NAME] = {"_target_": AGENT_LOOP_FQN}
 
 
 def _plain(value: Any) -> Any:

@@ -8,12 +8,20 @@ in :data:`STATE` so that ``fspo.main`` can check the backend really loaded.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import sys
 import traceback
+from types import ModuleType
 
 from fspo.cpu import cpu_mode_requested
 
 STATE: dict[str, object] = {"loaded": False, "active": False, "error": None}
+
+# The CPU preset's agent loop (rollout.agent.default_agent_loop), in verl's agent-loop registry.
+AGENT_LOOP_NAME = "fspo_seeded_single_turn"
+AGENT_LOOP_TARGET = "fspo.cpu.agent_loop.SeededSingleTurnAgentLoop"
+AGENT_LOOP_REGISTRY = "verl.experimental.agent_loop.agent_loop"
 
 
 def _activate() -> None:
@@ -21,7 +29,6 @@ def _activate() -> None:
     from verl.plugin.platform import PlatformRegistry
 
     from fspo.cpu import CPU_PLATFORM, patches
-    from fspo.cpu.agent_loop import register as register_agent_loop
     from fspo.cpu.platform import PlatformCPU
     from fspo.cpu.rollout import register as register_rollout
 
@@ -29,6 +36,43 @@ def _activate() -> None:
     patches.apply()
     register_rollout()
     register_agent_loop()
+
+
+def register_agent_loop() -> None:
+    """Add :data:`AGENT_LOOP_NAME` to verl's agent-loop registry once that module is imported (idempotent).
+
+    Not before: this plugin runs in every process that imports verl, and importing the registry's module costs
+    ~1.9 s of CPU, which the driver, the FSDP workers and the reward and verifier actors would pay for nothing.
+    The registry holds a Hydra target, so the class itself is imported only where an agent loop is built."""
+    module = sys.modules.get(AGENT_LOOP_REGISTRY)
+    if module is not None:
+        _add_agent_loop(module)
+    elif not any(isinstance(finder, _AddAgentLoopOnImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AddAgentLoopOnImport())
+
+
+def _add_agent_loop(registry: ModuleType) -> None:
+    registry._agent_loop_registry[AGENT_LOOP_NAME] = {"_target_": AGENT_LOOP_TARGET}
+
+
+class _AddAgentLoopOnImport(importlib.abc.MetaPathFinder):
+    """Finds the registry's module through the other finders and adds the entry once the module has run."""
+
+    def find_spec(self, name, path, target=None):
+        if name != AGENT_LOOP_REGISTRY:
+            return None
+        sys.meta_path.remove(self)  # one module, once: the other finders locate it
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run_module = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            run_module(module)
+            _add_agent_loop(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
 def load() -> None:
