@@ -23,8 +23,8 @@ from pathlib import Path
 import psutil
 import torch
 
-from fspo.config_checks import ACTOR_PARAM_DTYPE
 from fspo.cpu.compute import compute_dtype_choice, cpu_threads
+from fspo.launch.config_checks import ACTOR_PARAM_DTYPE
 from fspo.quickstart.launch import launch
 from fspo_testing.tiny_run import build_tiny_reasoner, tiny_run_overrides
 

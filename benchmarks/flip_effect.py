@@ -47,10 +47,10 @@ from fspo.advantage import apply_step_labels
 from fspo.data.synthetic import make_rows
 from fspo.data.templates import render_prompt
 from fspo.evaluation.intervals import CONFIDENCE, t_interval
-from fspo.outcome import compute_score
 from fspo.quickstart.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
 from fspo.steps import reasoning_steps
 from fspo.token_labels import labels_from_offsets, token_char_offsets
+from fspo.training.outcome import compute_score
 
 PROMPT_FORMAT = "chatml-think"  # the quickstart's
 VERDICTS = (CONTRADICTED, SUPPORTED)

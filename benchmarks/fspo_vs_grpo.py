@@ -187,7 +187,7 @@ def fdpo_model(seed: int, args, model: Path, train_file: Path, out: Path, clock:
     ``fspo fdpo train`` at the quickstart's learning rate with at most as many updates as the RL arms."""
     from fspo.evaluation.generation import GenerationSettings, build_generator
     from fspo.evaluation.pipeline import evaluate_benchmark
-    from fspo.fdpo.cli import main as fdpo_main
+    from fspo.methods.fdpo.cli import main as fdpo_main
     from fspo.quickstart.cli import PROMPT_FORMAT
     from fspo.verifier_tools.quality import calibrated_threshold
 

@@ -35,7 +35,7 @@ def main() -> None:
     from omegaconf import OmegaConf
     from transformers import AutoTokenizer
 
-    from fspo.reward import FSPORewardManager
+    from fspo.training.reward import FSPORewardManager
     from fspo_testing.tiny_model import qwen_tokenizer_dir
 
     tokenizer = AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))

@@ -173,7 +173,7 @@ def evidence_stats(files: list[str], top_k: int, limit: int) -> dict:
     """Share of rows with evidence, and mean evidence tokens whole and as its top-k sentences."""
     from transformers import AutoTokenizer
 
-    from fspo.preflight import minilm_path
+    from fspo.launch.preflight import minilm_path
     from fspo.verifiers.text import split_sentences
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())

@@ -15,7 +15,7 @@ log-prob  vLLM sleeps; the old-policy pass (and the reference's) runs one forwar
           one layer's working set, and the logits, the largest tensor of the step at a 150k vocabulary:
           bf16 logits, the entropy verl computes beside the old log-probs (``entropy_from_logits``:
           a softmax and its product with the logits, bf16 each), and on the ``sdpa`` path (no flash-attn:
-          ``fspo.attention``) an fp32 copy for the log-probabilities, where the ``flash`` path's fused
+          ``fspo.launch.attention``) an fp32 copy for the log-probabilities, where the ``flash`` path's fused
           Triton cross-entropy reads the bf16 logits in place. Tokens: worst case, no padding removed.
 training  vLLM sleeps (KV cache freed, weights offloaded); the actor adds fp32 gradients, the bf16
           copy of the largest unit FSDP gathers (the embedding or the LM head), and one micro-batch's

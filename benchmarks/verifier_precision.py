@@ -204,7 +204,7 @@ def halueval_lengths(count: int, seed: int) -> tuple[list[int], str]:
         from transformers import AutoTokenizer
 
         from fspo.data.halueval import offline_files
-        from fspo.preflight import minilm_path
+        from fspo.launch.preflight import minilm_path
 
         paths = offline_files("test", None)
         if not paths:

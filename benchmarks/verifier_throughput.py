@@ -172,7 +172,7 @@ def build_model_dir(arch: str, directory: str) -> dict:
         T5ForTokenClassification,
     )
 
-    from fspo.preflight import minilm_path
+    from fspo.launch.preflight import minilm_path
 
     spec = dict(ARCHS[arch])
     kind = spec.pop("kind")

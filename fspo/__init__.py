@@ -1,12 +1,15 @@
 """FSPO: Factuality-aware Step-wise Policy Optimization on verl.
 
-The algorithm is a chain of small pure functions (text -> steps -> token labels -> shaped advantages)
-in :mod:`fspo.steps`, :mod:`fspo.token_labels` and :mod:`fspo.advantage`. A training job runs the verl
-glue around them: :mod:`fspo.main` (entry point), :mod:`fspo.config_checks` (before Ray),
-:mod:`fspo.reward` (reward workers), :mod:`fspo.reward_extra_info` (what travels from them to the
-trainer), :mod:`fspo.trainer` (the advantage hook) and :mod:`fspo.verifiers`; :mod:`fspo.cpu` lets
-verl's real trainer run on a machine without a GPU. The packages ``cli``, ``data``, ``evaluation``,
-``verifier_tools`` and ``quickstart`` are the tools around the job.
+The method is a chain of small pure functions at the package root (text -> steps -> token labels -> shaped
+advantages): :mod:`fspo.steps`, :mod:`fspo.token_labels`, :mod:`fspo.advantage`, with :mod:`fspo.evidence`.
+The packages around it, by role:
+
+- ``training``: the verl job (entry point, trainer hook, reward manager); ``verifiers``: the step verifiers;
+  ``config``: the ``fspo:`` block; ``launch``: the checks before Ray starts; ``cpu``: verl on a machine
+  without a GPU;
+- ``methods``: the comparison modes (KnowRL, FAPO, F-DPO) on the same verifiers and data;
+- ``utils``: file and network utilities;
+- ``cli``, ``data``, ``evaluation``, ``verifier_tools``, ``quickstart``: the tools around the job.
 """
 
 __version__ = "0.1.0"

@@ -1,6 +1,6 @@
 """Token labels from step verdicts: support scores -> verdicts, and exact character-to-token alignment.
 
-Their transport to the trainer: :mod:`fspo.reward_extra_info`. `step_labels_for_response` is the whole
+Their transport to the trainer: :mod:`fspo.training.reward_extra_info`. `step_labels_for_response` is the whole
 path for one response, as the reward manager runs it.
 
 The text that spans point into is `tokenizer.decode(response_ids, skip_special_tokens=...)` with the
@@ -49,8 +49,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from fspo.reward_extra_info import LABEL_VALUES
 from fspo.steps import Step, reasoning_span
+from fspo.training.reward_extra_info import LABEL_VALUES
 
 _BYTE_LEVEL_DECODER = "ByteLevel"
 _WHITESPACE = re.compile(r"\s")  # the characters str.isspace() accepts

@@ -271,9 +271,9 @@ BAD_FIELD_VALUES = (None, float("nan"), float("inf"), float("-inf"), 1e39, 2**64
 
 
 def record_examples() -> dict[str, tuple[object, dict]]:
-    """A valid record of every kind in :mod:`fspo.record_schemas` (name -> (schema, record)); a kind without an
+    """A valid record of every kind in :mod:`fspo.utils.record_schemas` (name -> (schema, record)); a kind without an
     example here fails ``test_every_record_kind_has_an_example``."""
-    from fspo import record_schemas as rs
+    from fspo.utils import record_schemas as rs
 
     think = "<think>Paris is the capital of France. It is on the Seine.</think> Paris"
     return {
@@ -319,10 +319,10 @@ def record_examples() -> dict[str, tuple[object, dict]]:
 
 
 def record_kinds() -> list[str]:
-    """The record kinds :mod:`fspo.record_schemas` declares (its Structs, and ``verify_row``'s)."""
+    """The record kinds :mod:`fspo.utils.record_schemas` declares (its Structs, and ``verify_row``'s)."""
     import msgspec
 
-    from fspo import record_schemas as rs
+    from fspo.utils import record_schemas as rs
 
     kinds = [name for name, value in vars(rs).items() if isinstance(value, type) and issubclass(value, msgspec.Struct)]
     return sorted({*(k for k in kinds if k != "Struct"), "VerifyRow"})
@@ -418,7 +418,7 @@ def config_numbers() -> dict[str, type]:
     return keys
 
 
-# The output-folder classes: for every option a command declares with fspo.output_dir.output_option, the folder
+# The output-folder classes: for every option a command declares with fspo.utils.output_dir.output_option, the folder
 # it names is made one of these, and the command must refuse it first (the option is read first), in one line
 # holding the phrase, changing nothing inside or outside the folder.
 OUTPUT_CLASSES = {
@@ -444,8 +444,8 @@ TAMPERED_ENTRIES = (
 
 def output_options(leaves) -> dict[tuple[str, ...], dict[str, str]]:
     """``{leaf: {flag: "folder" or "file"}}`` for every leaf command with an output option (the parsers, built
-    by :func:`command_paths`, declared them with :func:`fspo.output_dir.output_option`)."""
-    from fspo.output_dir import OUTPUT_OPTIONS
+    by :func:`command_paths`, declared them with :func:`fspo.utils.output_dir.output_option`)."""
+    from fspo.utils.output_dir import OUTPUT_OPTIONS
 
     return {
         leaf: OUTPUT_OPTIONS["fspo " + " ".join(leaf)] for leaf in leaves if "fspo " + " ".join(leaf) in OUTPUT_OPTIONS
@@ -495,9 +495,19 @@ def undo_read_only(folder: Path) -> None:
 
 
 def hold_folder(folder: Path, command: str) -> subprocess.Popen:
-    """Another process writing ``folder``: ``python -m fspo.output_dir hold`` around a sleep, once it holds it."""
+    """Another process writing ``folder``: ``python -m fspo.utils.output_dir hold`` around a sleep, once it holds it."""
     holder = subprocess.Popen(
-        [sys.executable, "-m", "fspo.output_dir", "hold", f"--command={command}", str(folder), "--", "sleep", "600"],
+        [
+            sys.executable,
+            "-m",
+            "fspo.utils.output_dir",
+            "hold",
+            f"--command={command}",
+            str(folder),
+            "--",
+            "sleep",
+            "600",
+        ],
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
     )
     for _ in range(400):
@@ -505,4 +515,4 @@ def hold_folder(folder: Path, command: str) -> subprocess.Popen:
             return holder
         time.sleep(0.025)
     holder.kill()
-    raise RuntimeError(f"python -m fspo.output_dir hold did not take {folder}")
+    raise RuntimeError(f"python -m fspo.utils.output_dir hold did not take {folder}")

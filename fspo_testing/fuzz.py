@@ -217,7 +217,7 @@ def build_rollout(tokenizer, case: dict, rng: random.Random):
 
 def fuzz_reward_manager(reward_manager, tokenizer, cases: list[dict], seed: int = 0, concurrency: int = 64):
     """Run every case through ``reward_manager.run_single``; returns (Counter of findings, examples)."""
-    from fspo.reward_extra_info import decode_labels
+    from fspo.training.reward_extra_info import decode_labels
 
     rng = random.Random(seed)
     counts: Counter = Counter()

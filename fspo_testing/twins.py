@@ -75,7 +75,7 @@ AT_RECIPE_LEARNING_RATE = ("run_qwen3_4b_lora_1gpu.sh",)
 FULL_FT_TWIN_LEARNING_RATE = "actor_rollout_ref.actor.optim.lr=1e-3"
 
 
-# The modes whose reward is binary correctness (fspo/reward_modes.py): a group mixes right and wrong answers only
+# The modes whose reward is binary correctness (fspo/methods/reward_modes.py): a group mixes right and wrong answers only
 # by chance (each rollout's parity bit from varied_reward.py): 1 in 8 groups of 4 is all one, 1 in 128 of 8.
 BINARY_REWARD_MODES = ("knowrl", "fapo")
 BINARY_REWARD_ROLLOUTS = "actor_rollout_ref.rollout.n=8"

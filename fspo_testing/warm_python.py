@@ -1,9 +1,9 @@
-"""A stand-in for ``sys.executable`` that runs ``-m fspo.main`` from a warm, forked interpreter.
+"""A stand-in for ``sys.executable`` that runs ``-m fspo.training.main`` from a warm, forked interpreter.
 
 A config check (``FSPO_DRY_RUN=1``, a recipe's dry run, a refused override) spends ~7 s importing verl and
 under a second on the check. :func:`warm_python` returns the path of an executable that tests use as their
-interpreter (``PYTHON=`` for the recipes, or in place of ``sys.executable``): for ``-m fspo.main ...`` it asks a
-server that imported ``fspo.main`` once to fork, and the child runs the module as ``python -m`` would, on the
+interpreter (``PYTHON=`` for the recipes, or in place of ``sys.executable``): for ``-m fspo.training.main ...`` it asks a
+server that imported ``fspo.training.main`` once to fork, and the child runs the module as ``python -m`` would, on the
 caller's own stdin, stdout and stderr (passed over a Unix socket), in its working folder, with its environment
 and arguments; anything else ``exec``s the real interpreter.
 
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SERVED_MODULES = ("fspo.main", "fspo.cli")
+SERVED_MODULES = ("fspo.training.main", "fspo.cli")
 IMPORT_TIME_PREFIXES = (
     "HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "DATASETS", "SAFETENSORS", "TORCH", "PYTORCH", "CUDA", "NCCL",
     "NVIDIA", "OMP_", "MKL", "KMP_", "OPENBLAS", "GOTO", "VERL", "VLLM", "RAY_", "HYDRA", "WANDB", "PYTHON", "LD_",

@@ -19,9 +19,9 @@
 #   SAVE_FREQ / TEST_FREQ   trainer.save_freq / test_freq        [50 / 25]
 #   CKPT_KEEP         checkpoints kept (actor, and critic with GAE) [2]: verl deletes older ones of this run;
 #                     a save needs room for one more (docs/gpu-training.md, "Checkpoints and disk")
-#   PYTHON            interpreter running fspo.main              [.venv/bin/python if set up, else python]
+#   PYTHON            interpreter running fspo.training.main              [.venv/bin/python if set up, else python]
 #   RAY_ADDRESS       an existing Ray cluster to join (ray.init reads it); unset = start a local one
-#   FSPO_DRY_RUN=1    resolve, validate and print the config, start nothing (read by fspo.main)
+#   FSPO_DRY_RUN=1    resolve, validate and print the config, start nothing (read by fspo.training.main)
 #   FSPO_PRINT_OVERRIDE=KEY   print the value the recipe (and its arguments) give KEY, the last one as Hydra
 #                     keeps it, and start nothing; e.g. data.max_response_length (read by evaluate/run.sh)
 
@@ -45,7 +45,7 @@ if [[ -z "${PYTHON:-}" && -x "$FSPO_REPO_ROOT/.venv/bin/python" ]]; then
 fi
 PYTHON=${PYTHON:-python}
 
-# fspo_launch OVERRIDE... : run fspo.main with the shared overrides, then the given ones.
+# fspo_launch OVERRIDE... : run fspo.training.main with the shared overrides, then the given ones.
 # Needs MODEL_PATH and EXPERIMENT set (each recipe sets a default).
 fspo_launch() {
     : "${MODEL_PATH:?set MODEL_PATH to a Hugging Face model directory or hub id}"
@@ -57,7 +57,7 @@ fspo_launch() {
     fi
     cd "$FSPO_REPO_ROOT"
     set -x
-    exec "$PYTHON" -m fspo.main \
+    exec "$PYTHON" -m fspo.training.main \
         actor_rollout_ref.model.path="$MODEL_PATH" \
         data.train_files="$TRAIN_FILES" \
         data.val_files="$VAL_FILES" \

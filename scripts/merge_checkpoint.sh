@@ -7,7 +7,7 @@
 # latest_checkpointed_iteration.txt). STEP defaults to the latest checkpointed step. The merged model
 # goes to RUN_DIR/global_step_N/merged unless --target-dir is given. The last line printed is the
 # merged directory, so `model=$(scripts/merge_checkpoint.sh RUN_DIR | tail -1)` works.
-# The target follows fspo's output-folder rule (fspo/output_dir.py): the merge replaces only files fspo
+# The target follows fspo's output-folder rule (fspo/utils/output_dir.py): the merge replaces only files fspo
 # wrote there (listed in .fspo-outputs.json), leaves your other files (notes, an adapter) alone, and refuses,
 # naming the file, a file of the same name it did not write (a base model's config.json) or a link; a
 # linked target folder is followed. The merge goes to a staging folder inside the target and its files
@@ -73,20 +73,20 @@ if [[ ! -d "$actor_dir" ]]; then
 fi
 target_dir=${target_dir:-$run_dir/global_step_$step/merged}
 marker=.fspo_merged_from
-# One writer per target folder: the rest of this script runs while fspo holds the folder's lock (fspo/output_dir.py
+# One writer per target folder: the rest of this script runs while fspo holds the folder's lock (fspo/utils/output_dir.py
 # hold), so a merge or fspo command already writing there is refused up front, named by its pid and command.
 if [[ -z "${FSPO_MERGE_HOLDS_TARGET:-}" ]]; then
-    FSPO_MERGE_HOLDS_TARGET=1 exec "$PYTHON" -m fspo.output_dir hold --flag=--target-dir \
+    FSPO_MERGE_HOLDS_TARGET=1 exec "$PYTHON" -m fspo.utils.output_dir hold --flag=--target-dir \
         --command=merge_checkpoint.sh "$target_dir" -- bash "${BASH_SOURCE[0]}" "${arguments[@]}"
 fi
 # fspo's output-folder rule, first on the files every merge writes (the files verl's merger really wrote are
 # checked again before they move in); prints the target with a link followed.
-rule=("$PYTHON" -m fspo.output_dir --flag=--target-dir --command=merge_checkpoint.sh)
+rule=("$PYTHON" -m fspo.utils.output_dir --flag=--target-dir --command=merge_checkpoint.sh)
 target_dir=$("${rule[@]}" check --no-record "$target_dir" config.json "$marker") || exit 1
 
 [[ -f "$actor_dir/fsdp_config.json" ]] \
     || fail "'$actor_dir' has no fsdp_config.json: not a complete FSDP checkpoint (was the save interrupted?)"
-# Every file verl's merger reads, read first with fspo's readers (fspo/input_files.py): a malformed
+# Every file verl's merger reads, read first with fspo's readers (fspo/utils/input_files.py): a malformed
 # fsdp_config.json or huggingface/config.json, a world size below 1, a missing shard, or a shard that is not a
 # whole torch file (its zip directory is read, not its tensors) is one line here, not the merger's traceback.
 FSPO_ACTOR_DIR="$actor_dir" "$PYTHON" - <<'PY' || exit 1
@@ -95,7 +95,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from fspo.input_files import InputFileError, read_hf_config, read_json
+from fspo.utils.input_files import InputFileError, read_hf_config, read_json
 
 actor = Path(os.environ["FSPO_ACTOR_DIR"])
 try:
@@ -148,11 +148,11 @@ logged "verl's merger" "$PYTHON" -m verl.model_merger merge --backend fsdp \
     --local_dir "$actor_dir" --target_dir "$staging" "${trust_remote_code[@]}"
 
 # A LoRA run's checkpoint holds the frozen base and the adapter: verl's merger writes the base as the model and
-# the adapter alone to lora_adapter/. fspo/lora_fold.py checks the adapter against the run's lora_train_meta.json
+# the adapter alone to lora_adapter/. fspo/training/lora_fold.py checks the adapter against the run's lora_train_meta.json
 # (rank, alpha, target modules) and folds it in (W + lora_alpha/r * B A), stored in float32 so that an update below
 # bf16's resolution is kept: the folder is the trained policy.
 if [[ -f "$staging/lora_adapter/adapter_config.json" || -f "$actor_dir/lora_train_meta.json" ]]; then
-    logged "folding the LoRA adapter" "$PYTHON" -m fspo.lora_fold "$staging" "$actor_dir" "${trust_remote_code[@]}"
+    logged "folding the LoRA adapter" "$PYTHON" -m fspo.training.lora_fold "$staging" "$actor_dir" "${trust_remote_code[@]}"
 fi
 
 # Check the result is a loadable Hugging Face model: config, tokenizer, and the weights on CPU.

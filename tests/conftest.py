@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fspo.run_ledger import LEDGER_ENV
+from fspo.training.run_ledger import LEDGER_ENV
 from fspo_testing.scheduling import ordered_by_cost, read_durations, shared_fixture_groups
 
 # Nothing may reach the Hugging Face hub from a test: every model and tokenizer is built locally.
@@ -148,7 +148,7 @@ def chat_server():
 
 # --- How the suite shares two cores, and the ledger of its trainer runs ------------------------------------------
 # scripts/test.sh runs two xdist workers (fspo_testing/scheduling.py says how work is split). Every trainer run a
-# test starts appends its wall and CPU seconds to the ledger (fspo/run_ledger.py); the run fails when it starts
+# test starts appends its wall and CPU seconds to the ledger (fspo/training/run_ledger.py); the run fails when it starts
 # more than TRAINER_RUN_BUDGET. A new end-to-end assertion joins a run that exists (a shared fixture); raising
 # the budget is a deliberate commit that says why.
 TRAINER_RUN_BUDGET = 19

@@ -1,4 +1,4 @@
-"""fspo.attention: the actor's and the critic's attention implementation where flash-attn is not installed."""
+"""fspo.launch.attention: the actor's and the critic's attention implementation where flash-attn is not installed."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from fspo.attention import (
+from fspo.config.vocabulary import ConfigError
+from fspo.launch.attention import (
     ACTOR,
     CRITIC,
     FALLBACK_ATTENTION,
@@ -23,7 +24,6 @@ from fspo.attention import (
     attention_fallback,
     importable,
 )
-from fspo.config.vocabulary import ConfigError
 from fspo_testing.warm_python import warm_python
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,11 +159,11 @@ def test_a_gae_dry_run_without_flash_attn_runs_the_critic_on_sdpa_too(tmp_path):
 
 @given(listed=st.sets(st.sampled_from(sorted(FLASH_ATTENTION_MODULES.values()))), use_remove_padding=st.booleans())
 def test_what_the_gpu_nodes_answered_decides_the_fallback_not_this_machine(listed, use_remove_padding):
-    """With FSPO_GPU_WORKER_IMPORTS set (fspo.main sets it from a GPU node of the cluster), whether flash-attn
+    """With FSPO_GPU_WORKER_IMPORTS set (fspo.training.main sets it from a GPU node of the cluster), whether flash-attn
     imports on this machine plays no part: a GPU-less head node does not switch GPU workers that have it to sdpa."""
     from unittest import mock
 
-    from fspo.attention import WORKER_IMPORTS_ENV
+    from fspo.launch.attention import WORKER_IMPORTS_ENV
 
     with mock.patch.dict(os.environ, {WORKER_IMPORTS_ENV: ",".join(sorted(listed))}):
         fallback = attention_fallback(None, use_remove_padding, 1, "cuda")
@@ -173,7 +173,7 @@ def test_what_the_gpu_nodes_answered_decides_the_fallback_not_this_machine(liste
 RAY_PROBE = """
 import os, sys
 import ray
-from fspo.attention import importable, importable_on_a_gpu_node
+from fspo.launch.attention import importable, importable_on_a_gpu_node
 modules = ("json", "only_on_the_gpu_workers", "not_anywhere")
 ray.init(num_cpus=1, num_gpus=1, runtime_env={"env_vars": {"PYTHONPATH": sys.argv[1]}}, logging_level="ERROR")
 print("driver", [name for name in modules if importable(name)])

@@ -451,7 +451,7 @@ TRAIN = [
 @pytest.mark.parametrize(("overrides", "message"), [case[1:] for case in TRAIN], ids=[case[0] for case in TRAIN])
 def test_fspo_train_estimator_needs(trainer_config, overrides, message):
     from fspo.config.vocabulary import ConfigError
-    from fspo.config_checks import check_advantage_estimator
+    from fspo.launch.config_checks import check_advantage_estimator
 
     with pytest.raises(ConfigError) as error:
         check_advantage_estimator(trainer_config(*overrides))
@@ -459,7 +459,7 @@ def test_fspo_train_estimator_needs(trainer_config, overrides, message):
 
 
 def test_fspo_train_accepts_the_default_group_and_a_critic_free_single_rollout(trainer_config):
-    from fspo.config_checks import check_advantage_estimator
+    from fspo.launch.config_checks import check_advantage_estimator
 
     check_advantage_estimator(trainer_config())  # grpo, n=8
     check_advantage_estimator(
@@ -503,9 +503,9 @@ def test_evidence_training_reads_is_never_taken_for_no_evidence(value):
         unique=True,
     )
 )
-@settings(deadline=None)  # the first example imports fspo.main (verl, Ray): seconds, not a slow function
+@settings(deadline=None)  # the first example imports fspo.training.main (verl, Ray): seconds, not a slow function
 def test_the_dry_run_keeps_the_users_hydra_settings(argv):
-    from fspo.main import DRY_RUN_HYDRA_OVERRIDES, without_hydra_outputs
+    from fspo.training.main import DRY_RUN_HYDRA_OVERRIDES, without_hydra_outputs
 
     extended = without_hydra_outputs(argv)
     assert extended[: len(argv)] == argv

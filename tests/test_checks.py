@@ -13,7 +13,7 @@ from fspo_testing.warm_python import warm_python
 
 def run_main(*overrides, env=None, cwd=None):
     return subprocess.run(
-        [warm_python(), "-m", "fspo.main", *overrides], capture_output=True, text=True, env=env, cwd=cwd
+        [warm_python(), "-m", "fspo.training.main", *overrides], capture_output=True, text=True, env=env, cwd=cwd
     )
 
 
@@ -83,7 +83,7 @@ def test_dry_run_validates_without_files(model_and_data, tmp_path):
     import os
 
     env = {**os.environ, "FSPO_DRY_RUN": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    model, _ = model_and_data  # the model is checked (fspo.preflight), the data may come later
+    model, _ = model_and_data  # the model is checked (fspo.launch.preflight), the data may come later
     ok = run_main(f"actor_rollout_ref.model.path={model}", "data.train_files=later.parquet", env=env, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "dry run OK" in ok.stderr and "adv_estimator: grpo" in ok.stdout
@@ -118,7 +118,7 @@ def test_an_unknown_trainer_mode_is_named():
     from omegaconf import OmegaConf
 
     from fspo.config.vocabulary import ConfigError
-    from fspo.config_checks import check_trainer_mode
+    from fspo.launch.config_checks import check_trainer_mode
 
     with pytest.raises(ConfigError, match="trainer.v1.trainer_mode=fully_async is unknown to FSPO; use one of sync"):
         check_trainer_mode(OmegaConf.create({"trainer": {"device": "cuda", "v1": {"trainer_mode": "fully_async"}}}))

@@ -1,5 +1,5 @@
 """What makes the suite fit CI's budget: the xdist grouping and order, the build cache, the warm interpreter and
-the trainer-run ledger (fspo_testing/scheduling.py, build_cache.py, warm_python.py; fspo/run_ledger.py)."""
+the trainer-run ledger (fspo_testing/scheduling.py, build_cache.py, warm_python.py; fspo/training/run_ledger.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fspo.run_ledger import LEDGER_ENV, ledger_entry
+from fspo.training.run_ledger import LEDGER_ENV, ledger_entry
 from fspo_testing import build_cache
 from fspo_testing.scheduling import ordered_by_cost, shared_fixture_groups
 from fspo_testing.warm_python import environment_key, warm_python
@@ -135,7 +135,7 @@ def test_the_servers_key_follows_only_what_imports_may_read():
 def test_a_warm_dry_run_answers_as_a_cold_interpreter_does(tmp_path):
     """The same refusal and exit status; the second call is served by the server the first one started."""
     env = {**os.environ, "FSPO_DRY_RUN": "1"}
-    command = ["-m", "fspo.main", "platform=cpu", f"actor_rollout_ref.model.path={tmp_path / 'absent'}"]
+    command = ["-m", "fspo.training.main", "platform=cpu", f"actor_rollout_ref.model.path={tmp_path / 'absent'}"]
     cold = subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True, cwd=tmp_path)
     warm = [subprocess.run([warm_python(), *command], env=env, capture_output=True, text=True, cwd=tmp_path)]
     started = time.monotonic()

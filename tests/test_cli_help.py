@@ -109,7 +109,7 @@ def test_every_option_with_a_default_says_it_in_its_help(parsers):
 @pytest.fixture(scope="module")
 def config_keys():
     from fspo.cli.arguments import known_config_keys
-    from fspo.main import CONFIG_DIR
+    from fspo.training.main import CONFIG_DIR
 
     return sorted(known_config_keys(CONFIG_DIR))
 
@@ -121,7 +121,7 @@ def test_a_mistyped_config_key_is_one_line_naming_the_key_it_resembles(config_ke
     from hypothesis import strategies as st
 
     from fspo.cli.arguments import UsageError, check_override_keys
-    from fspo.main import CONFIG_DIR, CONFIG_NAME
+    from fspo.training.main import CONFIG_DIR, CONFIG_NAME
 
     leaves = [k for k in config_keys if k.count(".") >= 2 and len(k.rsplit(".", 1)[1]) >= 5]
 

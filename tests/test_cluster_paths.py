@@ -1,4 +1,4 @@
-"""fspo/cluster_paths.py: every path a run hands Ray is absolute before Ray starts, so a worker whose working
+"""fspo/launch/cluster_paths.py: every path a run hands Ray is absolute before Ray starts, so a worker whose working
 directory is elsewhere (where `ray start` ran on its node) opens the same files the launcher meant."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from fspo.cluster_paths import MODEL_KEYS, PATH_KEYS, absolute_model_ref, absolute_path, with_absolute_paths
+from fspo.launch.cluster_paths import MODEL_KEYS, PATH_KEYS, absolute_model_ref, absolute_path, with_absolute_paths
 
 segment = st.text(st.sampled_from("abcxyz_-.0123"), min_size=1, max_size=8).filter(lambda s: s not in (".", ".."))
 relative_paths = st.lists(st.one_of(segment, st.just("..")), min_size=1, max_size=4).map(

@@ -5,7 +5,7 @@ Each case must end without a traceback, within a time limit, with a non-zero exi
 wrong when it refuses, and without changing any file outside the command's own output folder. The example
 count is bounded for CI; ``FSPO_GUARD_EXAMPLES=2000`` runs more (the count is printed).
 
-Every option a command writes through (fspo.output_dir.output_option) is driven with each output-folder class
+Every option a command writes through (fspo.utils.output_dir.output_option) is driven with each output-folder class
 (fspo_testing.command_guard.OUTPUT_CLASSES): a tampered record, a link swapped in for a listed path, a folder
 another process is writing, a read-only folder, a file where the folder is expected.
 """
@@ -337,7 +337,7 @@ def fits_schema(schema, record):
 def test_every_record_kind_refuses_a_bad_field_in_one_line_naming_it(tmp_path):
     """null, NaN, inf, float32 overflow, 2**64, a wrong type in every field, and every required field dropped,
     of every record kind: the reader refuses each naming the file, the line and the field."""
-    from fspo.input_files import InputFileError, read_json, read_jsonl
+    from fspo.utils.input_files import InputFileError, read_json, read_jsonl
 
     for kind, (schema, record) in record_examples().items():
         for broken, bad in corrupted_records(schema, record):
@@ -378,7 +378,7 @@ def test_commands_refuse_a_bad_record_field_in_one_line(in_work, fake_model, tmp
 def test_line_separators_bom_and_crlf_read_back_every_record(tmp_path, separator):
     """Every record kind, its text holding a character str.splitlines splits on, after a byte-order mark and
     with CRLF endings, reads back record for record; an unescaped NUL is refused naming its line."""
-    from fspo.input_files import InputFileError, read_jsonl
+    from fspo.utils.input_files import InputFileError, read_jsonl
 
     for kind, (schema, record) in record_examples().items():
         COUNT_45["separator"] += 1
@@ -472,7 +472,7 @@ def test_zz_report_counts_45(capsys):
 
 def test_every_option_that_names_an_output_claims_its_folder(guarded):
     """A command that writes is covered by the output-folder classes without being listed: its output options
-    are declared with fspo.output_dir.output_option (found from the dispatcher), and an option named like one
+    are declared with fspo.utils.output_dir.output_option (found from the dispatcher), and an option named like one
     that is not is a command writing around the rule."""
     outputs = guarded["outputs"]
     assert {("evaluate",), ("quickstart",), ("verifier", "train"), ("fdpo", "train"), ("data", "synthetic")} <= set(

@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from fspo.coalesce import Coalescer
 from fspo.cpu.agent_loop import sample_seed
 from fspo.cpu.patches import normalise_backend
 from fspo.cpu.rollout import SamplingSettings, generate_batch, left_pad, sampling_settings
+from fspo.utils.coalesce import Coalescer
 
 
 def test_plugin_loads_and_verl_picks_the_cpu_platform():

@@ -82,7 +82,7 @@ def test_the_cpu_preset_gives_every_fsdp_worker_and_the_rollout_the_choice(tmp_p
     # FSPO_PREFLIGHT=0: the weights check is not what this measures (tests/test_preflight.py is).
     env = {**os.environ, "FSPO_DRY_RUN": "1", "FSPO_PREFLIGHT": "0", "FSPO_CPU_DTYPE": BFLOAT16}
     result = subprocess.run(
-        [warm_python(), "-m", "fspo.main", f"actor_rollout_ref.model.path={tmp_path}", "platform=cpu"],
+        [warm_python(), "-m", "fspo.training.main", f"actor_rollout_ref.model.path={tmp_path}", "platform=cpu"],
         capture_output=True,
         text=True,
         env=env,

@@ -141,7 +141,9 @@ def test_token_counts_with_a_tokenizer(files, qwen_tokenizer):
 
 
 def run_main(*overrides, env=None):
-    return subprocess.run([warm_python(), "-m", "fspo.main", *overrides], capture_output=True, text=True, env=env)
+    return subprocess.run(
+        [warm_python(), "-m", "fspo.training.main", *overrides], capture_output=True, text=True, env=env
+    )
 
 
 def test_the_trainer_stops_before_ray_on_what_data_check_reports(files, tmp_path):
@@ -175,7 +177,7 @@ def test_the_trainer_stops_before_ray_on_what_data_check_reports(files, tmp_path
 def test_a_custom_reward_function_scores_any_source(files):
     from omegaconf import OmegaConf
 
-    from fspo.config_checks import check_data_files, uses_fspo_scorer
+    from fspo.launch.config_checks import check_data_files, uses_fspo_scorer
 
     custom = OmegaConf.create(
         {
@@ -184,7 +186,7 @@ def test_a_custom_reward_function_scores_any_source(files):
         }
     )
     default = OmegaConf.create(
-        {"reward": {"custom_reward_function": {"path": "pkg://fspo.outcome", "name": "compute_score"}}}
+        {"reward": {"custom_reward_function": {"path": "pkg://fspo.training.outcome", "name": "compute_score"}}}
     )
     assert uses_fspo_scorer(default) and not uses_fspo_scorer(custom)
     check_data_files("data.train_files", [str(files["unknown"])], custom)  # no error: the custom function decides

@@ -12,7 +12,7 @@ from fspo.data.builder import run_cli
 from fspo.data.io import SourceFieldError, read_rows, write_parquet
 from fspo.data.registry import DATASETS
 from fspo.data.registry import main as data_main
-from fspo.outcome import compute_score
+from fspo.training.outcome import compute_score
 
 EXTRA_INFO_KEYS = {"index", "split", "question", "evidence", "gold_facts", "incorrect_answers"}
 

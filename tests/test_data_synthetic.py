@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fspo.data.io import read_rows, write_parquet
 from fspo.data.synthetic import DATA_SOURCE, main, make_rows
-from fspo.outcome import compute_score
+from fspo.training.outcome import compute_score
 
 
 def test_same_seed_same_rows_other_seed_other_rows():

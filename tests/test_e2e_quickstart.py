@@ -8,10 +8,10 @@ import pytest
 
 from fspo.cli import main as fspo_main
 from fspo.data.io import read_rows
-from fspo.output_dir import record_outputs
 from fspo.quickstart.cli import _parser as quickstart_parser
 from fspo.quickstart.cli import output_paths
 from fspo.quickstart.step_report import validation_samples
+from fspo.utils.output_dir import record_outputs
 
 
 def quickstart(argv: list[str]) -> int:
@@ -106,7 +106,7 @@ def test_bad_options_stop_before_training_with_a_clear_message(tmp_path, capsys,
 
 def test_run_progress_announces_each_phase_and_keeps_talking_during_validation(tmp_path, capsys):
     from fspo.quickstart.cli import RunProgress
-    from fspo.trainer import VALIDATION_BEGINS
+    from fspo.training.trainer import VALIDATION_BEGINS
 
     assert RunProgress.VALIDATION_MARK == VALIDATION_BEGINS
 
@@ -184,7 +184,7 @@ def test_an_output_folder_with_another_runs_checkpoint_is_refused_naming_it(tmp_
 
 
 def test_a_users_file_or_a_link_where_the_quickstart_writes_is_refused_before_anything_runs(tmp_path, capsys):
-    """fspo.output_dir's rule: a summary.json the user put in --output-dir, or a link where a run folder goes,
+    """fspo.utils.output_dir's rule: a summary.json the user put in --output-dir, or a link where a run folder goes,
     stops the quickstart at once, naming it, and the folder is left as it was."""
     model = _fake_model(tmp_path / "model")
     data = [tmp_path / "train.parquet", tmp_path / "val.parquet"]
@@ -213,5 +213,5 @@ def test_fresh_removes_only_the_quickstarts_own_outputs(tmp_path):
         (out / folder).mkdir(parents=True)
     (out / "quickstart_run.json").write_text("{}")
     clear_previous_run(out)
-    # The run folders, emptied, go too (fspo.output_dir.remove_output); the user's folder stays.
+    # The run folders, emptied, go too (fspo.utils.output_dir.remove_output); the user's folder stays.
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["mine", "mine/ckpt"]

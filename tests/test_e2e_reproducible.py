@@ -76,7 +76,7 @@ def test_same_seed_gives_the_same_step_labels_and_advantages(seeded_runs):
         one, other = (torch.load(run / "dump" / f"step_{step}.pt") for run in (first, again))
         for key in ("advantages_before", "advantages", "labels", "response_mask"):
             # Row by row: FSPO's trainer puts a batch in the order its prompts were drawn
-            # (fspo.trainer.canonical_row_order), not in the order verl stored the rollouts.
+            # (fspo.training.trainer.canonical_row_order), not in the order verl stored the rollouts.
             assert torch.equal(one[key], other[key]), f"step {step}: {key} differ"
 
 

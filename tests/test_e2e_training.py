@@ -1,4 +1,4 @@
-"""End to end on CPU: verl's real V1 trainer through `python -m fspo.main`.
+"""End to end on CPU: verl's real V1 trainer through `python -m fspo.training.main`.
 
 One GRPO run of 2 steps with a checkpoint, a resumed run for a third step, and a merge of the
 final checkpoint into a Hugging Face directory that loads and generates.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from fspo.verifier_loss import failed_share
+from fspo.training.verifier_loss import failed_share
 from fspo.verifiers.ray_actor import SERVER_RESTARTS
 from fspo_testing.servers_gone import STEPS
 

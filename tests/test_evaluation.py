@@ -17,9 +17,9 @@ from fspo.evaluation import evaluate_model, results_table, supported_step_rate, 
 from fspo.evaluation.cli import main, named_path
 from fspo.evaluation.generation import GenerationSettings, hf_generation_config, vllm_sampling_options
 from fspo.evaluation.records import read_records
-from fspo.input_files import InputFileError
-from fspo.output_dir import release_output_folders
-from fspo.record_schemas import Prediction
+from fspo.utils.input_files import InputFileError
+from fspo.utils.output_dir import release_output_folders
+from fspo.utils.record_schemas import Prediction
 from fspo.verifiers import build_verifier
 
 FAST = ["--max-new-tokens", "4", "--batch-size", "2"]
@@ -345,7 +345,7 @@ def test_a_model_folder_without_config_or_a_data_file_that_is_not_parquet_is_nam
 
 
 def test_a_users_results_or_a_link_in_the_output_folder_is_refused_not_replaced(tiny_dir, bench, tmp_path, capsys):
-    """fspo.output_dir's rule: `--output-dir D` holding the user's results.md (or a link where fspo writes)
+    """fspo.utils.output_dir's rule: `--output-dir D` holding the user's results.md (or a link where fspo writes)
     is refused naming it, before a model loads, and nothing in D changes; a linked D is followed."""
     out = tmp_path / "D"
     out.mkdir()

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fspo.chat_client import ChatClient
 from fspo.cli import main as fspo_main
 from fspo.data.io import read_rows
 from fspo.evaluation.answer_judge import (
@@ -26,6 +25,7 @@ from fspo.evaluation.answer_judge import (
     read_verdicts,
 )
 from fspo.evaluation.report import results_from_predictions
+from fspo.utils.chat_client import ChatClient
 
 FAST = ["--max-new-tokens", "4", "--batch-size", "8"]
 # Judge client settings that keep a timing-out request short: one try of 1.5 s against a 5 s sleep (the

@@ -13,10 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fspo.data.synthetic import make_example
-from fspo.fdpo.cli import main as fdpo_main
-from fspo.fdpo.loss import FDPO_BETA, FDPO_LAMBDA, fdpo_loss
-from fspo.fdpo.pairs import Sample, flip, hallucination_label, pair_row, preference_pairs, variant_pair, variant_sources
-from fspo.fdpo.variants import evidence_entities, swap_corruption
+from fspo.methods.fdpo.cli import main as fdpo_main
+from fspo.methods.fdpo.loss import FDPO_BETA, FDPO_LAMBDA, fdpo_loss
+from fspo.methods.fdpo.pairs import (
+    Sample,
+    flip,
+    hallucination_label,
+    pair_row,
+    preference_pairs,
+    variant_pair,
+    variant_sources,
+)
+from fspo.methods.fdpo.variants import evidence_entities, swap_corruption
 from fspo.steps import reasoning_steps
 
 EVIDENCE = "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell."
@@ -160,8 +168,8 @@ def test_fdpo_train_at_its_defaults_computes_the_authors_loss(tiny_policy, tmp_p
     factualdpo_trainer.py line 1347 + 1367 on a hand-worked pair: the reference raised by 3 nats on the rejected
     response makes m = 3 exactly (policy = reference before an update), so a pair with dh = 1 costs
     log(1 + e^0.7) and a pair with dh = 0 costs log(1 + e^-0.3)."""
-    from fspo.fdpo.cli import build_parser, train_settings
-    from fspo.fdpo.trainer import build_trainer
+    from fspo.methods.fdpo.cli import build_parser, train_settings
+    from fspo.methods.fdpo.trainer import build_trainer
 
     defaults = train_settings(build_parser().parse_args(["train", "--model", "m", "--pairs", "p", "--output-dir", "o"]))
     assert (defaults["beta"], defaults["factuality_lambda"]) == (FDPO_BETA, FDPO_LAMBDA) == (0.1, 10.0)

@@ -1,4 +1,4 @@
-"""fspo.input_files: every failure of a file the project reads is one InputFileError naming the file."""
+"""fspo.utils.input_files: every failure of a file the project reads is one InputFileError naming the file."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fspo.input_files import (
+from fspo.utils.input_files import (
     InputFileError,
     read_hf_config,
     read_json,
@@ -150,7 +150,7 @@ json_values = st.recursive(
 def test_json_lines_read_back_whatever_their_text_holds(tmp_path, records, bom, ending, ascii_only):
     """Every list of objects, written one per line (escaped or not, LF or CRLF, after a byte-order mark or not),
     reads back as the same list: lines split on \\n only, never on what str.splitlines also splits on."""
-    from fspo.input_files import read_jsonl
+    from fspo.utils.input_files import read_jsonl
 
     path = tmp_path / "records.jsonl"
     text = "".join(json.dumps(r, ensure_ascii=ascii_only) + ending for r in records)
@@ -161,7 +161,7 @@ def test_json_lines_read_back_whatever_their_text_holds(tmp_path, records, bom, 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=st.lists(st.dictionaries(json_text, json_values, min_size=1, max_size=3), min_size=2, max_size=5))
 def test_a_bad_line_is_refused_naming_it_and_only_a_cut_last_line_is_dropped(tmp_path, records):
-    from fspo.input_files import InputFileError, read_jsonl
+    from fspo.utils.input_files import InputFileError, read_jsonl
 
     lines = [json.dumps(r, ensure_ascii=False) for r in records]
     path = tmp_path / "records.jsonl"

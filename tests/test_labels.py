@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fspo import token_labels as labels_module
-from fspo.reward_extra_info import decode_labels, encode_labels
 from fspo.steps import reasoning_steps, split_steps
 from fspo.token_labels import token_char_offsets, token_labels
+from fspo.training.reward_extra_info import decode_labels, encode_labels
 
 PIECES = [
     *"abcXYZ019 .,!?;:'\"()-*\n\t",
@@ -297,5 +297,7 @@ def test_a_huge_run_is_refused_before_it_is_allocated():
         decode_labels("0x3,1x99999999999", length=5)
     with pytest.raises(ValueError, match="expected 3"):
         decode_labels("0x1," * 4 + "0x1", length=3)
-    labels, rejects = __import__("fspo.trainer", fromlist=["labels_tensor"]).labels_tensor(["1x99999999999"], [4])
+    labels, rejects = __import__("fspo.training.trainer", fromlist=["labels_tensor"]).labels_tensor(
+        ["1x99999999999"], [4]
+    )
     assert rejects == 1 and labels.abs().sum() == 0

@@ -36,11 +36,16 @@ LAZY_IMPORTS = {
     "fspo.quickstart.step_report": {"fspo.config.verifier", "fspo.verifiers"},
     # The verifier imports verl, the trainer TRL (the `fdpo` extra): each only when its command runs.
     # ... and the llm rewrite's HTTP client only with `--variants llm`.
-    "fspo.fdpo.cli": {"fspo.config.verifier", "fspo.verifiers", "fspo.fdpo.trainer", "fspo.chat_client"},
+    "fspo.methods.fdpo.cli": {
+        "fspo.config.verifier",
+        "fspo.verifiers",
+        "fspo.methods.fdpo.trainer",
+        "fspo.utils.chat_client",
+    },
     # `fspo --help` and a mistyped command need no output-folder locks.
-    "fspo.cli": {"fspo.output_dir"},
+    "fspo.cli": {"fspo.utils.output_dir"},
     # `fspo train --help` answers without verl; --options reads the config dataclasses (verl's BaseConfig).
-    "fspo.cli.train": {"fspo.config.reference", "fspo.main"},
+    "fspo.cli.train": {"fspo.config.reference", "fspo.training.main"},
 }
 
 
@@ -148,7 +153,7 @@ def test_the_config_package_imports_nothing_else_from_fspo():
 def test_the_trainer_and_the_tools_do_not_import_the_reward_manager():
     # reward.py is verl's reward manager alone: what the trainer and the CLIs share with it lives elsewhere.
     edges, _ = import_graph()
-    assert [m for m, targets in edges.items() if "fspo.reward" in targets] == []
+    assert [m for m, targets in edges.items() if "fspo.training.reward" in targets] == []
 
 
 def test_the_cycle_check_finds_a_cycle():

@@ -1,4 +1,4 @@
-"""fspo/lora_fold.py: a LoRA adapter folded into its base keeps the update at a LoRA recipe's learning rate, and a
+"""fspo/training/lora_fold.py: a LoRA adapter folded into its base keeps the update at a LoRA recipe's learning rate, and a
 checkpoint whose adapter cannot be folded as trained is refused with one line.
 
 LoRA's reference implementation is peft's (github.com/huggingface/peft, ``src/peft/tuners/lora/layer.py``,
@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fspo.lora_fold import (
+from fspo.training.lora_fold import (
     ADAPTER_PREFIX,
     LORA_A,
     LORA_B,
@@ -174,7 +174,7 @@ def test_a_damaged_checkpoint_is_refused_with_one_line(checkpoint, damage, data)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The command: python -m fspo.lora_fold on a merged folder as verl's merger writes it.
+# The command: python -m fspo.training.lora_fold on a merged folder as verl's merger writes it.
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -216,7 +216,7 @@ def test_fold_command_stores_float32_and_evaluation_loads_it_so(merged_lora):
     from safetensors.torch import load_file
 
     from fspo.evaluation.generation import keeps_float32
-    from fspo.lora_fold import main
+    from fspo.training.lora_fold import main
 
     base = load_file(merged_lora["merged"] / "model.safetensors")
     assert main([str(merged_lora["merged"]), str(merged_lora["actor"])]) == 0
@@ -233,7 +233,7 @@ def test_fold_command_stores_float32_and_evaluation_loads_it_so(merged_lora):
 
 
 def test_fold_command_refuses_a_checkpoint_without_its_metadata(merged_lora, capsys):
-    from fspo.lora_fold import main
+    from fspo.training.lora_fold import main
 
     (merged_lora["actor"] / "lora_train_meta.json").unlink()
     before = {path: path.read_bytes() for path in merged_lora["merged"].rglob("*") if path.is_file()}
@@ -246,7 +246,7 @@ def test_fold_command_refuses_a_checkpoint_without_its_metadata(merged_lora, cap
 def test_fold_command_refuses_metadata_without_an_adapter(merged_lora, capsys):
     import shutil
 
-    from fspo.lora_fold import main
+    from fspo.training.lora_fold import main
 
     shutil.rmtree(merged_lora["merged"] / "lora_adapter")
     assert main([str(merged_lora["merged"]), str(merged_lora["actor"])]) == 1

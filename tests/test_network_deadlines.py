@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 
-from fspo.chat_client import ChatClient
+from fspo.utils.chat_client import ChatClient
 from fspo_testing.chat_server import ChatServer, TricklingServer
 
 
@@ -22,7 +22,7 @@ def test_a_judge_that_never_answers_or_trickles_is_given_up_by_the_deadline(capl
             )
             caplog.clear()
             started = time.monotonic()
-            with caplog.at_level(logging.WARNING, logger="fspo.chat_client"):
+            with caplog.at_level(logging.WARNING, logger="fspo.utils.chat_client"):
                 assert client.reply([{"role": "user", "content": "Is water wet?"}]) is None
             seconds = time.monotonic() - started
             assert seconds < 3, seconds  # 2 attempts of 0.5 s, not the minute the server would hold them
@@ -42,7 +42,7 @@ def test_the_preflight_names_the_endpoint_and_the_setting_when_the_hub_never_ans
     from huggingface_hub import constants
 
     from fspo.config.vocabulary import ConfigError
-    from fspo.preflight import HubProbe, ModelNeed, resolve
+    from fspo.launch.preflight import HubProbe, ModelNeed, resolve
     from fspo_testing.hub_server import StandInHub
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # conftest's offline, read at import

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fspo.outcome import (
+from fspo.training.outcome import (
     METRIC_KEYS,
     RELEASED_SOURCES,
     SCORERS,

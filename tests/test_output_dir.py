@@ -1,4 +1,4 @@
-"""The output-folder rule (fspo/output_dir.py): fspo replaces or deletes only what it wrote, follows a linked
+"""The output-folder rule (fspo/utils/output_dir.py): fspo replaces or deletes only what it wrote, follows a linked
 output folder, never replaces or writes through a link inside it, and refuses naming the path."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from fspo.atomic_file import write_text_atomically
-from fspo.output_dir import (
+from fspo.utils.atomic_file import write_text_atomically
+from fspo.utils.output_dir import (
     LOCK,
     RECORD,
     OutputConflict,
@@ -204,7 +204,7 @@ def test_remove_and_move_never_leave_the_folder_nor_follow_a_link(tmp_path):
 
 
 def test_a_folder_has_one_writer_at_a_time_named_when_refused(tmp_path):
-    """The folder's lock is held by another process (a real one: `python -m fspo.output_dir hold`): a claim is
+    """The folder's lock is held by another process (a real one: `python -m fspo.utils.output_dir hold`): a claim is
     refused up front naming its pid and command; it ends with that process and leaves no lock file behind."""
     import subprocess
     import sys
@@ -212,7 +212,17 @@ def test_a_folder_has_one_writer_at_a_time_named_when_refused(tmp_path):
 
     out = tmp_path / "out"
     holder = subprocess.Popen(
-        [sys.executable, "-m", "fspo.output_dir", "hold", "--command=fspo data gsm8k", str(out), "--", "sleep", "30"]
+        [
+            sys.executable,
+            "-m",
+            "fspo.utils.output_dir",
+            "hold",
+            "--command=fspo data gsm8k",
+            str(out),
+            "--",
+            "sleep",
+            "30",
+        ]
     )
     try:
         for _ in range(200):

@@ -1,4 +1,4 @@
-"""fspo.output_dir's rule held by each command that writes a folder: a user's file where the command writes is
+"""fspo.utils.output_dir's rule held by each command that writes a folder: a user's file where the command writes is
 refused by name and left as it was, a link is never replaced, and a re-run replaces the command's own outputs."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from fspo.cli import main as fspo_main
-from fspo.output_dir import RECORD, read_record
+from fspo.utils.output_dir import RECORD, read_record
 
 GSM8K_ROW = {"question": "1+1?", "answer": "#### 2"}
 

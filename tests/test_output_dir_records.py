@@ -1,12 +1,12 @@
 """No command deletes or changes a file outside its output folder, whatever the folder's record says
-(fspo/output_dir.py: record_entries, remove_output, move_into).
+(fspo/utils/output_dir.py: record_entries, remove_output, move_into).
 
 The record (``.fspo-outputs.json``) is a file in the user's folder: anyone may edit it, and a folder it lists
 may since have become a link. Generated here: entries that climb out (``../x``), absolute paths, links swapped
 in for listed files and folders (to the outside, to another link), links inside a listed folder, Unicode names,
 NUL and lone surrogates; then every way fspo deletes or replaces files in an output folder runs on it: a real
 command (``fspo data synthetic``), the install a training run's or a merge's output goes through (``fspo
-verifier train``, ``fspo fdpo train``, ``scripts/merge_checkpoint.sh``'s ``python -m fspo.output_dir install``)
+verifier train``, ``fspo fdpo train``, ``scripts/merge_checkpoint.sh``'s ``python -m fspo.utils.output_dir install``)
 and quickstart's ``--fresh``.
 """
 
@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fspo.cli import main as fspo_main
-from fspo.output_dir import LOCK, RECORD, OutputConflict, install_staged, release_output_folders, staging_folder
-from fspo.output_dir import main as output_dir_main
 from fspo.quickstart.cli import clear_previous_run
+from fspo.utils.output_dir import LOCK, RECORD, OutputConflict, install_staged, release_output_folders, staging_folder
+from fspo.utils.output_dir import main as output_dir_main
 from fspo_testing.command_guard import snapshot
 
 # Placeholders the test resolves against its scratch folder: an absolute path to a victim outside the folder.
@@ -114,7 +114,7 @@ def run(command: str, out: Path, staged: list[str]) -> str | None:
             for name in staged or ["config.json"]:
                 (staging / name).parent.mkdir(parents=True, exist_ok=True)
                 (staging / name).write_text(f"new {name}")
-            if command == "merge_checkpoint.sh":  # the script's own step: python -m fspo.output_dir install
+            if command == "merge_checkpoint.sh":  # the script's own step: python -m fspo.utils.output_dir install
                 with contextlib.redirect_stderr(err):
                     status = output_dir_main(["install", f"--command={command}", str(staging), str(out)])
             else:

@@ -1,5 +1,5 @@
-"""The weights check before Ray starts (fspo.preflight), the HF variables every Ray process gets
-(fspo.hub_env), and platform=gpu from a GPU-less driver.
+"""The weights check before Ray starts (fspo.launch.preflight), the HF variables every Ray process gets
+(fspo.launch.hub_env), and platform=gpu from a GPU-less driver.
 
 Models resolve from local folders, an HF cache built here, or a local stand-in for the hub's HTTP
 interface (fspo_testing.hub_server): the real hub is not reachable from the test machines.
@@ -20,8 +20,8 @@ from omegaconf import OmegaConf
 
 from fspo.config.verifier import VerifierConfig
 from fspo.config.vocabulary import ConfigError
-from fspo.hub_env import describe, hub_env_vars
-from fspo.preflight import (
+from fspo.launch.hub_env import describe, hub_env_vars
+from fspo.launch.preflight import (
     MODEL_FILES,
     TOKENIZER_FILES,
     HubProbe,
@@ -178,7 +178,7 @@ def test_an_hhem_server_restarted_during_an_outage_passes_its_check(hhem_cache):
     a server Ray restarts while the hub answers 503 finds the cached HHEM and foundation."""
     code = (
         "from fspo.config.verifier import VerifierConfig\n"
-        "from fspo.preflight import check_verifier\n"
+        "from fspo.launch.preflight import check_verifier\n"
         "print(check_verifier(VerifierConfig(name='hhem')))\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN")}
@@ -246,7 +246,7 @@ def test_a_bare_t5_verifier_folder_needs_nothing_else(tmp_path):
 
 
 def test_embedding_checks_the_packaged_minilm_and_nli_its_model(policy):
-    from fspo.preflight import minilm_path
+    from fspo.launch.preflight import minilm_path
 
     assert [n.ref for n in verifier_needs(VerifierConfig(name="embedding"))] == [minilm_path()]
     resolve(verifier_needs(VerifierConfig(name="embedding"))[0], HubProbe(CLOSED_PORT))  # the package is complete
@@ -318,7 +318,7 @@ def test_only_set_hugging_face_variables_are_passed_and_never_the_token(environ)
 
 def test_a_run_that_joins_a_cluster_is_told_from_one_that_starts_its_own(monkeypatch):
     """Only a Ray the run starts inherits the driver's token; a joined cluster's nodes use their own."""
-    from fspo.main import joined_cluster
+    from fspo.training.main import joined_cluster
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     config = OmegaConf.create({"ray_kwargs": {"ray_init": {"address": None}}})
@@ -331,8 +331,8 @@ def test_a_run_that_joins_a_cluster_is_told_from_one_that_starts_its_own(monkeyp
 
 
 def test_a_token_never_travels_in_a_runtime_env():
-    from fspo.hub_env import with_env_vars
-    from fspo.main import FSPOTaskRunner
+    from fspo.launch.hub_env import with_env_vars
+    from fspo.training.main import FSPOTaskRunner
 
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
         with pytest.raises(ValueError, match=f"{name} must not travel in a Ray runtime env"):
@@ -340,7 +340,7 @@ def test_a_token_never_travels_in_a_runtime_env():
 
 
 def test_a_stored_login_token_stays_in_its_file(tmp_path, monkeypatch):
-    from fspo.hub_env import driver_has_token
+    from fspo.launch.hub_env import driver_has_token
 
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
@@ -358,7 +358,7 @@ def test_the_workers_of_a_ray_the_driver_starts_inherit_its_token_and_the_runtim
     script = tmp_path / "child_env.py"
     script.write_text(
         "import os, ray\n"
-        "from fspo.hub_env import with_env_vars\n"
+        "from fspo.launch.hub_env import with_env_vars\n"
         "ray.init(num_cpus=2, include_dashboard=False, logging_level='ERROR', log_to_driver=False)\n"
         "os.environ['HF_ENDPOINT'] = 'http://set-after-ray-started'\n"
         "@ray.remote(num_cpus=0)\n"
@@ -391,10 +391,10 @@ def test_the_workers_of_a_ray_the_driver_starts_inherit_its_token_and_the_runtim
 
 
 def test_platform_gpu_without_an_accelerator_pins_cuda_here_and_in_ray(monkeypatch):
-    from fspo.main import with_platform_default
+    from fspo.training.main import with_platform_default
 
     monkeypatch.delenv("VERL_PLATFORM", raising=False)
-    monkeypatch.setattr("fspo.main.cpu_mode_requested", lambda: True)  # this machine has no GPU
+    monkeypatch.setattr("fspo.training.main.cpu_mode_requested", lambda: True)  # this machine has no GPU
     argv = with_platform_default(["platform=gpu", "trainer.nnodes=2"])
     assert argv == [
         "platform=gpu",
@@ -410,10 +410,10 @@ def test_platform_gpu_without_an_accelerator_pins_cuda_here_and_in_ray(monkeypat
 
 
 def test_platform_gpu_on_a_gpu_machine_changes_nothing(monkeypatch):
-    from fspo.main import with_platform_default
+    from fspo.training.main import with_platform_default
 
     monkeypatch.delenv("VERL_PLATFORM", raising=False)
-    monkeypatch.setattr("fspo.main.cpu_mode_requested", lambda: False)
+    monkeypatch.setattr("fspo.training.main.cpu_mode_requested", lambda: False)
     assert with_platform_default(["platform=gpu"]) == ["platform=gpu"]
     assert "VERL_PLATFORM" not in os.environ
 
@@ -516,7 +516,7 @@ def test_offline_is_read_as_huggingface_hub_reads_it(hub_offline_value, transfor
 
     from huggingface_hub import constants
 
-    from fspo.preflight import hub_offline
+    from fspo.launch.preflight import hub_offline
 
     saved = {name: os.environ.get(name) for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     try:
@@ -534,7 +534,7 @@ def test_offline_is_read_as_huggingface_hub_reads_it(hub_offline_value, transfor
 
 
 def test_fspo_preflight_0_skips_the_check(monkeypatch):
-    from fspo.preflight import preflight_requested
+    from fspo.launch.preflight import preflight_requested
 
     assert preflight_requested()
     monkeypatch.setenv("FSPO_PREFLIGHT", "0")
@@ -543,7 +543,7 @@ def test_fspo_preflight_0_skips_the_check(monkeypatch):
 
 def test_the_preflight_of_a_cpu_run_with_a_lexical_verifier_reads_only_the_policy(policy):
     from fspo.config.fspo_config import fspo_config
-    from fspo.preflight import preflight
+    from fspo.launch.preflight import preflight
 
     config = OmegaConf.create(
         {
@@ -567,7 +567,7 @@ def test_a_driver_without_the_rollout_backend_is_refused_in_one_line(rollout, mo
     node too): a driver that cannot import it is refused before Ray starts, naming the install."""
     import importlib.util
 
-    from fspo.preflight import check_rollout_importable
+    from fspo.launch.preflight import check_rollout_importable
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(  # this machine as a head node with the CPU set: no vLLM, no SGLang

@@ -14,9 +14,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from fspo.data.templates import build_messages, chat_template, count_prompt_tokens, render_prompt
-from fspo.reward import FSPORewardManager
-from fspo.reward_extra_info import decode_labels
 from fspo.steps import reasoning_span, reasoning_steps
+from fspo.training.reward import FSPORewardManager
+from fspo.training.reward_extra_info import decode_labels
 from fspo_testing.rollouts import single_rollout
 from fspo_testing.tiny_model import build_qwen3_model
 

@@ -1,7 +1,7 @@
 """The launch recipes (recipes/*.sh) in dry-run mode, and scripts/merge_checkpoint.sh's argument handling.
 
 Each recipe is run as a user would (bash, env vars, extra Hydra overrides) with ``FSPO_DRY_RUN=1``:
-fspo.main composes, resolves and validates the whole config against verl's dataclasses, prints it
+fspo.training.main composes, resolves and validates the whole config against verl's dataclasses, prints it
 and exits without starting Ray. The recipes run concurrently (each is ~10 s of imports) so that the
 file stays well under a minute.
 """
@@ -55,7 +55,7 @@ def _weights_env() -> dict[str, str]:
 
 
 def weights_env() -> dict[str, str]:
-    """What a recipe's dry run finds its weights by (it checks them: fspo.preflight): a tiny local policy as
+    """What a recipe's dry run finds its weights by (it checks them: fspo.launch.preflight): a tiny local policy as
     MODEL_PATH and HHEM in an offline HF cache, built once per test process for every caller of run_recipe."""
     with _weights_lock:
         return _weights_env()
@@ -117,7 +117,7 @@ def test_gpu_recipe_carries_the_paper_settings(dry_runs, name):
     assert actor_rollout_ref["actor"]["kl_loss_type"] == "low_var_kl"
     assert config["data"]["max_prompt_length"] == 2048
     assert config["data"]["max_response_length"] == 2048
-    # Absolute before Ray starts (fspo/cluster_paths.py): a worker runs where `ray start` ran, not in the repository.
+    # Absolute before Ray starts (fspo/launch/cluster_paths.py): a worker runs where `ray start` ran, not in the repository.
     assert config["data"]["train_files"] == [
         str(REPO / "data/hotpotqa/train.parquet"),
         str(REPO / "data/simplerl_math/train.parquet"),
@@ -255,7 +255,7 @@ def test_recipes_use_the_projects_venv_without_activating_it():
     process = subprocess.run(
         ["bash", str(RECIPES / "run_qwen2.5_7b_instruct.sh")], env=env, capture_output=True, text=True, timeout=300
     )
-    assert f"exec {REPO / '.venv' / 'bin' / 'python'} -m fspo.main" in process.stderr
+    assert f"exec {REPO / '.venv' / 'bin' / 'python'} -m fspo.training.main" in process.stderr
     assert printed_config(process)["trainer"]["experiment_name"] == "fspo_qwen2.5_7b_instruct"
 
 
@@ -374,7 +374,7 @@ def world_size_1_checkpoint(tmp_path_factory):
 
 
 def test_merge_into_a_used_target_keeps_the_users_files_and_follows_a_link(world_size_1_checkpoint, tmp_path):
-    """fspo.output_dir's rule in merge_checkpoint.sh: a merge into an earlier merge's folder replaces its own
+    """fspo.utils.output_dir's rule in merge_checkpoint.sh: a merge into an earlier merge's folder replaces its own
     files (a stale shard of its own is deleted) and keeps the user's notes and adapter folder; a linked target is followed, not replaced by a folder;
     a user's config.json there is refused by name, before the merge, and left as it was."""
     real = tmp_path / "real"
@@ -390,7 +390,7 @@ def test_merge_into_a_used_target_keeps_the_users_files_and_follows_a_link(world
     earlier.mkdir()
     (earlier / ".fspo_merged_from").write_text("an earlier step")
     (earlier / "model-00002-of-00002.safetensors").write_text("stale")
-    rule = [sys.executable, "-m", "fspo.output_dir", "--flag=--target-dir", "--command=merge_checkpoint.sh"]
+    rule = [sys.executable, "-m", "fspo.utils.output_dir", "--flag=--target-dir", "--command=merge_checkpoint.sh"]
     subprocess.run([*rule, "install", str(earlier), str(target)], check=True)
     process = run_merge("--target-dir", str(target), str(world_size_1_checkpoint), "1")
     assert process.returncode == 0, process.stderr

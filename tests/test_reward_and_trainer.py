@@ -11,12 +11,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fspo.batch_dump import dump_file_name, save_atomically
 from fspo.evidence import evidence_text
-from fspo.reward_extra_info import encode_labels, rows_labels_and_stats, step_metrics
 from fspo.steps import reasoning_steps
 from fspo.token_labels import step_labels_for_response, verdicts_from_scores
-from fspo.trainer import FSPOTrainer, canonical_row_order, fspo_trainer_class, labels_tensor
+from fspo.training.batch_dump import dump_file_name, save_atomically
+from fspo.training.reward_extra_info import encode_labels, rows_labels_and_stats, step_metrics
+from fspo.training.trainer import FSPOTrainer, canonical_row_order, fspo_trainer_class, labels_tensor
 
 
 def test_evidence_text_accepts_strings_lists_and_rejects_missing():
@@ -178,7 +178,7 @@ def test_verls_task_runner_builds_the_fspo_trainer_of_each_mode_only_inside_fspo
     from verl.trainer.main_ppo import TaskRunnerV1
     from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
 
-    from fspo.main import FSPOTaskRunner, fspo_trainers_registered
+    from fspo.training.main import FSPOTaskRunner, fspo_trainers_registered
 
     runner = FSPOTaskRunner.__ray_actor_class__
     assert issubclass(runner, TaskRunnerV1.__ray_actor_class__)

@@ -11,8 +11,8 @@ import time
 
 from omegaconf import OmegaConf
 
-from fspo.reward import FSPORewardManager
-from fspo.reward_extra_info import decode_labels, step_metrics
+from fspo.training.reward import FSPORewardManager
+from fspo.training.reward_extra_info import decode_labels, step_metrics
 from fspo_testing.fuzz import fuzz_cases, fuzz_reward_manager  # the benchmark's generator, shared with its larger run
 from fspo_testing.rollouts import single_rollout
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from fspo.reward import FSPORewardManager, MissingEvidenceError
-from fspo.reward_extra_info import OUTPUT_SEPARATOR, STAT_KEYS, decode_labels, step_metrics
-from fspo.verifier_loss import VerifierLossError, VerifierLossGuard
+from fspo.training.reward import FSPORewardManager, MissingEvidenceError
+from fspo.training.reward_extra_info import OUTPUT_SEPARATOR, STAT_KEYS, decode_labels, step_metrics
+from fspo.training.verifier_loss import VerifierLossError, VerifierLossGuard
 from fspo_testing.faulty_verifier import RAISE_MARKER, FaultyVerifier
 from fspo_testing.rollouts import single_rollout
 

@@ -19,7 +19,7 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from fspo.config.fspo_config import fspo_config
 from fspo.config.vocabulary import ConfigError
-from fspo.fapo import (
+from fspo.methods.fapo import (
     fapo_reward,
     is_correct,
     is_flawed_positive,
@@ -27,7 +27,7 @@ from fspo.fapo import (
     refinement_groups,
     rollout_groups,
 )
-from fspo.knowrl import (
+from fspo.methods.knowrl import (
     KNOWRL_REFUSAL,
     KNOWRL_RIGHT,
     KNOWRL_WRONG,
@@ -37,9 +37,9 @@ from fspo.knowrl import (
     length_penalty,
     on_unit_scale,
 )
-from fspo.reward import FSPORewardManager
-from fspo.reward_extra_info import RolloutStats, step_metrics
-from fspo.reward_modes import added_reward, rollout_reward
+from fspo.methods.reward_modes import added_reward, rollout_reward
+from fspo.training.reward import FSPORewardManager
+from fspo.training.reward_extra_info import RolloutStats, step_metrics
 from fspo_testing.rollouts import single_rollout
 
 EVIDENCE = "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell."

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from fspo.outcome import compute_score
-from fspo.time_limit import ScorerTimeout, TimeLimitedScorer, custom_scorer
+from fspo.training.outcome import compute_score
+from fspo.training.time_limit import ScorerTimeout, TimeLimitedScorer, custom_scorer
 
 # math-verify evaluates this power inside one C call holding the GIL: a thread never returns from it.
 TOWER = "<answer>$9^{9^{9^{9}}}$</answer>"
@@ -103,7 +103,7 @@ def test_a_non_positive_limit_is_refused():
 
 def test_a_worker_whose_parent_stops_waiting_kills_itself_on_its_cpu_cap():
     # An orphaned worker stuck in C would spin forever; its CPU-time alarm ends it without a Python handler.
-    from fspo.time_limit import _Worker, default_scorer
+    from fspo.training.time_limit import _Worker, default_scorer
 
     worker = _Worker(default_scorer, (), cpu_cap_s=0.5)
     try:

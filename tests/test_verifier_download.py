@@ -11,7 +11,7 @@ import pytest
 from fspo.cli import main as fspo_main
 from fspo.config.verifier import VerifierConfig
 from fspo.config.vocabulary import ConfigError
-from fspo.preflight import HubProbe, resolve, verifier_needs
+from fspo.launch.preflight import HubProbe, resolve, verifier_needs
 from fspo.verifier_tools.download import download_verifier
 from fspo.verifiers.hhem import HHEM_FOUNDATION, HHEM_MODEL
 from fspo_testing.hub_server import StandInHub

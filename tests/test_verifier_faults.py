@@ -17,8 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from fspo.coalesce import isolate_failures
-from fspo.reward import FSPORewardManager
+from fspo.training.reward import FSPORewardManager
+from fspo.utils.coalesce import isolate_failures
 from fspo.verifiers.ray_actor import (
     choose_server,
     colocated_server_name,

@@ -28,7 +28,7 @@ def tiny_encoder(tmp_path_factory):
     """A randomly initialised 2-layer BERT with the real all-MiniLM-L6-v2 WordPiece tokenizer."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from fspo.preflight import minilm_path
+    from fspo.launch.preflight import minilm_path
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     config = BertConfig(
@@ -109,9 +109,9 @@ def test_untrained_head_is_not_already_perfect(tiny_encoder, tmp_path):
 
 
 def test_training_into_a_used_folder_keeps_the_users_files(tiny_encoder, tmp_path, capsys):
-    """fspo.output_dir's rule: a user's config.json is refused before training; a user's other files stay; a
+    """fspo.utils.output_dir's rule: a user's config.json is refused before training; a user's other files stay; a
     re-run replaces the earlier model; a link where the weights go is refused, not written through."""
-    from fspo.output_dir import RECORD, OutputConflict
+    from fspo.utils.output_dir import RECORD, OutputConflict
     from fspo.verifier_tools.finetune import EXPECTED_FILES, train_cross_encoder
 
     data = tmp_path / "claims.jsonl"

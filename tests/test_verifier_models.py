@@ -235,7 +235,7 @@ def test_hhem_bare_t5_token_classifier_directory(tiny_hhem, tmp_path):
 def minilm_tokenizer():
     from transformers import AutoTokenizer
 
-    from fspo.preflight import minilm_path
+    from fspo.launch.preflight import minilm_path
 
     return AutoTokenizer.from_pretrained(minilm_path())
 

@@ -137,7 +137,7 @@ def test_colocated_client_without_servers_is_a_clear_error():
 
 
 def test_router_url_is_verl_s_reward_router_address():
-    from fspo.reward import _load_verifier
+    from fspo.training.reward import _load_verifier
 
     verifier = _load_verifier(
         verifier_config({"name": "llm_judge", "url": REWARD_ROUTER}), "10.0.0.1:4000", "Qwen/Judge"
@@ -186,7 +186,7 @@ def _dry_run(address: str) -> subprocess.CompletedProcess:
     # FSPO_PREFLIGHT=0: the preset is under test here, not the weights (tests/test_preflight.py)
     env.update(FSPO_DRY_RUN="1", RAY_ADDRESS=address, RAY_AUTH_MODE="disabled", FSPO_PREFLIGHT="0")
     return subprocess.run(
-        [warm_python(), "-m", "fspo.main", "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct"],
+        [warm_python(), "-m", "fspo.training.main", "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct"],
         env=env,
         capture_output=True,
         text=True,

@@ -281,7 +281,7 @@ def test_verify_labelled_prints_the_quality_figures(tmp_path, capsys):
 
 
 def test_verify_chart_replaces_its_own_chart_not_a_users_file_or_link(tmp_path, capsys):
-    """fspo.output_dir's rule for --chart: a re-run replaces fspo's chart; a user's image of that name, or a
+    """fspo.utils.output_dir's rule for --chart: a re-run replaces fspo's chart; a user's image of that name, or a
     link, is refused by name before anything is scored, and left as it was."""
     path = _jsonl(tmp_path, [json.dumps(r) for r in ROWS])
     charts = tmp_path / "charts"

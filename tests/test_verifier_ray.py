@@ -57,15 +57,15 @@ def test_a_hung_ray_placement_server_costs_a_step_its_deadline_not_forever(ray_c
     """A pair the server failed alone reaches the client as a failure; then the reward manager's step over a hung
     server ends within the request deadline, every rollout counted as a
     verifier failure, and the run-level guard then stops the run."""
-    from fspo.reward import FSPORewardManager
-    from fspo.reward_extra_info import step_metrics
-    from fspo.verifier_loss import VerifierLossError, VerifierLossGuard
+    from fspo.training.reward import FSPORewardManager
+    from fspo.training.reward_extra_info import step_metrics
+    from fspo.training.verifier_loss import VerifierLossError, VerifierLossGuard
     from fspo_testing.faulty_verifier import RAISE_MARKER, FaultyVerifierServer
     from fspo_testing.rollouts import single_rollout
 
     handle, _, client = dedicated("ray-hung", server_class=FaultyVerifierServer)
     # Before it hangs: a pair the server failed alone (its batcher isolated it) reaches the client as a failure,
-    # not as a verdict like a step with nothing to check (fspo.verifier_loss counts only the first).
+    # not as a verdict like a step with nothing to check (fspo.training.verifier_loss counts only the first).
     pairs = [PAIRS[0], ("Paris is big.", f"{RAISE_MARKER} Paris."), ("Paris is big.", "Then it is so.")]
     scored = asyncio.run(client.ascore_with_failures(pairs))
     assert scored.failed == (1,) and scored.scores[0] == 1.0 and all(map(math.isnan, scored.scores[1:]))

@@ -11,11 +11,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fspo.coalesce import Coalescer, plan_chunks
 from fspo.config.verifier import verifier_config
 from fspo.config.vocabulary import ConfigError
-from fspo.reward_extra_info import RolloutStats, step_metrics
-from fspo.verifier_loss import VerifierLossError, VerifierLossGuard, failed_share
+from fspo.training.reward_extra_info import RolloutStats, step_metrics
+from fspo.training.verifier_loss import VerifierLossError, VerifierLossGuard, failed_share
+from fspo.utils.coalesce import Coalescer, plan_chunks
 from fspo.verifiers.batching import ErrorKind, classify_error, device_broken, is_out_of_memory
 from fspo.verifiers.lexical import LexicalVerifier
 from fspo.verifiers.model_base import MERGED_MICRO_BATCHES, ray_cuda_index

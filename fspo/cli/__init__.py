@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Mapping
 
 from fspo.cli.arguments import refuse
-from fspo.input_files import InputFileError
+from fspo.utils.input_files import InputFileError
 
 Command = tuple[str | Callable[[list[str]], int | None], str]
 
@@ -31,7 +31,7 @@ SUBCOMMANDS: dict[str, Command] = {
         "build a training or evaluation set as verl parquet; `data check FILE...` checks files",
     ),
     "evaluate": ("fspo.evaluation.cli", "evaluate model directories on prepared benchmarks"),
-    "fdpo": ("fspo.fdpo.cli", "F-DPO: build-pairs from sampled responses (step verifier), train them with TRL"),
+    "fdpo": ("fspo.methods.fdpo.cli", "F-DPO: build-pairs from sampled responses (step verifier), train them with TRL"),
 }
 
 
@@ -57,8 +57,8 @@ def dispatch(prog: str, commands: Mapping[str, Command], argv: list[str] | None,
         return 2
     runner = commands[name][0]
     run = importlib.import_module(runner).main if isinstance(runner, str) else runner
-    # Lazy like the commands: fspo.output_dir is small, but `fspo --help` needs none of it.
-    from fspo.output_dir import OutputConflict, release_output_folders
+    # Lazy like the commands: fspo.utils.output_dir is small, but `fspo --help` needs none of it.
+    from fspo.utils.output_dir import OutputConflict, release_output_folders
 
     try:
         return int(run(rest) or 0)

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from fspo.input_files import InputFileError, read_hf_config
+from fspo.utils.input_files import InputFileError, read_hf_config
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

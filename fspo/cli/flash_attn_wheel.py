@@ -5,7 +5,7 @@ kernels for a long time, and a built wheel only loads into the exact (CUDA major
 CPython, C++ ABI) it was compiled against, none of which its file name's tags say. ``scripts/setup.sh``
 therefore installs one only from the list in ``pyproject.toml`` (``[[tool.fspo.flash-attn-wheels]]``)
 and only where all four match; elsewhere it goes without and the recipes fall back to ``sdpa``
-(:mod:`fspo.attention`). A wheel is also built for one CPU architecture (its file name's platform tag:
+(:mod:`fspo.launch.attention`). A wheel is also built for one CPU architecture (its file name's platform tag:
 an aarch64 node, e.g. a GH200, never gets an x86-64 wheel), and each listed URL carries the sha256 of the
 file, which pip checks (``--require-hashes``) before installing it.
 
@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from fspo.input_files import InputFileError, read_json, read_toml
+from fspo.utils.input_files import InputFileError, read_json, read_toml
 
 # A CUDA build of torch requires NVIDIA's libraries by name, e.g. nvidia-cudnn-cu13 or nvidia-cuda-runtime-cu12.
 _NVIDIA_LIBRARY = re.compile(r"^nvidia-[a-z0-9-]+-cu(\d+)\b", re.IGNORECASE)

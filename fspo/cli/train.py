@@ -1,8 +1,8 @@
-"""``fspo train`` (and ``fspo-train``): its own help and option list, then verl (:func:`fspo.main.main`).
+"""``fspo train`` (and ``fspo-train``): its own help and option list, then verl (:func:`fspo.training.main.main`).
 
 ``--help`` answers here, without importing verl (~7 s) or printing Hydra's dump of the whole config;
 ``--options`` lists the ``fspo.*`` keys from the config dataclasses. Everything else goes to
-:func:`fspo.main.main`, Hydra's own flags (``--cfg job``, ``--hydra-help``) included.
+:func:`fspo.training.main.main`, Hydra's own flags (``--cfg job``, ``--hydra-help``) included.
 """
 
 from __future__ import annotations
@@ -53,6 +53,6 @@ def main(argv: list[str] | None = None) -> int:
     answer = answered_here(argv)
     if answer is not None:
         return answer
-    from fspo.main import main as train
+    from fspo.training.main import main as train
 
     return train(argv)

@@ -2,7 +2,7 @@
 
 ``fspo/config/fspo_trainer.yaml`` lists every key with the default given here (so that a Hydra
 override needs no ``+``); the defaults and each key's meaning live in this file only. The driver
-converts the block once before Ray starts (:func:`fspo_config`, called by ``fspo.config_checks.validate``), so a
+converts the block once before Ray starts (:func:`fspo_config`, called by ``fspo.launch.config_checks.validate``), so a
 wrong type or value stops the run with one line naming the key; verl's trainer and reward workers
 receive the ``DictConfig`` and convert it again in their own processes, as verl does with its own
 config dataclasses.
@@ -21,7 +21,7 @@ from fspo.config.numeric_options import FSPO_NUMBERS, check_numbers
 from fspo.config.verifier import VerifierConfig
 from fspo.config.vocabulary import OUTSIDE_LABELS, REWARD_MODES, ConfigError
 
-# A right answer's reward minus a wrong one's in modes knowrl and fapo (fspo.reward_modes).
+# A right answer's reward minus a wrong one's in modes knowrl and fapo (fspo.methods.reward_modes).
 RIGHT_WRONG_GAP = 1.0
 
 
@@ -47,12 +47,12 @@ class FSPOConfig(BaseConfig):
         default="fspo",
         metadata={
             "help": "How step verdicts enter training: fspo (the advantage flip below), knowrl (KnowRL's factuality "
-            "reward added to the outcome reward, fspo.knowrl), fapo (FAPO's flawed-positive penalty, fspo.fapo). "
+            "reward added to the outcome reward, fspo.methods.knowrl), fapo (FAPO's flawed-positive penalty, fspo.methods.fapo). "
             "knowrl and fapo are sequence-level rewards: no token is flipped."
         },
     )
     knowrl_fact_weight: float = field(
-        default=1.0 / 3.0,  # fspo.knowrl says why
+        default=1.0 / 3.0,  # fspo.methods.knowrl says why
         metadata={
             "help": "mode knowrl: the weight of the factuality reward (share of supported steps x FActScore's length "
             "penalty). 1/3 = KnowRL's weight 1 over its correctness gap of 3 (+2 right, -1 wrong), on 0-1 scores; "
@@ -74,7 +74,7 @@ class FSPOConfig(BaseConfig):
         },
     )
     fapo_penalty: float = field(
-        default=0.5,  # fspo.fapo.majority_guided_penalty()
+        default=0.5,  # fspo.methods.fapo.majority_guided_penalty()
         metadata={
             "help": "mode fapo: subtracted from a flawed positive's reward (right answer, an unsupported step). 0.5 = "
             "FAPO's 1.0 on its +-1 rewards, half the right-wrong gap; at most 1, so that a flawed positive never "

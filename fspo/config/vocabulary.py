@@ -11,8 +11,8 @@ class ConfigError(ValueError):
     """A config value that cannot work, with what to change."""
 
 
-# fspo.mode: how the step verdicts enter training: FSPO's advantage flip, KnowRL's factuality reward (fspo.knowrl),
-# FAPO's flawed-positive penalty (fspo.fapo).
+# fspo.mode: how the step verdicts enter training: FSPO's advantage flip, KnowRL's factuality reward (fspo.methods.knowrl),
+# FAPO's flawed-positive penalty (fspo.methods.fapo).
 REWARD_MODES = ("fspo", "knowrl", "fapo")
 # fspo.verifier.name: the step-verifier backends (fspo.verifiers).
 VERIFIER_NAMES = ("lexical", "embedding", "hhem", "nli", "llm_judge", "minicheck", "factcg")

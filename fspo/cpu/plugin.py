@@ -3,7 +3,7 @@
 verl imports this module in every process that imports verl and swallows any exception at
 debug level, so a broken plugin would fail silently and leave verl falling back to CUDA. This
 module therefore reports its own failures on stderr before re-raising, and records the outcome
-in :data:`STATE` so that ``fspo.main`` can check the backend really loaded.
+in :data:`STATE` so that ``fspo.training.main`` can check the backend really loaded.
 """
 
 from __future__ import annotations

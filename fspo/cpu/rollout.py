@@ -34,8 +34,8 @@ from typing import Any, Optional
 import ray
 import torch
 
-from fspo.coalesce import Coalescer
 from fspo.cpu.compute import use_all_threads
+from fspo.utils.coalesce import Coalescer
 
 logger = logging.getLogger(__name__)
 
@@ -272,7 +272,7 @@ def generate_batch(
 class HFRolloutServer:
     """Token-in/token-out generation with a ``transformers`` causal LM (a Ray actor).
 
-    ``generate`` calls go through a :class:`~fspo.coalesce.Coalescer` keyed by sampling settings:
+    ``generate`` calls go through a :class:`~fspo.utils.coalesce.Coalescer` keyed by sampling settings:
     the rollouts of a training step (``batch_size * n`` requests, sent at once by the agent loop)
     are decoded together in one left-padded batch per distinct setting (:func:`generate_batch`),
     each row drawing from the generator of its request's ``seed``.

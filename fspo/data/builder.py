@@ -16,7 +16,7 @@ from fspo.cli.arguments import HelpFormatter, UsageError, check_count
 from fspo.config.numeric_options import COUNT, SEED
 from fspo.data.io import SourceFileError, make_row, read_hub, read_records, source_files, write_parquet
 from fspo.data.templates import PROMPT_FORMATS, build_messages, count_prompt_tokens
-from fspo.output_dir import check_output_paths, output_option
+from fspo.utils.output_dir import check_output_paths, output_option
 
 
 @dataclass

@@ -9,7 +9,7 @@ is there but in a form the reward manager cannot read (FSPO would silently skip 
 ground truths. A bad option exits 2 before any file is read.
 
 The trainer runs :func:`scan_file` on ``data.train_files`` and ``data.val_files`` before Ray starts
-(:func:`fspo.config_checks.check_data_files`), so a problem found here is the problem a run would stop on.
+(:func:`fspo.launch.config_checks.check_data_files`), so a problem found here is the problem a run would stop on.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from fspo.config.numeric_options import COUNT
 from fspo.data.io import text_list
 from fspo.data.templates import check_prompt_format, count_prompt_tokens
 from fspo.evidence import evidence_text, row_evidence
-from fspo.input_files import InputFileError, read_parquet
-from fspo.outcome import known_sources, scorer_of
+from fspo.training.outcome import known_sources, scorer_of
+from fspo.utils.input_files import InputFileError, read_parquet
 
 REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")
 # Names under which datasets keep evidence: this project's and the released FSPO files'. A file

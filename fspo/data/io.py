@@ -20,9 +20,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fspo.atomic_file import replacing
-from fspo.hub_deadline import hub_timeout_s, no_answer
-from fspo.input_files import InputFileError, jsonl_lines, parse_json, parse_jsonl, read_bytes, read_parquet_rows
+from fspo.launch.hub_deadline import hub_timeout_s, no_answer
+from fspo.utils.atomic_file import replacing
+from fspo.utils.input_files import InputFileError, jsonl_lines, parse_json, parse_jsonl, read_bytes, read_parquet_rows
 
 SOURCE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
@@ -137,7 +137,7 @@ def write_parquet(rows: Sequence[dict], path: str | Path) -> Path:
 
 
 def read_rows(path: str | Path) -> list[dict]:
-    """Read a parquet written by `write_parquet` back as a list of plain dicts (:mod:`fspo.input_files`' reader)."""
+    """Read a parquet written by `write_parquet` back as a list of plain dicts (:mod:`fspo.utils.input_files`' reader)."""
     return read_parquet_rows(path)
 
 
@@ -145,7 +145,7 @@ def read_source_file(path: str | Path) -> list[dict]:
     """Records of one local source file: JSON Lines, a JSON list (or {"data": [...]}), parquet or CSV.
 
     Bytes that are not UTF-8 are replaced rather than aborting the whole file. Read through
-    :mod:`fspo.input_files` (JSON Lines split on ``\\n`` only, a byte-order mark dropped); its one-line errors
+    :mod:`fspo.utils.input_files` (JSON Lines split on ``\\n`` only, a byte-order mark dropped); its one-line errors
     come back as :class:`SourceFileError`.
     """
     path = Path(path)

@@ -21,7 +21,7 @@ from fspo.config.numeric_options import NON_NEGATIVE_COUNT, SEED
 from fspo.data.builder import Example
 from fspo.data.io import make_row, write_parquet
 from fspo.data.templates import PROMPT_FORMATS, build_messages, check_prompt_format
-from fspo.output_dir import check_output_paths, output_option
+from fspo.utils.output_dir import check_output_paths, output_option
 
 DATA_SOURCE = "synthetic_multihop"
 

@@ -1,7 +1,7 @@
 """TruthfulQA (truthfulqa/truthful_qa), as open generation or as MC1/MC2 multiple choice.
 
 - ``--form generation``: ground truth = the best answer then the other correct answers (aliases);
-  ``extra_info["incorrect_answers"]`` = the incorrect answers. Scored by `fspo.outcome`: the answer is
+  ``extra_info["incorrect_answers"]`` = the incorrect answers. Scored by `fspo.training.outcome`: the answer is
   right when it is closer (token F1) to some correct answer than to every incorrect one.
 - ``--form mc1`` / ``mc2``: the options are shuffled per question (seeded; the source lists the correct
   one first) and lettered; ground truth = the correct letter (MC1) or the list of true letters (MC2).

@@ -34,10 +34,10 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from fspo.chat_client import ChatClient, without_thinking
 from fspo.evaluation.records import drop_torn_tail, read_records
-from fspo.outcome import extract_answer, own_scorer_name
-from fspo.record_schemas import Verdict
+from fspo.training.outcome import extract_answer, own_scorer_name
+from fspo.utils.chat_client import ChatClient, without_thinking
+from fspo.utils.record_schemas import Verdict
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class AnswerJudge:
     """Asks a chat model yes/no questions about answers, `max_concurrency` requests at a time.
 
     Args:
-        client: The endpoint, model, retries and timeouts (`fspo.chat_client.ChatClient`).
+        client: The endpoint, model, retries and timeouts (`fspo.utils.chat_client.ChatClient`).
         max_concurrency: Requests in flight at once.
         give_up_after: Consecutive failed requests after which the remaining ones are not sent.
     """

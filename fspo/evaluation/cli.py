@@ -20,7 +20,6 @@ import math
 import re
 from pathlib import Path
 
-from fspo.chat_client import ChatClient
 from fspo.cli.arguments import HelpFormatter, UsageError, check_count, check_model_dir, check_probability, refuse
 from fspo.config.numeric_options import (
     COUNT,
@@ -37,8 +36,9 @@ from fspo.evaluation.answer_judge import METRICS_OF_SOURCE, AnswerJudge
 from fspo.evaluation.generation import GenerationSettings, build_generator, render_prompts, vllm_available
 from fspo.evaluation.pipeline import ProvenanceError, check_rows, evaluate_model
 from fspo.evaluation.report import accumulated_results, write_results
-from fspo.input_files import InputFileError, read_parquet_rows
-from fspo.output_dir import check_output_paths, output_option
+from fspo.utils.chat_client import ChatClient
+from fspo.utils.input_files import InputFileError, read_parquet_rows
+from fspo.utils.output_dir import check_output_paths, output_option
 from fspo.verifier_tools.quality import calibrated_threshold
 from fspo.verifier_tools.verify import verifier_options
 
@@ -251,7 +251,7 @@ def check_arguments(args: argparse.Namespace) -> GenerationSettings:
 
 def output_paths(args: argparse.Namespace) -> list[str]:
     """What this run writes in ``--output-dir``: the results files and each (model, benchmark)'s predictions,
-    their provenance and the judge's verdicts (fspo.output_dir's rule holds for each)."""
+    their provenance and the judge's verdicts (fspo.utils.output_dir's rule holds for each)."""
     paths = [f"results.{suffix}" for suffix in ("md", "json", "csv", "png")]
     for model_name, _ in args.model:
         for bench_name, _ in args.data:

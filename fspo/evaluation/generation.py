@@ -8,7 +8,7 @@ from typing import Protocol
 
 from fspo.cpu.compute import torch_compute_dtype
 from fspo.data.templates import render_prompt
-from fspo.input_files import read_hf_config
+from fspo.utils.input_files import read_hf_config
 
 
 @dataclass(frozen=True)

@@ -17,18 +17,18 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from fspo.atomic_file import write_text_atomically
 from fspo.evaluation.answer_judge import judgments_path
 from fspo.evaluation.generation import GenerationSettings, Generator, build_generator, render_prompts
 from fspo.evaluation.records import ends_mid_line, read_records
 from fspo.evidence import row_evidence
-from fspo.input_files import read_json
-from fspo.outcome import METRIC_KEYS as METRICS
-from fspo.outcome import compute_score, scorer_of, unknown_source_message
-from fspo.record_schemas import Prediction, Provenance
 from fspo.steps import reasoning_steps
-from fspo.time_limit import ScorerTimeout, TimeLimitedScorer
 from fspo.token_labels import verdicts_from_scores
+from fspo.training.outcome import METRIC_KEYS as METRICS
+from fspo.training.outcome import compute_score, scorer_of, unknown_source_message
+from fspo.training.time_limit import ScorerTimeout, TimeLimitedScorer
+from fspo.utils.atomic_file import write_text_atomically
+from fspo.utils.input_files import read_json
+from fspo.utils.record_schemas import Prediction, Provenance
 
 SUPPORT_THRESHOLD = 0.5
 # Files up to this size are hashed whole (configs, tokenizer, weight index); larger ones (the weights)
@@ -115,8 +115,8 @@ def score_record(row: dict, responses: Sequence[str], scorer=None) -> dict:
     """Score each sampled response; the row's metrics are their means.
 
     Args:
-        scorer: A `fspo.time_limit.TimeLimitedScorer` (a response it gives up on scores 0 and is counted in
-            ``scorer_timeouts``); None scores in this process with `fspo.outcome.compute_score`, unlimited.
+        scorer: A `fspo.training.time_limit.TimeLimitedScorer` (a response it gives up on scores 0 and is counted in
+            ``scorer_timeouts``); None scores in this process with `fspo.training.outcome.compute_score`, unlimited.
     """
     extra_info = row.get("extra_info") or {}
     per_sample, timeouts = [], 0

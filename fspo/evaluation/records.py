@@ -1,5 +1,5 @@
 """The records ``fspo evaluate`` keeps (predictions, the judge's verdicts): JSONL, read back after an interruption
-through :func:`fspo.input_files.read_jsonl` and validated against their schema (:mod:`fspo.record_schemas`)."""
+through :func:`fspo.utils.input_files.read_jsonl` and validated against their schema (:mod:`fspo.utils.record_schemas`)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fspo.input_files import read_jsonl
+from fspo.utils.input_files import read_jsonl
 
 
 def read_records(path: str | Path, schema: Any) -> list[dict]:
     """Records of a JSONL file, each fitting ``schema``; none when there is no file yet.
 
     A last line cut short (an interrupted write: it does not end in a newline and does not parse) is dropped;
-    any other line that does not parse or fit is refused (:class:`fspo.input_files.InputFileError`).
+    any other line that does not parse or fit is refused (:class:`fspo.utils.input_files.InputFileError`).
     """
     path = Path(path)
     if not path.exists():

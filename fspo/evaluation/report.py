@@ -8,11 +8,11 @@ import json
 import math
 from pathlib import Path
 
-from fspo.atomic_file import replacing, write_text_atomically
 from fspo.evaluation.pipeline import score_records
 from fspo.evaluation.records import read_records
-from fspo.input_files import read_json
-from fspo.record_schemas import Prediction
+from fspo.utils.atomic_file import replacing, write_text_atomically
+from fspo.utils.input_files import read_json
+from fspo.utils.record_schemas import Prediction
 
 
 def _benchmarks(results: dict[str, dict[str, dict]]) -> list[str]:

@@ -4,7 +4,7 @@
    directory once (see :mod:`fspo.quickstart.smollm2`), or takes ``--model``; writes synthetic evidence-grounded
    multi-hop questions (evidence in the prompt, one worked example in the instruction), or takes
    ``--data``.
-2. Trains ``--steps`` FSPO steps with verl's real trainer (``python -m fspo.main``, the config a GPU
+2. Trains ``--steps`` FSPO steps with verl's real trainer (``python -m fspo.training.main``, the config a GPU
    run uses, with the CPU preset and the offline ``lexical`` verifier at sentence level), validating on the held-out
    split before and after training (greedy answers: answer F1, the verifier's supported-step rate, and
    on synthetic questions the independent world judge's hallucinated-step rate and the copy rate, see
@@ -26,16 +26,16 @@ import sys
 import time
 from pathlib import Path
 
-from fspo.atomic_file import write_text_atomically
 from fspo.cli.arguments import HelpFormatter, UsageError, check_model_dir, check_overrides
 from fspo.config.numeric_options import COUNT, SEED
 from fspo.data.io import read_rows, write_parquet
 from fspo.data.synthetic import make_rows
-from fspo.input_files import read_json
-from fspo.output_dir import OutputConflict, check_output_paths, output_option, remove_output
 from fspo.quickstart.launch import launch
 from fspo.quickstart.smollm2 import convert_smollm2
 from fspo.quickstart.step_report import TRAINING_VERIFIERS, step_report, validation_samples
+from fspo.utils.atomic_file import write_text_atomically
+from fspo.utils.input_files import read_json
+from fspo.utils.output_dir import OutputConflict, check_output_paths, output_option, remove_output
 
 # The instruction of every quickstart prompt. The paper's instruction alone leaves a 135M model
 # answering in free text; one worked example shows it the step-by-step format FSPO labels.
@@ -158,8 +158,8 @@ class RunProgress:
         heartbeat_s: seconds between the progress lines during validation.
     """
 
-    # fspo.trainer.VALIDATION_BEGINS, which FSPO's trainer prints as a validation pass starts (not
-    # imported: fspo.trainer loads verl and torch, seconds before `fspo quickstart --help` could answer).
+    # fspo.training.trainer.VALIDATION_BEGINS, which FSPO's trainer prints as a validation pass starts (not
+    # imported: fspo.training.trainer loads verl and torch, seconds before `fspo quickstart --help` could answer).
     VALIDATION_MARK = "fspo: validation begins"
 
     def __init__(
@@ -467,7 +467,7 @@ def checkpoint_conflict(out: Path, identity: dict) -> str | None:
 
 
 def output_paths(args: argparse.Namespace) -> list[str]:
-    """What a run writes in ``--output-dir`` (fspo.output_dir's rule holds for each): its record, the synthetic
+    """What a run writes in ``--output-dir`` (fspo.utils.output_dir's rule holds for each): its record, the synthetic
     data (without ``--data``), one folder per training run (wholly its own: logs, checkpoints, merged model),
     the curves and the summary."""
     runs = ["fspo/"] + (["grpo/"] if args.baseline == "grpo" else [])

@@ -1,4 +1,4 @@
-"""Run verl's trainer (``python -m fspo.main``) in a subprocess and follow the metrics it logs.
+"""Run verl's trainer (``python -m fspo.training.main``) in a subprocess and follow the metrics it logs.
 
 ``fspo quickstart`` trains through :func:`launch`; the end-to-end tests and the step-time benchmark use it
 too, so that they run the trainer exactly as the quickstart and a GPU user do.
@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fspo.input_files import jsonl_lines, parse_jsonl, read_text
-from fspo.record_schemas import TrainerMetrics
+from fspo.utils.input_files import jsonl_lines, parse_jsonl, read_text
+from fspo.utils.record_schemas import TrainerMetrics
 
 
 def launch(
@@ -25,7 +25,7 @@ def launch(
     on_step: Callable[[dict], None] | None = None,
     on_poll: Callable[[], None] | None = None,
 ) -> list[dict]:
-    """Run ``python -m fspo.main`` with ``overrides``; return the metrics it logged, one dict per step.
+    """Run ``python -m fspo.training.main`` with ``overrides``; return the metrics it logged, one dict per step.
 
     Each record is ``{"step": N, "data": {metric: value}}`` from verl's file logger; ``on_step`` is
     called with each record as soon as the trainer writes it, ``on_poll`` about once a second while it
@@ -39,7 +39,7 @@ def launch(
     deadline = time.monotonic() + timeout
     with open(log_path, "w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "fspo.main", "trainer.logger=[console,file]", *overrides],
+            [sys.executable, "-m", "fspo.training.main", "trainer.logger=[console,file]", *overrides],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,

@@ -14,7 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
-from fspo.output_dir import output_folder
+from fspo.utils.output_dir import output_folder
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -63,7 +63,7 @@ def convert_smollm2(output_dir: str | Path | None = None, force: bool = False) -
     """
     output_dir = Path(output_dir) if output_dir else default_cache_dir() / MODEL_NAME
     # Before the half minute of conversion: a cache folder that is a file, lies under one or cannot be written
-    # is one line naming it (fspo.output_dir.OutputConflict), not a traceback once the model is converted.
+    # is one line naming it (fspo.utils.output_dir.OutputConflict), not a traceback once the model is converted.
     output_folder("FSPO_CACHE's model folder" if output_dir.parent == default_cache_dir() else "the folder", output_dir)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM

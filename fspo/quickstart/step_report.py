@@ -17,10 +17,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from fspo.data.synthetic import DATA_SOURCE
-from fspo.input_files import read_jsonl
 from fspo.quickstart.world_judge import CONTRADICTED, NOT_A_CLAIM, SUPPORTED, build_world, judge_step
-from fspo.record_schemas import ValidationSample
 from fspo.steps import reasoning_steps
+from fspo.utils.input_files import read_jsonl
+from fspo.utils.record_schemas import ValidationSample
 from fspo.verifier_tools.quality import calibrated_threshold
 
 # The verifiers as the quickstart trains with `lexical` (fspo.quickstart.cli.VERIFIER) and `embedding` at the

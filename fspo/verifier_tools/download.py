@@ -7,7 +7,7 @@ the nodes read (a shared ``HF_HOME``, or ``--cache-dir`` copied there), then tra
     HF_TOKEN=hf_... fspo verifier download hhem                 # HHEM-2.1-Open + google/flan-t5-base's config and tokenizer
     fspo verifier download nli --model-path MoritzLaurer/DeBERTa-v3-base-mnli-fever-anli --cache-dir /shared/hf/hub
 
-What is fetched is what the backend loads and nothing else (:func:`fspo.preflight.verifier_needs`): for
+What is fetched is what the backend loads and nothing else (:func:`fspo.launch.preflight.verifier_needs`): for
 ``hhem`` its config, weights and remote code, then the foundation its config names (config and tokenizer
 files, not flan-t5's weights). The training run's preflight checks the same list.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from fspo.cli.arguments import HelpFormatter
 from fspo.config.vocabulary import MODEL_BACKENDS, VERIFIER_NAMES, ConfigError
-from fspo.hub_deadline import bound_hub_requests
-from fspo.preflight import (
+from fspo.launch.hub_deadline import bound_hub_requests
+from fspo.launch.preflight import (
     HubProbe,
     ModelNeed,
     cached_snapshot,

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from fspo.cli.arguments import HelpFormatter, UsageError, check_count, check_model_dir, check_positive_number, refuse
 from fspo.config.numeric_options import COUNT, POSITIVE_LOSS_TERM, SEED
-from fspo.output_dir import check_output_paths, install_staged, output_option, staging_folder
-from fspo.preflight import minilm_path
+from fspo.launch.preflight import minilm_path
+from fspo.utils.output_dir import check_output_paths, install_staged, output_option, staging_folder
 from fspo.verifier_tools.download import main as download_main
 from fspo.verifier_tools.labelled import LabelledPair, load_labelled
 
@@ -190,7 +190,7 @@ def _train(
                 flush=True,
             )
             running = []
-    # Saved beside, then moved in under fspo.output_dir's rule: a user's file of the same name is refused, not
+    # Saved beside, then moved in under fspo.utils.output_dir's rule: a user's file of the same name is refused, not
     # replaced, and a failed save leaves the folder as it was.
     staging = staging_folder(output_dir, PROG)
     try:

@@ -26,8 +26,8 @@ from typing import NamedTuple
 from fspo.data.halueval import offline_files
 from fspo.data.io import clean_text
 from fspo.data.synthetic import labelled_facts
-from fspo.input_files import read_jsonl, read_parquet_rows
-from fspo.record_schemas import LabelledClaim
+from fspo.utils.input_files import read_jsonl, read_parquet_rows
+from fspo.utils.record_schemas import LabelledClaim
 
 SOURCES = ("halueval", "synthetic", "synthetic-restated")
 SPLITS = ("train", "heldout", "all")
@@ -116,7 +116,7 @@ def _text(value, key: str, where: str) -> str:
 
 
 def parse_row(row: dict, where: str) -> LabelledPair:
-    """One ``{evidence, claim, label}`` row (validated: :class:`fspo.record_schemas.LabelledClaim`); evidence may be
+    """One ``{evidence, claim, label}`` row (validated: :class:`fspo.utils.record_schemas.LabelledClaim`); evidence may be
     a list of strings (joined by newlines)."""
     evidence = _text(row["evidence"], "evidence", where)
     claim = _text(row["claim"], "claim", where)

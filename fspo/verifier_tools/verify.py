@@ -27,16 +27,16 @@ import os
 import sys
 import time
 
-from fspo.atomic_file import replacing
 from fspo.cli.arguments import HelpFormatter
 from fspo.config.numeric_options import COUNT, PROBABILITY, SEED, VERIFIER_NUMBERS
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evidence import evidence_text
-from fspo.input_files import jsonl_lines, parse_jsonl, read_text
-from fspo.output_dir import OutputConflict, check_output_paths, output_option
-from fspo.preflight import check_verifier, looks_like_hub_id
-from fspo.record_schemas import verify_row
+from fspo.launch.preflight import check_verifier, looks_like_hub_id
 from fspo.steps import reasoning_span, reasoning_steps
+from fspo.utils.atomic_file import replacing
+from fspo.utils.input_files import jsonl_lines, parse_jsonl, read_text
+from fspo.utils.output_dir import OutputConflict, check_output_paths, output_option
+from fspo.utils.record_schemas import verify_row
 from fspo.verifier_tools.labelled import SOURCES, SPLITS, load_labelled
 from fspo.verifier_tools.quality import CALIBRATED_THRESHOLDS, DEFAULT_THRESHOLD, calibrated_threshold, summarise
 
@@ -165,8 +165,8 @@ def verifier_options(texts: list[str], verifier: str, flag: str = "--option") ->
 def read_rows(
     lines: list[str], evidence_key: str, response_key: str, limit: int | None, source: str = "stdin"
 ) -> list[tuple[str, str]]:
-    """(evidence, response) of each JSONL row of ``lines`` (:func:`fspo.input_files.jsonl_lines` of ``source``);
-    blank lines are skipped; a row that is not JSON or does not fit :func:`fspo.record_schemas.verify_row` raises
+    """(evidence, response) of each JSONL row of ``lines`` (:func:`fspo.utils.input_files.jsonl_lines` of ``source``);
+    blank lines are skipped; a row that is not JSON or does not fit :func:`fspo.utils.record_schemas.verify_row` raises
     :class:`InputFileError` naming ``source``, the line and the field."""
     if limit is not None:  # the first ``limit`` rows: blank lines do not count
         filled = [n for n, line in enumerate(lines) if line.strip()]

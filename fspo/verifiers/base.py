@@ -5,7 +5,7 @@ A verifier maps (evidence, claim) pairs to the probability that the evidence sup
 penalised) and counts it, so a flaky verifier shows up in the metrics instead of silently biasing the labels.
 A NaN comes two ways, told apart by :class:`ScoredPairs`: a pair that holds nothing to check (a step without
 content words) is a verdict; a pair the verifier failed on (an error isolated to it, such as an out-of-memory
-row; a judge that gave no verdict) is a failure, counted by the run-level guard (:mod:`fspo.verifier_loss`).
+row; a judge that gave no verdict) is a failure, counted by the run-level guard (:mod:`fspo.training.verifier_loss`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fspo.coalesce import Coalescer
 from fspo.config.vocabulary import STRICT_THRESHOLD_BACKENDS
+from fspo.utils.coalesce import Coalescer
 from fspo.verifiers.text import top_k_evidence
 
 UNVERIFIABLE = math.nan
@@ -116,7 +116,7 @@ class Verifier(ABC):
         """The scores of ``pairs`` for async callers such as verl's reward loop (one rollout per call), and the
         pairs that failed.
 
-        Concurrent calls are merged by a [`fspo.coalesce.Coalescer`], up to :meth:`merge_budget`, so the
+        Concurrent calls are merged by a [`fspo.utils.coalesce.Coalescer`], up to :meth:`merge_budget`, so the
         model sees many rollouts' pairs in one batched [`~Verifier.score`] call, run in a worker thread. A
         merged batch that raises is split until the failing pairs are isolated: they score NaN and are listed
         as failed, the others are scored; a request whose every pair fails gets the error. A request

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from fspo.preflight import minilm_path
+from fspo.launch.preflight import minilm_path
 from fspo.verifiers.base import UNVERIFIABLE, Pair
 from fspo.verifiers.batching import Features, run_batched
 from fspo.verifiers.model_base import ModelVerifier

@@ -37,7 +37,7 @@ import torch
 
 from fspo.config.verifier import VerifierConfig
 from fspo.config.vocabulary import DEFAULT_MODELS, HHEM_FOUNDATION
-from fspo.preflight import check_verifier, has_tokenizer_files
+from fspo.launch.preflight import check_verifier, has_tokenizer_files
 from fspo.verifiers.base import Pair
 from fspo.verifiers.batching import Features
 from fspo.verifiers.checked_load import from_pretrained_checked

@@ -5,7 +5,7 @@ Prompt (``JUDGE_SYSTEM_PROMPT`` + ``JUDGE_USER_TEMPLATE``): the judge sees the e
 from the reply after dropping any ``<think>...</think>`` block: the last ``SUPPORTED`` /
 ``UNSUPPORTED`` / ``NOT SUPPORTED`` word wins (case-insensitive) and maps to 1.0 / 0.0. A reply with no
 verdict, a malformed response, an HTTP error that survives the retries or a timeout scores NaN
-(unverifiable), is reported as a failed pair (the run-level guard counts it) and the run goes on. Requests, retries and timeouts are `fspo.chat_client.ChatClient`'s,
+(unverifiable), is reported as a failed pair (the run-level guard counts it) and the run goes on. Requests, retries and timeouts are `fspo.utils.chat_client.ChatClient`'s,
 shared with the evaluation judge (`fspo evaluate --judge`).
 
 ``reply_format="first_error"`` asks instead as FAPO's generative reward model is asked (verl-recipe
@@ -26,7 +26,7 @@ import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from fspo.chat_client import ChatClient, chat_url, without_thinking
+from fspo.utils.chat_client import ChatClient, chat_url, without_thinking
 from fspo.verifiers.base import UNVERIFIABLE, Pair, PairPipeline, ScoredPairs, check_pairs
 
 __all__ = [

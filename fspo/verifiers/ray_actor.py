@@ -23,7 +23,7 @@ and its server drops it before computing it. Ray restarts a server whose process
 Ray does not retry its tasks, the client does), a server whose device broke exits so that Ray restarts it,
 and the client looks the servers up again while any is missing. A server empties its CUDA cache when it
 goes idle, not after every request. When servers stay lost for good, the rollouts go unlabelled and
-:mod:`fspo.verifier_loss` stops the run.
+:mod:`fspo.training.verifier_loss` stops the run.
 """
 
 from __future__ import annotations
@@ -422,7 +422,7 @@ class ColocatedVerifier(Verifier):
         if not names:
             raise RuntimeError(
                 "fspo.verifier.placement=colocated (or ray) but no verifier server is running in this Ray job: FSPO's "
-                "trainer starts them (fspo.trainer.FSPOTrainer); launch with fspo-train / python -m fspo.main"
+                "trainer starts them (fspo.training.trainer.FSPOTrainer); launch with fspo-train / python -m fspo.training.main"
             )
         await self._adopt(names)
 

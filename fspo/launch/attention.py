@@ -95,7 +95,7 @@ def importable(module: str) -> bool:
     return True
 
 
-# The flash-attention packages that import where the GPU workers run, comma-separated: set by fspo.main after
+# The flash-attention packages that import where the GPU workers run, comma-separated: set by fspo.training.main after
 # checking on a GPU node of the cluster when this machine has none (a GPU-less head node), or by hand.
 WORKER_IMPORTS_ENV = "FSPO_GPU_WORKER_IMPORTS"
 
@@ -183,7 +183,7 @@ def apply_attention_fallback(config: DictConfig, with_critic: bool = False) -> N
     Call it before ``OmegaConf.resolve``: verl's ``actor.use_remove_padding`` interpolates the model's.
 
     Runs on the driver for the GPU workers (:func:`worker_importable`): a driver without a GPU that joins a GPU
-    cluster has a GPU node answer for it (fspo.main); a GPU driver checks its own install, which its workers
+    cluster has a GPU node answer for it (fspo.training.main); a GPU driver checks its own install, which its workers
     share (one image or virtualenv across nodes, as verl's own setup assumes).
     """
     device = str(OmegaConf.select(config, "trainer.device", default="cuda"))

@@ -8,9 +8,9 @@
 ``build-pairs`` reads ``fspo evaluate``'s predictions (each row's rendered prompt, evidence, sampled responses
 and their outcome scores), labels every response factual or hallucinated with a step verifier (every judged
 step supported, or not; a response with no judged step stays unlabelled) and writes F-DPO's flipped pairs
-(:mod:`fspo.fdpo.pairs`) and, from each prompt's best factual response, a synthetic hallucinated variant as an
-inverted pair (:mod:`fspo.fdpo.variants`; ``--variants``). ``train`` trains them with TRL's DPOTrainer and F-DPO's margin
-(:mod:`fspo.fdpo.trainer`; the ``fdpo`` extra) and saves a Hugging Face model that ``fspo evaluate`` takes.
+(:mod:`fspo.methods.fdpo.pairs`) and, from each prompt's best factual response, a synthetic hallucinated variant as an
+inverted pair (:mod:`fspo.methods.fdpo.variants`; ``--variants``). ``train`` trains them with TRL's DPOTrainer and F-DPO's margin
+(:mod:`fspo.methods.fdpo.trainer`; the ``fdpo`` extra) and saves a Hugging Face model that ``fspo evaluate`` takes.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import os
 import random
 from pathlib import Path
 
-from fspo.atomic_file import write_text_atomically
 from fspo.cli.arguments import (
     HelpFormatter,
     UsageError,
@@ -34,8 +33,8 @@ from fspo.cli.arguments import (
 from fspo.config.numeric_options import COUNT, EPOCHS, LOSS_TERM, POSITIVE_LOSS_TERM, PROBABILITY, SEED
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evaluation.records import read_records
-from fspo.fdpo.loss import FDPO_BETA, FDPO_LAMBDA, FDPO_LAMBDA_SWEEP
-from fspo.fdpo.pairs import (
+from fspo.methods.fdpo.loss import FDPO_BETA, FDPO_LAMBDA, FDPO_LAMBDA_SWEEP
+from fspo.methods.fdpo.pairs import (
     Sample,
     hallucination_label,
     pair_row,
@@ -43,11 +42,12 @@ from fspo.fdpo.pairs import (
     variant_pair,
     variant_sources,
 )
-from fspo.fdpo.variants import llm_corruption, swap_corruption
-from fspo.output_dir import check_output_paths, output_option
-from fspo.record_schemas import Prediction
+from fspo.methods.fdpo.variants import llm_corruption, swap_corruption
 from fspo.steps import reasoning_steps
 from fspo.token_labels import verdicts_from_scores
+from fspo.utils.atomic_file import write_text_atomically
+from fspo.utils.output_dir import check_output_paths, output_option
+from fspo.utils.record_schemas import Prediction
 from fspo.verifier_tools.quality import calibrated_threshold
 from fspo.verifier_tools.verify import verifier_options
 
@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def train_settings(args) -> dict:
-    """``fspo fdpo train``'s parsed options as :func:`fspo.fdpo.trainer.build_trainer`'s settings."""
+    """``fspo fdpo train``'s parsed options as :func:`fspo.methods.fdpo.trainer.build_trainer`'s settings."""
     return {
         "beta": args.beta,
         "factuality_lambda": args.factuality_lambda,
@@ -197,7 +197,7 @@ def corruptor(args):
     rng = random.Random(args.seed)
     if args.variants == "swap":
         return lambda question, response, evidence: swap_corruption(response, evidence, rng) if evidence else None
-    from fspo.chat_client import ChatClient  # the llm rewrite, as F-DPO's authors do it
+    from fspo.utils.chat_client import ChatClient  # the llm rewrite, as F-DPO's authors do it
 
     try:
         client = ChatClient(
@@ -282,7 +282,7 @@ MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "to
 
 
 def pairs_file(out: str) -> tuple[str, str]:
-    """``--pairs`` of build-pairs as (its folder, its name): the folder is the output folder fspo.output_dir's rule
+    """``--pairs`` of build-pairs as (its folder, its name): the folder is the output folder fspo.utils.output_dir's rule
     holds for (a user's file of that name is refused, never replaced)."""
     folder, name = os.path.split(os.path.abspath(os.path.expanduser(out)))
     if not name:
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         check_count("--max-length", args.max_length)
         try:
             # Lazy: TRL (the `fdpo` extra) and its model stack load only to train.
-            from fspo.fdpo.trainer import read_pairs, train
+            from fspo.methods.fdpo.trainer import read_pairs, train
         except ImportError as error:
             raise UsageError(f"{error}; install the fdpo extra: pip install 'fspo[fdpo]'") from None
         try:

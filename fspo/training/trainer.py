@@ -4,7 +4,7 @@ verl 0.9.1 has one V1 trainer class per mode (``sync``, ``colocate_async``, ``se
 them run the same ``_compute_advantage`` / ``_update_actor`` steps. :class:`FSPOAdvantageMixin` overrides
 ``_compute_advantage`` (the flip) and :func:`fspo_trainer_class` puts it in front of the mode's class.
 Its other hooks only hand over: the verifier servers to :mod:`fspo.verifiers.ray_actor`, batch dumps
-to :mod:`fspo.batch_dump`.
+to :mod:`fspo.training.batch_dump`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
 from verl.workers.utils.padding import response_to_nested
 
 from fspo.advantage import apply_step_labels, flip_stats
-from fspo.batch_dump import dump_file_name, save_atomically
 from fspo.config.fspo_config import fspo_config
 from fspo.config.vocabulary import TRAINER_MODES
-from fspo.fapo import refinement_groups, rollout_groups
-from fspo.reward_extra_info import decode_labels, rows_labels_and_stats, sample_info, update_metrics
-from fspo.verifier_loss import VerifierLossGuard
+from fspo.methods.fapo import refinement_groups, rollout_groups
+from fspo.training.batch_dump import dump_file_name, save_atomically
+from fspo.training.reward_extra_info import decode_labels, rows_labels_and_stats, sample_info, update_metrics
+from fspo.training.verifier_loss import VerifierLossGuard
 from fspo.verifiers.ray_actor import start_verifier_servers
 
 logger = logging.getLogger(__name__)
@@ -81,17 +81,17 @@ class FSPOAdvantageMixin:
     The advantage estimator (any of verl's: grpo, rloo, reinforce_plus_plus, gae...) runs first,
     unchanged; then each token that the verifier labelled takes its label's sign
     (:func:`fspo.advantage.apply_step_labels`). Labels travel from the reward manager
-    (:mod:`fspo.reward`) to here in each sample's ``reward_extra_info`` (:mod:`fspo.reward_extra_info`).
+    (:mod:`fspo.training.reward`) to here in each sample's ``reward_extra_info`` (:mod:`fspo.training.reward_extra_info`).
     Every trainer mode runs these steps once per actor update, so the mixin works in front of any
     of verl's trainer classes (:func:`fspo_trainer_class`).
 
     With ``fspo.verifier.placement: colocated`` it also starts the verifier servers, one in each GPU
     bundle of verl's actor pool, once verl has placed its own workers (:meth:`_setup`); with ``ray``, one
     server with GPUs of its own. It stops the run when the verifier keeps failing
-    (:mod:`fspo.verifier_loss`).
+    (:mod:`fspo.training.verifier_loss`).
 
     ``fspo.dump_dir`` (default off) saves, for every actor update, the tensors the actor is updated
-    with (:mod:`fspo.batch_dump`).
+    with (:mod:`fspo.training.batch_dump`).
     """
 
     def __init__(self, *args, **kwargs):

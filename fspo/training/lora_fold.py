@@ -11,7 +11,7 @@ The checkpoint is checked before anything is folded (:func:`check_lora_checkpoin
 ``lora_alpha`` from the actor's ``lora_train_meta.json`` and writes 0 where that file is missing, which would fold
 nothing into the base and call the base the trained policy.
 
-``python -m fspo.lora_fold MERGED_DIR ACTOR_DIR [--trust-remote-code]`` (``scripts/merge_checkpoint.sh``).
+``python -m fspo.training.lora_fold MERGED_DIR ACTOR_DIR [--trust-remote-code]`` (``scripts/merge_checkpoint.sh``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from fspo.input_files import InputFileError, read_json
+from fspo.utils.input_files import InputFileError, read_json
 
 # float32's 24-bit mantissa resolves lora_alpha/r * B A next to W (~2^-24 of W's size); bf16's 8 bits do not.
 FOLD_DTYPE = torch.float32
@@ -222,7 +222,7 @@ def fold_merged_model(merged_dir: Path, actor_dir: Path, trust_remote_code: bool
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fspo.lora_fold", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m fspo.training.lora_fold", description=__doc__.split("\n\n")[0])
     parser.add_argument("merged_dir", type=Path)
     parser.add_argument("actor_dir", type=Path)
     parser.add_argument("--trust-remote-code", action="store_true")

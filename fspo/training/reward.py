@@ -4,19 +4,19 @@ Loaded by verl's reward loop through config alone::
 
     reward.reward_manager.source=importlib
     reward.reward_manager.name=FSPORewardManager
-    reward.reward_manager.module.path=pkg://fspo.reward
+    reward.reward_manager.module.path=pkg://fspo.training.reward
 
 For each finished rollout it
 
 1. scores the outcome with the dataset's scorer (``reward.custom_reward_function``, by default
-   :func:`fspo.outcome.compute_score`);
+   :func:`fspo.training.outcome.compute_score`);
 2. cuts the ``<think>`` reasoning into steps (:func:`fspo.steps.reasoning_steps`) and has the
    verifier score each step against the row's evidence; rollouts that reach the verifier together
    are verified in one batched call (:meth:`fspo.verifiers.Verifier.ascore_with_failures`; the pairs
    it failed on are counted apart from those it legitimately could not judge);
 3. lays the verdicts on the response tokens (:func:`fspo.token_labels.step_labels_for_response`) and
-   returns them with the rollout's numbers in ``reward_extra_info`` (:mod:`fspo.reward_extra_info`),
-   for :class:`fspo.trainer.FSPOTrainer` to apply after the advantage estimator.
+   returns them with the rollout's numbers in ``reward_extra_info`` (:mod:`fspo.training.reward_extra_info`),
+   for :class:`fspo.training.trainer.FSPOTrainer` to apply after the advantage estimator.
 
 An agent run that yields several outputs (turns) reaches the manager as one ``DataProto`` row per
 output; verl scores the last. Each output with closed reasoning is labelled on its own tokens, and
@@ -44,15 +44,15 @@ from fspo.config.fspo_config import fspo_config
 from fspo.config.verifier import VerifierConfig
 from fspo.config.vocabulary import REWARD_ROUTER
 from fspo.evidence import row_evidence
-from fspo.fapo import is_correct, is_flawed_positive
-from fspo.knowrl import is_refusal
-from fspo.outcome import METRIC_KEYS, extract_answer
-from fspo.outcome import compute_score as fspo_score
-from fspo.reward_extra_info import LABELS_KEY, RolloutStats, encode_outputs
-from fspo.reward_modes import added_reward, base_reward
+from fspo.methods.fapo import is_correct, is_flawed_positive
+from fspo.methods.knowrl import is_refusal
+from fspo.methods.reward_modes import added_reward, base_reward
 from fspo.steps import reasoning_steps
-from fspo.time_limit import TimeLimitedScorer, custom_scorer, default_scorer
 from fspo.token_labels import step_labels_for_response, verdicts_from_scores
+from fspo.training.outcome import METRIC_KEYS, extract_answer
+from fspo.training.outcome import compute_score as fspo_score
+from fspo.training.reward_extra_info import LABELS_KEY, RolloutStats, encode_outputs
+from fspo.training.time_limit import TimeLimitedScorer, custom_scorer, default_scorer
 from fspo.verifiers import build_verifier
 
 logger = logging.getLogger(__name__)

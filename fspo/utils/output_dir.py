@@ -19,7 +19,7 @@ refused (:func:`record_entries`). One command writes a folder at a time: :func:`
 the folder's advisory lock (:data:`LOCK`, ``fcntl.flock``) for the command's life and names the other
 process when it is taken.
 
-``python -m fspo.output_dir check|install|hold ...`` does the same for scripts (scripts/merge_checkpoint.sh).
+``python -m fspo.utils.output_dir check|install|hold ...`` does the same for scripts (scripts/merge_checkpoint.sh).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from fspo.atomic_file import write_text_atomically
 from fspo.cli.arguments import UsageError
+from fspo.utils.atomic_file import write_text_atomically
 
 RECORD = ".fspo-outputs.json"
 LOCK = ".fspo-lock"
@@ -622,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
     ``install --flag=F --command=C STAGING FOLDER`` moves a staged output in; ``hold --flag=F --command=C FOLDER
     -- CMD...`` runs CMD holding the folder's lock. Exit 2 with one line on stderr, ``C: F FOLDER: ...``, when
     the rule refuses."""
-    parser = argparse.ArgumentParser(prog="python -m fspo.output_dir", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m fspo.utils.output_dir", description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("check", "install", "hold"))
     parser.add_argument("--flag", default="--output-dir", help="the option that named the folder")
     parser.add_argument("--command", default="fspo", help="the command that writes it")

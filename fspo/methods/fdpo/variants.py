@@ -13,7 +13,7 @@ with ``flipped = True``. Two corruptions here:
   where there is one). In the synthetic world every relation is a function of its subject, so swapping the
   object makes the claim false, as ``fspo.data.synthetic`` builds its false claims; on other evidence-grounded
   rows it makes the step unsupported by that evidence.
-- ``llm``: the authors' rewrite, over an OpenAI-compatible server (:class:`fspo.chat_client.ChatClient`), with
+- ``llm``: the authors' rewrite, over an OpenAI-compatible server (:class:`fspo.utils.chat_client.ChatClient`), with
   their prompts' wording.
 
 The label of a variant is 1 by construction, as the authors'; how many of them the step verifier also flags is
@@ -116,7 +116,7 @@ def swap_corruption(response: str, evidence: str, rng: random.Random, errors: tu
 
 
 def llm_corruption(client, question: str, response: str) -> str | None:
-    """The authors' rewrite of ``response`` by a chat model (a :class:`fspo.chat_client.ChatClient`); None when the
+    """The authors' rewrite of ``response`` by a chat model (a :class:`fspo.utils.chat_client.ChatClient`); None when the
     server gave no reply, or an empty one or the response unchanged."""
     reply = client.reply(
         [

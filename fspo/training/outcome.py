@@ -375,7 +375,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
 def prepare(data_source=None, **_kwargs) -> None:
     """Import what scoring ``data_source`` needs: verl's scorers (~5 s) for a name fspo does not own.
 
-    :class:`fspo.time_limit.TimeLimitedScorer` calls it before a call's time limit starts, so the first
+    :class:`fspo.training.time_limit.TimeLimitedScorer` calls it before a call's time limit starts, so the first
     ``openai/gsm8k`` row of a run is not scored 0 for the import (and the import is paid once per worker).
     """
     if isinstance(data_source, str) and own_scorer_name(data_source, exact=True) is None:

@@ -1,4 +1,4 @@
-"""``fspo-train`` / ``python -m fspo.main``: launch verl's V1 PPO trainer with FSPO.
+"""``fspo-train`` / ``python -m fspo.training.main``: launch verl's V1 PPO trainer with FSPO.
 
 A thin Hydra entry point in the style of verl's recipes: compose ``fspo/config/fspo_trainer.yaml``
 (verl's ``ppo_trainer`` plus an ``fspo:`` block), check the inputs a user most often gets wrong,
@@ -19,18 +19,18 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.ppo.v1 import trainer_base
 
-from fspo.attention import FLASH_ATTENTION_MODULES, WORKER_IMPORTS_ENV, importable_on_a_gpu_node
 from fspo.cli.arguments import UsageError, check_override_keys, check_overrides, refuse
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
-from fspo.config_checks import validate
 from fspo.cpu import cpu_mode_requested
 from fspo.cpu.compute import register_dtype_resolver
 from fspo.cpu.plugin import STATE as cpu_plugin_state
 from fspo.data.templates import register_chat_template_resolver
-from fspo.hub_env import describe, driver_has_token, hub_env_vars, with_env_vars
-from fspo.run_ledger import ledger_entry
-from fspo.trainer import fspo_trainer_class
-from fspo.verifier_loss import VerifierLossError
+from fspo.launch.attention import FLASH_ATTENTION_MODULES, WORKER_IMPORTS_ENV, importable_on_a_gpu_node
+from fspo.launch.config_checks import validate
+from fspo.launch.hub_env import describe, driver_has_token, hub_env_vars, with_env_vars
+from fspo.training.run_ledger import ledger_entry
+from fspo.training.trainer import fspo_trainer_class
+from fspo.training.verifier_loss import VerifierLossError
 from fspo.verifier_tools.quality import register_threshold_resolver
 
 # verl's platform name for CUDA GPUs (verl.plugin.platform: "nvidia").
@@ -96,7 +96,7 @@ def joined_cluster(config: DictConfig) -> str | None:
 
 
 def forwarded_hub_env(cluster: str | None = None) -> dict[str, str]:
-    """The Hugging Face variables every Ray process gets (:mod:`fspo.hub_env`), named on stderr with where
+    """The Hugging Face variables every Ray process gets (:mod:`fspo.launch.hub_env`), named on stderr with where
     the token comes from (it never travels through Ray)."""
     env = hub_env_vars()
     for line in describe(env, driver_has_token(), cluster):
@@ -177,7 +177,7 @@ def cluster_has_accelerator(address: str) -> bool:
 
 def record_gpu_worker_imports() -> None:
     """Decide the attention fallback for the GPU workers, not this GPU-less driver: the flash-attention packages
-    a GPU node imports go to :data:`fspo.attention.WORKER_IMPORTS_ENV`, read by the config checks. A value the
+    a GPU node imports go to :data:`fspo.launch.attention.WORKER_IMPORTS_ENV`, read by the config checks. A value the
     user set is kept; a node that cannot run the check in time leaves the decision to this machine, said in a line."""
     if WORKER_IMPORTS_ENV in os.environ:
         return

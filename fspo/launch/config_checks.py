@@ -19,14 +19,14 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
 from verl.utils.device import auto_set_device
 
-from fspo.attention import apply_attention_fallback
-from fspo.cluster_paths import with_absolute_paths
 from fspo.config.fspo_config import FSPOConfig, fspo_config
 from fspo.config.numeric_options import COUNT
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
 from fspo.cpu.compute import startup_line
 from fspo.data.check import scan_file
-from fspo.preflight import (
+from fspo.launch.attention import apply_attention_fallback
+from fspo.launch.cluster_paths import with_absolute_paths
+from fspo.launch.preflight import (
     MODEL_FILES,
     ModelNeed,
     check_rollout_importable,
@@ -50,17 +50,19 @@ def _as_list(value) -> list[str]:
 def check_model_path(path: str, key: str = "actor_rollout_ref.model.path") -> None:
     """``key`` names a model: a complete local folder, or a hub id. Whether a hub id can be had (from the
     HF cache, under ``HF_HUB_OFFLINE`` too, or from the hub) is the preflight's to say, in the dry run and
-    the run alike (:func:`fspo.preflight.resolve`)."""
+    the run alike (:func:`fspo.launch.preflight.resolve`)."""
     if not path:
         raise ConfigError(f"{key} is not set: give a Hugging Face model directory or hub id")
     resolve_local(ModelNeed(key, path, MODEL_FILES, f"hf download {path}"))
 
 
 def uses_fspo_scorer(config: DictConfig) -> bool:
-    """Whether rewards come from :func:`fspo.outcome.compute_score` (the default), whose sources can be checked."""
+    """Whether rewards come from :func:`fspo.training.outcome.compute_score` (the default), whose sources can be checked."""
     function = OmegaConf.select(config, "reward.custom_reward_function") or {}
     path, name = function.get("path"), function.get("name") or "compute_score"
-    return path is None or (str(path) in ("pkg://fspo.outcome", "fspo.outcome") and name == "compute_score")
+    return path is None or (
+        str(path) in ("pkg://fspo.training.outcome", "fspo.training.outcome") and name == "compute_score"
+    )
 
 
 def check_data_files(

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from fspo.reward_extra_info import RolloutStats
+from fspo.training.reward_extra_info import RolloutStats
 
-# A right answer's and a wrong answer's outcome score in this project's scorers (fspo.outcome).
+# A right answer's and a wrong answer's outcome score in this project's scorers (fspo.training.outcome).
 RIGHT_SCORE, WRONG_SCORE = 1.0, 0.0
 
 

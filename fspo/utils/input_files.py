@@ -8,7 +8,7 @@ as one line and exits 2 (:func:`fspo.cli.dispatch`).
 
 JSON Lines are split on ``\\n`` only: ``str.splitlines`` also splits on U+2028, U+2029, U+0085 and others
 that are legal inside a JSON string, so a file one command wrote would not read back in another. Given a
-``schema`` (:mod:`fspo.record_schemas`), each record is validated on read, and a field that does not fit (a
+``schema`` (:mod:`fspo.utils.record_schemas`), each record is validated on read, and a field that does not fit (a
 ``null`` or NaN where a number belongs, a wrong type, a missing field) is refused naming the file, the line and
 the field.
 """

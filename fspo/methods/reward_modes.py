@@ -4,7 +4,7 @@
 factuality-reward ablation; 0 by default: FSPO's own signal is the trainer's advantage flip). ``knowrl`` and
 ``fapo`` reward as their authors' code does, on binary correctness (the scorer's ``acc``: exact match for spans,
 as their graders' "correct" is), not on the scorer's F1: KnowRL's correctness and factuality rewards
-(:mod:`fspo.knowrl`), FAPO's +-1 outcome minus its flawed-positive penalty (:mod:`fspo.fapo`), each mapped onto
+(:mod:`fspo.methods.knowrl`), FAPO's +-1 outcome minus its flawed-positive penalty (:mod:`fspo.methods.fapo`), each mapped onto
 0-1 by a positive affine map, which leaves GRPO's advantages unchanged. Within the ranges ``fspo_config`` allows
 (``knowrl_fact_weight`` and ``fapo_penalty`` at most the right-wrong gap of 1), no wrong answer can score above a
 right one on the same prompt.
@@ -12,8 +12,8 @@ right one on the same prompt.
 
 from __future__ import annotations
 
-from fspo.fapo import RIGHT_SCORE, WRONG_SCORE, fapo_reward
-from fspo.knowrl import correctness_reward, knowrl_reward
+from fspo.methods.fapo import RIGHT_SCORE, WRONG_SCORE, fapo_reward
+from fspo.methods.knowrl import correctness_reward, knowrl_reward
 
 
 def base_reward(settings, outcome_score: float, correct: bool, refused: bool = False) -> float:

@@ -9,7 +9,7 @@ one line naming the fix: the path, ``HF_TOKEN``, the model's terms on its hub pa
 pre-downloads it. Hub requests are single HEADs with a short timeout (``HF_HUB_ETAG_TIMEOUT``, 10 s by
 default); ``HF_HUB_OFFLINE`` makes it a cache-only check, as it does for the loaders, and a hub that cannot
 be reached, is down (5xx) or rate-limits (429) leaves a complete cache to serve, as the loaders do. The
-training run's config checks (:mod:`fspo.config_checks`), the dry run and every verifier server
+training run's config checks (:mod:`fspo.launch.config_checks`), the dry run and every verifier server
 (:func:`check_verifier`) resolve through this module, so each accepts the same models.
 
 ``FSPO_PREFLIGHT=0`` skips it (e.g. a dry run that validates a cluster's config from a laptop).
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig, OmegaConf
 
 from fspo.config.vocabulary import DEFAULT_MODELS, HHEM_FOUNDATION, MODEL_BACKENDS, ConfigError
-from fspo.hub_deadline import no_answer
-from fspo.input_files import InputFileError, read_hf_config, read_json, read_safetensors_index
+from fspo.launch.hub_deadline import no_answer
+from fspo.utils.input_files import InputFileError, read_hf_config, read_json, read_safetensors_index
 
 if TYPE_CHECKING:  # annotations only: the config dataclasses import verl, which `fspo verify` need not load
     from fspo.config.fspo_config import FSPOConfig

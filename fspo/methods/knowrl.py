@@ -47,7 +47,7 @@ def on_unit_scale(knowrl_reward: float) -> float:
 
 
 # Answers that decline to answer (KnowRL's grader: "I don't know", "I need more context"), normalised as
-# fspo.outcome.normalize_answer does, without the apostrophe.
+# fspo.training.outcome.normalize_answer does, without the apostrophe.
 _REFUSALS = frozenset(
     {
         "i dont know",

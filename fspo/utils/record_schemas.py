@@ -1,4 +1,4 @@
-"""One schema per kind of record the commands read back, validated on read by :mod:`fspo.input_files` (its
+"""One schema per kind of record the commands read back, validated on read by :mod:`fspo.utils.input_files` (its
 ``schema=`` argument), so a field that does not fit is refused as one line naming the file, the line and the
 field, not met later as a ``TypeError`` or written on into the next file.
 

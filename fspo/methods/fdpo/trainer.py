@@ -1,8 +1,8 @@
 """``fspo fdpo train``: TRL's DPOTrainer with F-DPO's factuality-aware margin (needs the ``fdpo`` extra: trl).
 
 F-DPO's loss is DPO's with the factuality margin inside beta, as its authors' trainer computes it
-(:mod:`fspo.fdpo.loss`): ``-log sigmoid(beta * (m - lambda * (h_rejected - h_chosen)))`` with ``m`` the log-ratio
-difference of chosen over rejected and the pair's hallucination labels after the flip (:mod:`fspo.fdpo.pairs`).
+(:mod:`fspo.methods.fdpo.loss`): ``-log sigmoid(beta * (m - lambda * (h_rejected - h_chosen)))`` with ``m`` the log-ratio
+difference of chosen over rejected and the pair's hallucination labels after the flip (:mod:`fspo.methods.fdpo.pairs`).
 
 TRL's sigmoid loss has no per-pair margin; :class:`FDPOTrainer` adds one through TRL's own extension points:
 with the reference log-probabilities precomputed (``precompute_ref_log_probs``), raising a pair's reference
@@ -21,12 +21,12 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import DPOConfig, DPOTrainer
 
-from fspo.fdpo.loss import FDPO_BETA, FDPO_LAMBDA
-from fspo.input_files import read_jsonl
-from fspo.output_dir import install_staged, staging_folder
-from fspo.record_schemas import Pair
+from fspo.methods.fdpo.loss import FDPO_BETA, FDPO_LAMBDA
+from fspo.utils.input_files import read_jsonl
+from fspo.utils.output_dir import install_staged, staging_folder
+from fspo.utils.record_schemas import Pair
 
-# The pairs file's column with h_rejected - h_chosen (fspo.fdpo.pairs.pair_row).
+# The pairs file's column with h_rejected - h_chosen (fspo.methods.fdpo.pairs.pair_row).
 MARGIN_COLUMN = "fdpo_margin_weight"
 _PAIR_COLUMNS = ("prompt", "chosen", "rejected", MARGIN_COLUMN)
 
@@ -72,8 +72,8 @@ class FDPOTrainer(DPOTrainer):
 
 
 def read_pairs(path: str | Path) -> list[dict]:
-    """The rows of a pairs file (``fspo fdpo build-pairs``), each fitting :class:`fspo.record_schemas.Pair`;
-    raises ValueError (fspo.input_files' one line) naming the file, the line and the field that does not fit."""
+    """The rows of a pairs file (``fspo fdpo build-pairs``), each fitting :class:`fspo.utils.record_schemas.Pair`;
+    raises ValueError (fspo.utils.input_files' one line) naming the file, the line and the field that does not fit."""
     rows = [{column: row[column] for column in _PAIR_COLUMNS} for row in read_jsonl(path, schema=Pair)]
     if not rows:
         raise ValueError(f"{path} holds no pairs")
@@ -87,7 +87,7 @@ def train(
     ``settings`` as :func:`build_trainer`'s."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    # Saved beside, then moved in under fspo.output_dir's rule: a user's file of the same name is refused, not
+    # Saved beside, then moved in under fspo.utils.output_dir's rule: a user's file of the same name is refused, not
     # replaced, and a failed run leaves the folder as it was.
     staging = staging_folder(output_dir, command)
     try:

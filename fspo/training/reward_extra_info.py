@@ -1,6 +1,6 @@
 """What FSPO adds to each rollout's ``reward_extra_info``, and the ``fspo/*`` metrics the trainer makes of it.
 
-The reward manager (:mod:`fspo.reward`, in verl's reward workers) and the trainer (:mod:`fspo.trainer`, in
+The reward manager (:mod:`fspo.training.reward`, in verl's reward workers) and the trainer (:mod:`fspo.training.trainer`, in
 verl's task runner) meet only here: the keys, the label string's format and the metric names are
 written in this module alone.
 
@@ -45,7 +45,7 @@ class RolloutStats:
     verifier_seconds: float = 0.0  # how long this rollout's reward waited on the verifier
     verified: float = 0.0  # 1 when the verifier scored this rollout's steps
     verifier_ray_gpu: float = 0.0  # 1 when the process that verified it holds a GPU Ray assigned it
-    step_reward: float = 0.0  # what fspo.mode adds to the outcome score (fspo.reward_modes)
+    step_reward: float = 0.0  # what fspo.mode adds to the outcome score (fspo.methods.reward_modes)
     correct: float = 0.0  # 1 when the answer is right (the scorer's acc, else its score, >= 0.5)
     flawed_positive: float = 0.0  # 1 for a right answer with an unsupported step (FAPO's flawed positive)
     outcome_score: float = 0.0  # the scorer's score before the step reward
@@ -198,10 +198,10 @@ def step_metrics(infos: Sequence[Mapping]) -> dict[str, float]:
         # Rollouts with evidence that got no labels: no closed <think>, no steps, or a verifier failure.
         "fspo/unverifiable_rollout_rate": (with_evidence - total("labelled")) / with_evidence if with_evidence else 0.0,
         "fspo/verifier_failures": total("verifier_failed"),
-        # Rollouts the verifier scored (with verifier_failures: the rollouts sent to it; fspo.verifier_loss).
+        # Rollouts the verifier scored (with verifier_failures: the rollouts sent to it; fspo.training.verifier_loss).
         "fspo/verified_rollouts": verified,
         # Steps of verified rollouts whose pair the verifier failed on alone (NaN, label 0), and the same as
-        # rollouts' worth: each verified rollout counts the share of its steps that failed (fspo.verifier_loss).
+        # rollouts' worth: each verified rollout counts the share of its steps that failed (fspo.training.verifier_loss).
         "fspo/verifier_failed_steps": total("failed_steps"),
         "fspo/verifier_failed_step_rollouts": float(
             sum(s.failed_steps / s.steps for s in stats if s.verified and s.steps)

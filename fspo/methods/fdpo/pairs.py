@@ -6,14 +6,14 @@ and then
 1. flips a misordered pair: when the chosen response is hallucinated and the rejected one factual, the two
    swap, so the chosen response is never less factual than the rejected one;
 2. trains with ``lambda * (h_rejected - h_chosen)`` subtracted from DPO's log-ratio margin inside beta
-   (:mod:`fspo.fdpo.loss`): pairs whose factuality differs must be separated by more; with equal factuality it
+   (:mod:`fspo.methods.fdpo.loss`): pairs whose factuality differs must be separated by more; with equal factuality it
    is plain DPO.
 
 Here a response is factual when the verifier supports every step of its reasoning it could judge (no step
 scores below the threshold; unverifiable steps count as neither), and the DPO preference comes from the
 outcome scorer: of two responses to one prompt the higher-scoring is chosen. Two responses with equal
 scores but different factuality also make a pair, the factual one chosen. F-DPO's synthetic hallucinated
-variants (:mod:`fspo.fdpo.variants`) enter as inverted pairs (:func:`variant_pair`).
+variants (:mod:`fspo.methods.fdpo.variants`) enter as inverted pairs (:func:`variant_pair`).
 
 F-DPO's authors label ``h`` with an LLM judge of the whole response (GPT-4o-mini, "[[0]] fully factual ... [[1]]
 any issue"; ``src/aixpert/data_construction/utils/prompt_templates.py`` lines 6-38); the step verifier is this

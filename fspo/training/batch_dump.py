@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from fspo.atomic_file import replacing
+from fspo.utils.atomic_file import replacing
 
 
 def dump_file_name(global_step: int, parameter_sync_step: int, local_step: int) -> str:

@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fspo.outcome import compute_score
+from fspo.training.outcome import compute_score
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class ScorerTimeout(TimeoutError):
 
 
 def default_scorer() -> Callable[..., Any]:
-    """`fspo.outcome.compute_score` (the factory the worker calls when given none)."""
+    """`fspo.training.outcome.compute_score` (the factory the worker calls when given none)."""
     return compute_score
 
 
@@ -80,7 +80,7 @@ class _Worker:
         # The parent's import path (Ray's working_dir, an editable checkout) so the worker finds the scorer.
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "fspo.time_limit"],
+            [sys.executable, "-m", "fspo.training.time_limit"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,

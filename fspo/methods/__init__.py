@@ -1,0 +1,1 @@
+"""The comparison methods on the same verifiers and data: KnowRL's reward, FAPO's penalty, F-DPO."""
