@@ -171,7 +171,9 @@ def test_fdpo_train_at_its_defaults_computes_the_authors_loss(tiny_policy, tmp_p
     from fspo.methods.fdpo.cli import build_parser, train_settings
     from fspo.methods.fdpo.trainer import build_trainer
 
-    defaults = train_settings(build_parser().parse_args(["train", "--model", "m", "--pairs", "p", "--output-dir", "o"]))
+    defaults = train_settings(
+        build_parser().parse_args(["train", "--model", "m", "--pairs", "p", "--output-dir", str(tmp_path / "o")])
+    )
     assert (defaults["beta"], defaults["factuality_lambda"]) == (FDPO_BETA, FDPO_LAMBDA) == (0.1, 10.0)
     pairs = [
         {"prompt": "Q: where? A:", "chosen": " Paris.", "rejected": " Mars.", "fdpo_margin_weight": 1},

@@ -108,11 +108,11 @@ def dry_run_requested() -> bool:
     return os.environ.get("FSPO_DRY_RUN", "0").lower() in ("1", "true", "yes")
 
 
-CONFIG_DIR = Path(__file__).with_name("config")
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"  # fspo/config
 CONFIG_NAME = "fspo_trainer"
 
 
-@hydra.main(config_path="config", config_name=CONFIG_NAME, version_base=None)
+@hydra.main(config_path="../config", config_name=CONFIG_NAME, version_base=None)
 def _hydra_main(config: DictConfig) -> None:
     try:
         if dry_run_requested():
