@@ -23,6 +23,7 @@ loops that talk HTTP to the rollout (tool agents) are not supported; the single-
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -186,6 +187,83 @@ def _score_processors(settings: SamplingSettings) -> list:
     return processors
 
 
+DECODE_ROWS_ENV = "FSPO_DECODE_ROWS"
+NO_KEYS = 2**62  # a key start past any cache: the row's attention is skipped (filler and finished rows)
+DEFAULT_DECODE_ROWS = 8
+
+
+def decode_rows() -> int:
+    """Rows in every decoding step (:func:`generate_batch`): ``FSPO_DECODE_ROWS``, else 8."""
+    value = os.environ.get(DECODE_ROWS_ENV, "").strip()
+    if not value:
+        return DEFAULT_DECODE_ROWS
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{DECODE_ROWS_ENV} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+@contextlib.contextmanager
+def _row_attention(model: torch.nn.Module):
+    """``model`` computing attention with :func:`fspo.cpu.row_attention.row_attention` for the duration."""
+    from fspo.cpu.row_attention import ROW_ATTENTION, register
+
+    register()
+    configs = [model.config]
+    text_config = model.config.get_text_config()
+    if text_config is not model.config:
+        configs.append(text_config)
+    previous = [config._attn_implementation for config in configs]
+    for config in configs:
+        config._attn_implementation = ROW_ATTENTION
+    try:
+        yield
+    finally:
+        for config, name in zip(configs, previous):
+            config._attn_implementation = name
+
+
+def _forward(model: torch.nn.Module, step_ids, positions, past, key_starts):
+    # Only the last position's logits: over a 150k-token vocabulary the prompt's would cost more than the rest.
+    last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    output = model(
+        input_ids=step_ids,
+        position_ids=positions,
+        past_key_values=past,
+        use_cache=True,
+        key_starts=key_starts,
+        **last_only,
+    )
+    return output.logits[:, -1, :].float(), output.past_key_values
+
+
+def _prefill_rows(model: torch.nn.Module, prompts: list[list[int]], rows: int):
+    """Each prompt's forward alone (no padding, its own shapes), then the caches left-padded into one of ``rows``
+    rows (rows past the prompts are fillers with no keys). Returns the last logits, the cache, the key starts."""
+    from transformers import DynamicCache
+
+    logits, caches = [], []
+    for prompt in prompts:
+        ids = torch.tensor([prompt], dtype=torch.long)
+        row_logits, cache = _forward(
+            model, ids, torch.arange(len(prompt))[None], None, torch.zeros(1, dtype=torch.long)
+        )
+        logits.append(row_logits[0])
+        caches.append(cache)
+    width = max(len(p) for p in prompts)
+    starts = torch.tensor([width - len(p) for p in prompts] + [NO_KEYS] * (rows - len(prompts)), dtype=torch.long)
+    layers = []
+    for layer in range(len(caches[0].layers)):
+        merged = []
+        for part in ("keys", "values"):
+            tensors = [getattr(cache.layers[layer], part) for cache in caches]
+            padded = tensors[0].new_zeros((rows, *tensors[0].shape[1:2], width, tensors[0].shape[-1]))
+            for row, tensor in enumerate(tensors):
+                padded[row, :, width - tensor.shape[2] :] = tensor[0]
+            merged.append(padded)
+        layers.append(tuple(merged))
+    return torch.stack(logits), DynamicCache(ddp_cache_data=layers), starts
+
+
 @torch.no_grad()
 def generate_batch(
     model: torch.nn.Module,
@@ -194,14 +272,20 @@ def generate_batch(
     pad_id: int,
     stop_ids: set[int],
     seeds: Optional[list[Optional[int]]] = None,
+    rows_per_step: Optional[int] = None,
 ) -> list[tuple[list[int], Optional[list[float]]]]:
-    """Sample a response to each prompt; the prompts share ``settings`` and one left-padded batch.
+    """Sample a response to each prompt; the prompts share ``settings``.
 
-    Each row draws its tokens from its own generator (:func:`row_generator` of its entry in ``seeds``),
-    so what a request samples does not depend on which requests share its batch or in which order they
-    came: one batched forward per token, then one draw per row. (``transformers.generate`` samples every
-    row from torch's one global generator, which is why this is a loop of its own.) Left padding with the
-    attention mask and position ids leaves a row's logits what they are alone up to float rounding.
+    A request's tokens and log-probs do not depend, to the last bit, on which requests share its batch: each
+    row runs the same computation on the same shapes whatever its batch-mates. Its prompt's forward runs alone
+    (no padding); the decoding steps run ``rows_per_step`` rows at a time (:func:`decode_rows`; a smaller
+    group is filled up with rows that have no keys), because a matrix product's rounding changes with its
+    row count below some size on some CPUs (MKL on AVX2: 1-3, 5-7, 9-11 rows differ from 12 and more);
+    attention runs row by row over each row's own keys (:mod:`fspo.cpu.row_attention`), because the amount of
+    left padding changes its rounding. Each row draws its tokens from its own generator (:func:`row_generator`
+    of its entry in ``seeds``), and its repetition penalty looks at its own prompt and response only.
+    (``transformers.generate`` samples every row from torch's one global generator and pads, which is why
+    this is a loop of its own.)
 
     Returns, per prompt, the response token ids (up to and including the first stop token) and, if asked,
     each sampled token's log-probability. With ``processed_logprobs`` (verl's default, as its vLLM server
@@ -209,58 +293,62 @@ def generate_batch(
     temperature and top-k/top-p filtering, so at temperature T it is what verl's actor computes from
     ``logits / T``. With ``raw_logprobs`` it is the log-softmax of the logits.
     """
-    rows = len(prompts)
-    generators = [row_generator(seed) for seed in (seeds or [None] * rows)]
-    input_ids, attention_mask = left_pad(prompts, pad_id)
+    group = rows_per_step or decode_rows()
+    seeds = list(seeds or [None] * len(prompts))
+    results: list[tuple[list[int], Optional[list[float]]]] = []
+    with _row_attention(model):
+        for first in range(0, len(prompts), group):
+            chunk = slice(first, first + group)
+            results += _generate_group(model, prompts[chunk], settings, pad_id, stop_ids, seeds[chunk], group)
+    return results
+
+
+def _generate_group(model, prompts, settings, pad_id, stop_ids, seeds, rows):
+    count = len(prompts)
+    generators = [row_generator(seed) for seed in seeds]
     processors = _score_processors(settings)
-    seen = input_ids  # the tokens a repetition penalty looks at (padding included, as in `generate`)
-    responses: list[list[int]] = [[] for _ in range(rows)]
-    logprobs: list[list[float]] = [[] for _ in range(rows)]
-    running = [True] * rows
-    step_ids, past = input_ids, None
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    # Only the last position's logits: over a 150k-token vocabulary the prompt's would cost more than the rest.
-    last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    seen = [torch.tensor(prompt, dtype=torch.long) for prompt in prompts]  # what a repetition penalty looks at
+    responses: list[list[int]] = [[] for _ in range(count)]
+    logprobs: list[list[float]] = [[] for _ in range(count)]
+    running = [True] * count
+    logits, past, key_starts = _prefill_rows(model, prompts, rows)
+    positions = torch.tensor([len(p) for p in prompts] + [0] * (rows - count), dtype=torch.long)[:, None]
     for _ in range(settings.max_new_tokens):
-        output = model(
-            input_ids=step_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past,
-            use_cache=True,
-            **last_only,
-        )
-        past = output.past_key_values
-        logits = output.logits[:, -1, :].float()
-        scores = logits
-        for processor in processors:
-            scores = processor(seen, scores)
-        if settings.greedy:
-            chosen = scores.argmax(dim=-1)
-        else:
-            probs = torch.softmax(scores, dim=-1)
-            chosen = torch.full((rows,), pad_id, dtype=torch.long)
-            for row in range(rows):
-                if running[row]:
-                    chosen[row] = torch.multinomial(probs[row], 1, generator=generators[row])[0]
-        if settings.logprobs:
-            source = scores if settings.logprobs_mode == "processed_logprobs" else logits
-            picked = torch.log_softmax(source, dim=-1).gather(-1, chosen[:, None])[:, 0].tolist()
-        for row in range(rows):
+        chosen = torch.full((count,), pad_id, dtype=torch.long)
+        picked = [0.0] * count
+        for row in range(count):
+            if not running[row]:
+                continue
+            raw = logits[row : row + 1]
+            scores = raw
+            for processor in processors:
+                scores = processor(seen[row][None], scores)
+            if settings.greedy:
+                token = scores.argmax(dim=-1)[0]
+            else:
+                token = torch.multinomial(torch.softmax(scores, dim=-1)[0], 1, generator=generators[row])[0]
+            chosen[row] = token
+            if settings.logprobs:
+                source = scores if settings.logprobs_mode == "processed_logprobs" else raw
+                picked[row] = float(torch.log_softmax(source, dim=-1)[0, token])
+        for row in range(count):
             if not running[row]:
                 continue
             token = int(chosen[row])
             responses[row].append(token)
             if settings.logprobs:
                 logprobs[row].append(picked[row])
+            seen[row] = torch.cat([seen[row], chosen[row : row + 1]])
             running[row] = token not in stop_ids
+            if not running[row]:
+                key_starts[row] = NO_KEYS  # its attention is no longer read: skip it
         if not any(running):
             break
-        chosen = chosen.masked_fill(~torch.tensor(running), pad_id)  # finished rows are fed padding
-        step_ids = chosen[:, None]
-        seen = torch.cat([seen, step_ids], dim=-1)
-        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((rows, 1))], dim=-1)
-        position_ids = position_ids[:, -1:] + 1
+        step_ids = torch.full((rows, 1), pad_id, dtype=torch.long)  # finished and filler rows are fed padding
+        step_ids[:count, 0] = chosen
+        logits, past = _forward(model, step_ids, positions, past, key_starts)
+        logits = logits[:count]
+        positions = positions + 1
     return [(tokens, logprobs[row] if settings.logprobs else None) for row, tokens in enumerate(responses)]
 
 
