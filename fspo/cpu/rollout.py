@@ -36,6 +36,8 @@ import ray
 import torch
 
 from fspo.cpu.compute import use_all_threads
+from fspo.cpu.row_attention import ROW_ATTENTION
+from fspo.cpu.row_attention import register as register_row_attention
 from fspo.utils.coalesce import Coalescer
 
 logger = logging.getLogger(__name__)
@@ -205,9 +207,7 @@ def decode_rows() -> int:
 @contextlib.contextmanager
 def _row_attention(model: torch.nn.Module):
     """``model`` computing attention with :func:`fspo.cpu.row_attention.row_attention` for the duration."""
-    from fspo.cpu.row_attention import ROW_ATTENTION, register
-
-    register()
+    register_row_attention()
     configs = [model.config]
     text_config = model.config.get_text_config()
     if text_config is not model.config:
