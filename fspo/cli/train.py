@@ -27,6 +27,7 @@ environment:
   VERL_PLATFORM=cpu|cuda    the platform every process uses (default: cpu exactly where no accelerator is)
   FSPO_CPU_DTYPE=float32|bfloat16, FSPO_CPU_THREADS=N
                             the CPU backend's compute dtype and threads per process
+  FSPO_DECODE_ROWS=N        rows in every decoding step of the CPU rollout (default 8)
   HF_TOKEN, HF_HUB_OFFLINE  reach every Ray worker; the token never travels through Ray's config
 
 docs: docs/configuration.md (keys, CPU preset, metrics), docs/gpu-training.md (recipes, several nodes)
