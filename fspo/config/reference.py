@@ -9,12 +9,13 @@ The dataclasses (:class:`~fspo.config.fspo_config.FSPOConfig` and its ``verifier
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
+
+import yaml
 
 from fspo.config.fspo_config import FSPOConfig
 from fspo.config.verifier import VerifierConfig
@@ -32,13 +33,8 @@ class Option(NamedTuple):
 
 
 def _yaml(value) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    return json.dumps(value)
+    """``value`` as a YAML scalar, as fspo_trainer.yaml and a Hydra override write it."""
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
 def options() -> Iterator[Option]:
