@@ -151,7 +151,7 @@ def chat_server():
 # test starts appends its wall and CPU seconds to the ledger (fspo/training/run_ledger.py); the run fails when it starts
 # more than TRAINER_RUN_BUDGET. A new end-to-end assertion joins a run that exists (a shared fixture); raising
 # the budget is a deliberate commit that says why.
-TRAINER_RUN_BUDGET = 19
+TRAINER_RUN_BUDGET = 18
 # Session or module fixtures that another worker may build again at little cost (their builds are cached on
 # disk: fspo_testing/build_cache.py), so they do not pin the tests that use them to one worker.
 CHEAP_TO_REPEAT = ("qwen_tokenizer", "tiny_reasoner", "varied_reward_overrides", "released_schema", "inputs")

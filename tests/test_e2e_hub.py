@@ -1,12 +1,9 @@
 """End to end on CPU: a policy named by hub id, the way a GPU recipe names it (``Qwen/...``).
 
-- An offline node (``HF_HUB_OFFLINE=1``) with the model in its HF cache trains: the run accepts what the
-  preflight accepts.
-- A run with a (fake, recognisable) ``HF_TOKEN`` downloading a gated model from a stand-in hub: the
-  workers that download it send the token, and the token is in no file under Ray's temp folder, in none
-  of the run's outputs and logs, and in no actor Ray's state API lists (``ray list actors --detail``).
-
-One training step each, on the session's tiny model (``tests/conftest.py``).
+A run with a (fake, recognisable) ``HF_TOKEN`` downloading a gated model from a stand-in hub: the workers
+that download it send the token, and the token is in no file under Ray's temp folder, in none of the run's outputs and logs, and in no actor Ray's state API lists (``ray list actors --detail``).
+One training step on the session's tiny model (``tests/conftest.py``). The offline node with the model in
+its HF cache is asserted on the recipe pipeline's run (``tests/test_e2e_recipe_pipeline.py``).
 """
 
 from __future__ import annotations
@@ -38,21 +35,6 @@ def ray_temp(monkeypatch):
     monkeypatch.setenv("RAY_TMPDIR", str(folder))
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
-
-
-def test_an_offline_node_trains_a_cached_hub_model(tiny_reasoner, tmp_path, monkeypatch, ray_temp):
-    from fspo.quickstart.launch import launch
-    from fspo_testing.tiny_model import put_in_hub_cache
-
-    snapshot = put_in_hub_cache(tmp_path / "hf" / "hub", REPO_ID, tiny_reasoner["model"])
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    out = tmp_path / "run"
-    out.mkdir()
-    records = launch(hub_id_overrides(tiny_reasoner, out), out / "run.log", out / "metrics.jsonl", timeout=900)
-    assert [record["step"] for record in records] == [1]
-    log = (out / "run.log").read_text()
-    assert f"actor_rollout_ref.model.path: {snapshot}" in log  # the preflight resolved it from the cache
 
 
 def dashboard_url(log: Path) -> str | None:

@@ -4,7 +4,9 @@ One step of `recipes/run_cpu.sh` on the session's tiny model, `scripts/merge_che
 checkpoint, then `fspo evaluate` comparing the merged model with the starting one on a few rows of
 two synthetic benchmarks. The step trains on rows in the schema of the paper's released parquet files
 (fspo_testing/released_schema.py): data_source `HotpotQA`, the evidence in a top-level `knowledge` column, the
-prompt already rendered to text in one user message (the passthrough chat template).
+prompt already rendered to text in one user message (the passthrough chat template). The recipe names the
+model by hub id, as the GPU recipes do, on an offline node (``HF_HUB_OFFLINE=1``) with the model in its HF
+cache: the run accepts what the preflight accepts.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 LIMIT = 3
+REPO_ID = "fspo-test/tiny-reasoner"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -72,11 +75,16 @@ def released_files(tiny_reasoner, released_schema, out: Path) -> tuple[Path, Pat
 
 @pytest.fixture(scope="module")
 def pipeline(tiny_reasoner, released_schema, tmp_path_factory):
+    from fspo_testing.tiny_model import put_in_hub_cache
+
     out = tmp_path_factory.mktemp("recipe_pipeline")
     run_dir = out / "run"
     released_train, released_val = released_files(tiny_reasoner, released_schema, out)
+    snapshot = put_in_hub_cache(out / "hf" / "hub", REPO_ID, tiny_reasoner["model"])
     env = _env(
-        MODEL_PATH=str(tiny_reasoner["model"]),
+        MODEL_PATH=REPO_ID,
+        HF_HOME=str(out / "hf"),
+        HF_HUB_OFFLINE="1",
         TRAIN_FILES=str(released_train),
         VAL_FILES=str(released_val),
         STEPS="1",
@@ -137,6 +145,7 @@ def pipeline(tiny_reasoner, released_schema, tmp_path_factory):
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return {
         "run_dir": run_dir,
+        "snapshot": snapshot,
         "merged": merged,
         "eval_dir": eval_dir,
         "models": list(models),
@@ -155,6 +164,13 @@ def test_recipe_trains_one_step_and_saves_it(pipeline):
     # The recipe's KL loss (the paper's 0.001 low_var_kl) ran: it needs the reference model, which
     # verl wraps in FSDP2's CPU offload policy (fspo.cpu.patches makes that work without an accelerator).
     assert re.search(r"actor/kl_loss:[-0-9.e]+", pipeline["train"].stdout + pipeline["train"].stderr)
+
+
+def test_an_offline_node_trains_a_cached_hub_model(pipeline):
+    log = pipeline["train"].stdout + pipeline["train"].stderr
+    # The preflight resolved the hub id to the snapshot in the offline node's cache, and the step trained on it.
+    assert f"actor_rollout_ref.model.path: {pipeline['snapshot']}" in log
+    assert [record["step"] for record in pipeline["metrics"]] == [1]
 
 
 def test_released_schema_rows_train_with_step_labels(pipeline):
