@@ -1,6 +1,6 @@
 """HHEM's scoring rate on one GPU at 350-token rows, alone and beside a decode load standing in for vLLM.
 
-This is the GPU figure of ``benchmarks/paper_scale.py``'s cost model (``--gpu-tokens-per-s``). It needs
+It gives the GPU figures of ``benchmarks/paper_scale.py``'s cost model (``GPU_TOKENS_PER_S``). It needs
 neither verl nor vLLM, only torch and transformers, so it runs on a bare CUDA machine.
 
 - The verifier: HHEM-2.1-Open's architecture with random weights (``hhem_full_size_model``: flan-t5-base's
