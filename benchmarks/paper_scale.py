@@ -18,9 +18,10 @@ Nothing here can run the recipes (8-GPU nodes, vLLM, HHEM from the hub), so this
 - one verifier pair per reasoning step: HHEM's prompt + evidence (whole, in windows of
   ``fspo.verifier.max_row_tokens``, or the top-k sentences of ``fspo.verifier.evidence_top_k``) + the step;
 - throughput: the CPU figure is measured here on a T5-base token classifier with HHEM-2.1-Open's
-  architecture and random weights, one thread (what a reward worker gets from Ray); the GPU figure
-  comes from ``--gpu-tokens-per-s`` and is measured instead when a CUDA device is present
-  (fp32 and bf16, several batch sizes). Both are measured at ``--pair-tokens`` and scaled to each
+  architecture and random weights, one thread (what a reward worker gets from Ray); the GPU figures are
+  ``benchmarks/hhem_gpu_rate.py``'s on an H200 (``GPU_TOKENS_PER_S``: TF32 alone, and beside a decode load
+  standing in for vLLM), or ``--gpu-tokens-per-s``, or measured alone when a CUDA device is present
+  (fp32, TF32 and bf16, several batch sizes). All are measured at ``--pair-tokens`` and scaled to each
   row length by the FLOPs per token, attention included (it grows with the row: +8% at 350 tokens,
   +30% at 1.5k).
 
@@ -88,14 +89,14 @@ H100_GB = 80
 # figures for the same engine: ~12,500 output tokens/s for Llama-3.1-8B bf16 on one H100
 # (https://www.morphllm.com/vllm-benchmarks; vLLM v0.6 blog, https://blog.vllm.ai/2024/09/05/perf-update.html).
 VLLM_OVERHEAD_GB = 2.0  # vLLM's activations and CUDA graphs inside its share (benchmarks/recipe_memory.py)
-# Without a GPU to measure: an H100 at 15% of its 67 TFLOP/s fp32 (no tensor cores) on this small
-# encoder, at 350-token rows. Pass the figure you measured with --gpu-tokens-per-s.
-FP32_GPU_TOKENS_PER_S = round(0.15 * 67e12 / t5_base_flops_per_token(350), -3)
-# TF32 (the verifier's GPU default) runs the matmuls on tensor cores at 495/67 = 7.4x fp32's peak; with
-# the matmuls ~75% of the fp32 forward (T5's eager position bias, softmax and layer norms stay
-# memory-bound), Amdahl gives 1 / (0.25 + 0.75 / 7.4) = 2.9x: 3x assumed until measured.
-TF32_SPEEDUP = 3.0
-DEFAULT_GPU_TOKENS_PER_S = round(TF32_SPEEDUP * FP32_GPU_TOKENS_PER_S, -3)
+# HHEM's tokens/s per GPU at 350-token rows by fspo.verifier.dtype: (the GPU to itself, beside a decode load), as
+# benchmarks/hhem_gpu_rate.py measured them on one NVIDIA H200 (torch 2.11, T5 in eager attention as the pinned
+# transformers 5.9 runs it, the verifier's 46-row micro-batches). The decode load is one TP-2 rank of Qwen2.5-7B
+# decoding 256 sequences at 1,224 tokens of context, CUDA-graph replayed in its own process: a stand-in for
+# vLLM, not vLLM. The two processes time-slice the GPU: each kept 44-50% of its rate alone. TF32 reached 84 TFLOP/s,
+# 17% of the tensor cores' peak: much of the time is memory-bound, and an H100 has 30% less bandwidth than an H200,
+# so an H100's rates are likely somewhat lower (not measured; errs fast).
+GPU_TOKENS_PER_S = {"float32": (188_000, 84_000), "tf32": (458_000, 206_000), "bfloat16": (650_000, 287_000)}
 # Tokens of a prompt (question + chat template; the evidence travels in extra_info, not the prompt).
 PROMPT_TOKENS_DEFAULT = 200
 
@@ -110,10 +111,11 @@ ASSUMPTIONS = {
     "evidence_tokens": (None, 300.0),
     # Tokens per evidence sentence for the top-k rows' high end (Wikipedia sentences run ~25; errs long).
     "sentence_tokens": (None, 30.0),
-    # Verifier tokens/s per GPU at 350-token rows. Low share: the TF32 estimate with the GPU to itself (errs
-    # fast: nothing measured, and vLLM decodes beside it). High share: the fp32 estimate (no tensor cores, 15%
-    # of 67 TFLOP/s) at half the GPU, vLLM's decode taking the rest (errs slow).
-    "gpu_tokens_per_s": (DEFAULT_GPU_TOKENS_PER_S, round(0.5 * FP32_GPU_TOKENS_PER_S, -3)),
+    # Verifier tokens/s per GPU at 350-token rows in TF32, the recipes' (GPU_TOKENS_PER_S, measured on an H200; an
+    # H100's are likely lower, erring fast). Low share: the GPU to itself, as once rollout has ended (errs fast while
+    # vLLM decodes). High share: beside the decode stand-in, which never leaves the GPU idle as vLLM's scheduler
+    # does (errs slow).
+    "gpu_tokens_per_s": GPU_TOKENS_PER_S["tf32"],
     # Training MFU: low share 25% (RL's small micro-batches and padding; errs slow), high share 50% (above Llama
     # 3's 38-43% pre-training; errs fast).
     "train_mfu": (0.25, 0.50),
@@ -287,8 +289,8 @@ def tokens_per_second(model, device: str, dtype, batch: int, length: int, repeat
     return batch * length * repeats / (time.perf_counter() - started)
 
 
-def measure_throughput(args) -> tuple[float, float, str]:
-    """(CPU tokens/s on one thread, GPU tokens/s, where the GPU figure came from)."""
+def measure_throughput(args) -> tuple[float, tuple[float, float], str]:
+    """(CPU tokens/s on one thread, GPU tokens/s at the low and high share ends, where the GPU figures came from)."""
     import torch
 
     from fspo_testing.tiny_verifiers import hhem_full_size_model
@@ -300,12 +302,13 @@ def measure_throughput(args) -> tuple[float, float, str]:
     torch.set_num_threads(threads)
     print(f"cpu tokens/s, 1 thread, fp32, batch 8 x {args.pair_tokens} tokens: {cpu:,.0f}")
     if not torch.cuda.is_available():
+        given = tuple(args.gpu_tokens_per_s) != GPU_TOKENS_PER_S["tf32"]
+        source = "given (--gpu-tokens-per-s)" if given else "TF32 on an H200 by benchmarks/hhem_gpu_rate.py"
         print(
-            f"gpu tokens/s, assumed (no GPU here; --gpu-tokens-per-s): {args.gpu_tokens_per_s[0]:,.0f} (fp32 "
-            f"estimate {FP32_GPU_TOKENS_PER_S:,.0f} x {TF32_SPEEDUP:g} for TF32, the GPU default, the GPU to itself) / "
-            f"{args.gpu_tokens_per_s[1]:,.0f} (fp32, half the GPU beside vLLM's decode)"
+            f"gpu tokens/s, {source}: {args.gpu_tokens_per_s[0]:,.0f} (the GPU to itself) / "
+            f"{args.gpu_tokens_per_s[1]:,.0f} (beside a decode load standing in for vLLM's)"
         )
-        return cpu, args.gpu_tokens_per_s, "assumed"
+        return cpu, tuple(args.gpu_tokens_per_s), source
     best = 0.0
     for precision, dtype in (("ieee", torch.float32), ("tf32", torch.float32), ("ieee", torch.bfloat16)):
         torch.backends.cuda.matmul.fp32_precision = precision
@@ -315,7 +318,7 @@ def measure_throughput(args) -> tuple[float, float, str]:
             print(f"gpu tokens/s, {torch.cuda.get_device_name()}, {name}, batch {batch}: {rate:,.0f}")
             if name == "tf32":  # the verifier's GPU default (fspo.config.vocabulary.GPU_DTYPES)
                 best = max(best, rate)
-    return cpu, best, "measured TF32"
+    return cpu, (best, best), "measured here, TF32, the GPU to itself"
 
 
 def evidence_rows(evidence_tokens: float, step_tokens: float, max_row_tokens: int) -> tuple[float, float]:
@@ -500,10 +503,9 @@ def print_settling(rows: list[dict], gpu_rates: tuple) -> None:
         f"verifier tokens x{row['high']['tokens'] / row['low']['tokens']:.1f} (evidence and steps per response)"
     )
     print(
-        "settle: one GPU measurement, HHEM's tokens/s on an H100 at 350-token rows while vLLM decodes beside it "
-        "(this benchmark measures HHEM alone on a GPU; run it beside `vllm bench throughput` for the colocated "
-        f"rate), replaces the x{spread:.1f} rate assumption by a figure; vLLM's decode tokens/s on the same GPU "
-        "checks the step's rollout phase; the recipes' own data (--data) replaces the evidence bounds"
+        f"settle: the x{spread:.1f} rate spread is HHEM alone vs beside a decode stand-in (benchmarks/hhem_gpu_rate.py, "
+        "H200); HHEM beside vLLM itself on an H100 would place the rate within it, vLLM's decode tokens/s on the same "
+        "GPU checks the step's rollout phase, and the recipes' own data (--data) replaces the evidence bounds"
     )
 
 
@@ -577,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("FAST", "SLOW"),
         default=ASSUMPTIONS["gpu_tokens_per_s"],
         help="verifier tokens/s per GPU at the low and high share ends when no GPU is present (default: TF32 "
-        "alone, and fp32 at half a GPU; give one measured figure twice)",
+        "alone and beside a decode load, measured on an H200 by benchmarks/hhem_gpu_rate.py)",
     )
     args = parser.parse_args(argv)
 
@@ -604,8 +606,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{density['low']:.1f} / {density['median']:.1f} / {density['high']:.1f}"
         )
         print(f"steps: tokens per step, mean: {density['step_tokens']:.1f}")
-    cpu_rate, gpu_rate, gpu_source = measure_throughput(args)
-    gpu_rates = (gpu_rate, gpu_rate) if gpu_source.startswith("measured") else args.gpu_tokens_per_s
+    cpu_rate, gpu_rates, gpu_source = measure_throughput(args)
     print(f"gpu tokens/s per GPU at the low / high share end ({gpu_source}): {gpu_rates[0]:,.0f} / {gpu_rates[1]:,.0f}")
     measured = bool(args.data) or args.evidence_tokens is not None
     if not measured:
