@@ -7,7 +7,10 @@ A policy trained against a verifier learns to please it; copying evidence senten
   (:mod:`fspo.quickstart.world_judge`) finds contradicted by the world's facts;
 - ``supported_step_rate`` per verifier (``lexical`` as the quickstart trains with it: sentence unit,
   threshold 1.0; ``embedding`` at 0.5): the share of steps each scores as supported;
-- ``copy_rate``: the share of steps that are verbatim substrings of the evidence.
+- ``copy_rate``: the share of steps that are verbatim substrings of the evidence;
+- ``flawed_positive_rate``: the share of right answers (exact match, the outcome scorer's ``acc``) that
+  hold a step the world judge finds contradicted: FAPO's "flawed positives", the answers outcome-only
+  reward pays for although their reasoning is wrong (answers whose sample carries ``ground_truth``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 from fspo.data.synthetic import DATA_SOURCE
 from fspo.quickstart.world_judge import CONTRADICTED, NOT_A_CLAIM, SUPPORTED, build_world, judge_step
 from fspo.steps import reasoning_steps
+from fspo.training.outcome import compute_score
 from fspo.utils.input_files import read_jsonl
 from fspo.utils.record_schemas import ValidationSample
 from fspo.verifier_tools.quality import calibrated_threshold
@@ -50,6 +54,32 @@ def judge_counts(samples: Iterable[dict]) -> dict[str, int]:
     return counts
 
 
+def is_right(response: str, ground_truth) -> bool:
+    """Whether a response's answer is right: the outcome scorer's exact match (``acc``), which is FAPO's
+    "correct" (the final answer equals the gold one); a response without an ``<answer>`` block is not."""
+    return compute_score(DATA_SOURCE, response, ground_truth)["acc"] == 1.0
+
+
+def flawed_positives(samples: Iterable[dict]) -> dict:
+    """Right answers, and those of them holding a judge-contradicted step, over samples with ``ground_truth``.
+
+    ``flawed_positive_rate`` is None when no answer is right; samples without ``ground_truth`` are left out.
+    """
+    right = flawed = 0
+    for sample in samples:
+        if sample.get("ground_truth") is None or not is_right(sample["response"], sample["ground_truth"]):
+            continue
+        right += 1
+        world = build_world(sample["evidence"], sample.get("gold_facts") or ())
+        steps = reasoning_steps(sample["response"])
+        flawed += any(judge_step(step.text, world).verdict == CONTRADICTED for step in steps)
+    return {
+        "right_answers": right,
+        "flawed_positives": flawed,
+        "flawed_positive_rate": flawed / right if right else None,
+    }
+
+
 def verifier_supported_rate(name: str, samples: Sequence[dict], threshold: float | None = None) -> float | None:
     """The share of steps verifier ``name`` scores at or above its threshold (unverifiable steps left out)."""
     # Lazy: the verifiers import verl (seconds); the quickstart's own report asks for none.
@@ -73,7 +103,7 @@ def step_report(samples: Sequence[dict], verifiers: Sequence[str] = ("lexical", 
 
     Args:
         samples: one dict per answer: ``response`` (the decoded text), ``evidence`` and ``gold_facts``
-            (the synthetic row's ``extra_info``).
+            (the synthetic row's ``extra_info``), and ``ground_truth`` for the flawed-positive rate.
         verifiers: the training verifiers to report a supported-step rate for.
     """
     counts = judge_counts(samples)
@@ -84,6 +114,7 @@ def step_report(samples: Sequence[dict], verifiers: Sequence[str] = ("lexical", 
         "judged_claims": claims,
         "hallucinated_step_rate": counts[CONTRADICTED] / claims if claims else None,
         "copy_rate": counts["copies"] / counts["steps"] if counts["steps"] else None,
+        **flawed_positives(samples),
     }
     for name in verifiers:
         report[f"{name}_supported_step_rate"] = verifier_supported_rate(name, samples)
@@ -94,20 +125,23 @@ def validation_samples(dump: str | Path, rows: Sequence[dict]) -> list[dict]:
     """Pairs verl's validation dump (``trainer.validation_data_dir/<step>.jsonl``) with the rows it answered.
 
     A dumped record carries the decoded prompt, not the row, so each is matched to the synthetic row whose
-    evidence its prompt contains; the record's answer F1 comes along (``f1``, None where verl dumped none).
-    Records of other data (no synthetic-world row) are left out.
+    evidence its prompt contains; the record's answer F1 comes along (``f1``, None where verl dumped none), and
+    the row's ``ground_truth``. Records of other data (no synthetic-world row) are left out.
     """
-    worlds = [r["extra_info"] for r in rows if r.get("data_source") == DATA_SOURCE and r.get("extra_info")]
+    worlds = [r for r in rows if r.get("data_source") == DATA_SOURCE and r.get("extra_info")]
     samples = []
     for record in read_jsonl(dump, schema=ValidationSample):
-        row = next((info for info in worlds if info["evidence"] and info["evidence"] in record["input"]), None)
+        row = next(
+            (r for r in worlds if r["extra_info"]["evidence"] and r["extra_info"]["evidence"] in record["input"]), None
+        )
         if row is not None:
             samples.append(
                 {
                     "response": record["output"],
-                    "evidence": row["evidence"],
-                    "gold_facts": list(row["gold_facts"]),
+                    "evidence": row["extra_info"]["evidence"],
+                    "gold_facts": list(row["extra_info"]["gold_facts"]),
                     "f1": record.get("f1"),
+                    "ground_truth": (row.get("reward_model") or {}).get("ground_truth"),
                 }
             )
     return samples
