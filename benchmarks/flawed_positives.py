@@ -7,11 +7,15 @@ judge's hallucinated-step rate and the answer F1, for two kinds of answers:
 - ``generate``: a model's own answers to fresh quickstart questions (the quickstart prompt and response
   length; greedy, or sampled at ``--temperature``), no trainer: a minute on a CPU for 32 questions;
 - ``run``: a finished ``fspo quickstart`` run's validation answers before and after training
-  (``<run>/<fspo|grpo>/validation/*.jsonl``), judged against the held-out rows it was given (``--val``).
+  (``<run>/<fspo|grpo>/validation/*.jsonl``), judged against the held-out rows it was given (``--val``);
+- ``rollouts``: the training rollouts a run dumped with ``trainer.rollout_data_dir=DIR`` (one ``<step>.jsonl``
+  a step), judged against the training rows (``--train``): per step, and all steps together. A flawed
+  positive there is an answer the outcome reward paid in full for although a step of it is contradicted.
 
 Usage:
     python benchmarks/flawed_positives.py generate --worlds default shortcut --rows 32 --seed 0
     python benchmarks/flawed_positives.py run --run-dir /tmp/bed_grpo --val /tmp/bed_data/test.parquet
+    python benchmarks/flawed_positives.py rollouts --dir /tmp/bed_fspo/rollouts --train /tmp/bed_data/train.parquet
 """
 
 from __future__ import annotations
@@ -89,6 +93,15 @@ def run_figures(args) -> dict:
     return results
 
 
+def rollout_figures(args) -> dict:
+    rows = read_rows(args.train)
+    dumps = sorted(args.dir.glob("*.jsonl"), key=lambda p: int(p.stem))
+    per_step = {f"step {dump.stem}": validation_samples(dump, rows) for dump in dumps}
+    results = {name: figures(samples) for name, samples in per_step.items()}
+    results["all steps"] = figures([sample for samples in per_step.values() for sample in samples])
+    return results
+
+
 def _cell(value) -> str:
     return "n/a" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
 
@@ -111,11 +124,16 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="a finished quickstart run's validation answers")
     run.add_argument("--run-dir", type=Path, required=True, help="the quickstart's --output-dir")
     run.add_argument("--val", type=Path, required=True, help="the held-out parquet the run validated on")
+    rollouts = commands.add_parser("rollouts", help="a run's training rollouts (trainer.rollout_data_dir)")
+    rollouts.add_argument("--dir", type=Path, required=True, help="the run's trainer.rollout_data_dir")
+    rollouts.add_argument("--train", type=Path, required=True, help="the training parquet the run trained on")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    if args.command == "run" and not args.val.is_file():
-        parser.error(f"--val {args.val}: no such file")
-    results = generate_figures(args) if args.command == "generate" else run_figures(args)
+    for option, path in (("--val", getattr(args, "val", None)), ("--train", getattr(args, "train", None))):
+        if path is not None and not path.is_file():
+            parser.error(f"{option} {path}: no such file")
+    commands = {"generate": generate_figures, "run": run_figures, "rollouts": rollout_figures}
+    results = commands[args.command](args)
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
