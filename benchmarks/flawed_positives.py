@@ -2,7 +2,8 @@
 
 FSPO's premise is that outcome-only RL rewards such answers. This reports, per world
 (:data:`fspo.data.synthetic.WORLDS`), the share of right answers (exact match) with a contradicted step, the
-judge's hallucinated-step rate and the answer F1, for two kinds of answers:
+share of right answers that do not state the whole gold chain (a contradicted step, a shortcut, a guess),
+the judge's hallucinated-step rate and the answer F1, for three kinds of answers:
 
 - ``generate``: a model's own answers to fresh quickstart questions (the quickstart prompt and response
   length; greedy, or sampled at ``--temperature``), no trainer: a minute on a CPU for 32 questions;
@@ -37,6 +38,7 @@ FIGURES = (
     "right_answers",
     "flawed_positives",
     "flawed_positive_rate",
+    "unchained_positive_rate",
     "hallucinated_step_rate",
     "answer_f1",
 )

@@ -42,7 +42,7 @@ def test_run_judges_the_first_and_last_validation_of_each_arm(tmp_path, capsys):
     assert figures["grpo step 0"]["answer_f1"] == pytest.approx(0.5)
     assert figures["grpo step 12"]["flawed_positive_rate"] == 0.0 and figures["grpo step 12"]["answer_f1"] == 1.0
     assert figures["grpo step 12"]["hallucinated_step_rate"] == 0.0
-    assert "| grpo step 0 | 2 | 1 | 1 | 1.000 |" in capsys.readouterr().out
+    assert "| grpo step 0 | 2 | 1 | 1 | 1.000 | 1.000 | 1.000 | 0.500 |" in capsys.readouterr().out
 
 
 def test_run_refuses_a_missing_val_file(tmp_path, capsys):

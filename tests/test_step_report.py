@@ -91,23 +91,27 @@ def test_validation_samples_pairs_the_dump_with_its_rows(tmp_path):
     st.lists(
         st.tuples(
             st.integers(min_value=0, max_value=10_000),
-            st.booleans(),
+            st.sampled_from(["chain", "invented hop", "dropped hop"]),
             st.sampled_from(["exact", "decorated", "longer", "other", "missing"]),
         ),
         max_size=8,
     )
 )
 def test_flawed_positives_counts_right_answers_holding_a_contradicted_step(answers):
-    """Each answer: a synthetic world's gold chain, with one hop swapped for its false counterpart (a step the
-    judge contradicts) or not, ending in the gold answer as written, decorated (case, article, period: still an
-    exact match after SQuAD normalisation), inside a longer answer, another answer, or no answer block."""
-    samples, right, flawed = [], 0, 0
-    for seed, invent, answer_kind in answers:
+    """Each answer: a synthetic world's gold chain, whole, with one hop swapped for its false counterpart (a step
+    the judge contradicts), or with one hop left out; ending in the gold answer as written, decorated (case,
+    article, period: still an exact match after SQuAD normalisation), inside a longer answer, another answer,
+    or no answer block."""
+    samples, right, flawed, unchained = [], 0, 0, 0
+    for seed, reasoning, answer_kind in answers:
         example, claims = labelled_facts(random.Random(seed))
         gold = example.ground_truth
         steps = [claim for claim, label in claims if label == 1]
-        if invent:
-            steps[seed % len(steps)] = [claim for claim, label in claims if label == 0][seed % len(steps)]
+        hop = seed % len(steps)
+        if reasoning == "invented hop":
+            steps[hop] = [claim for claim, label in claims if label == 0][hop]
+        elif reasoning == "dropped hop":
+            del steps[hop]
         answer = {
             "exact": gold,
             "decorated": f"The {gold.upper()}.",
@@ -124,14 +128,18 @@ def test_flawed_positives_counts_right_answers_holding_a_contradicted_step(answe
                 "ground_truth": gold,
             }
         )
-        right += answer_kind in ("exact", "decorated")
-        flawed += invent and answer_kind in ("exact", "decorated")
+        is_right = answer_kind in ("exact", "decorated")
+        right += is_right
+        flawed += is_right and reasoning == "invented hop"
+        unchained += is_right and reasoning != "chain"
     # An answer of data without a ground truth is left out, right or not.
     samples.append({"response": COPYING, "evidence": EVIDENCE, "gold_facts": GOLD})
     assert flawed_positives(samples) == {
         "right_answers": right,
         "flawed_positives": flawed,
         "flawed_positive_rate": flawed / right if right else None,
+        "unchained_positives": unchained,
+        "unchained_positive_rate": unchained / right if right else None,
     }
 
 
@@ -145,5 +153,5 @@ def test_step_report_gives_the_flawed_positive_rate():
         ],
         verifiers=(),
     )
-    assert (report["right_answers"], report["flawed_positives"]) == (2, 1)
+    assert (report["right_answers"], report["flawed_positives"], report["unchained_positives"]) == (2, 1, 1)
     assert report["flawed_positive_rate"] == pytest.approx(1 / 2)

@@ -10,7 +10,9 @@ A policy trained against a verifier learns to please it; copying evidence senten
 - ``copy_rate``: the share of steps that are verbatim substrings of the evidence;
 - ``flawed_positive_rate``: the share of right answers (exact match, the outcome scorer's ``acc``) that
   hold a step the world judge finds contradicted: FAPO's "flawed positives", the answers outcome-only
-  reward pays for although their reasoning is wrong (answers whose sample carries ``ground_truth``).
+  reward pays for although their reasoning is wrong (answers whose sample carries ``ground_truth``);
+- ``unchained_positive_rate``: the share of right answers whose reasoning does not state every hop of the
+  gold chain as a supported step (flawed positives, and right answers reached by a shortcut or a guess).
 """
 
 from __future__ import annotations
@@ -61,22 +63,28 @@ def is_right(response: str, ground_truth) -> bool:
 
 
 def flawed_positives(samples: Iterable[dict]) -> dict:
-    """Right answers, and those of them holding a judge-contradicted step, over samples with ``ground_truth``.
+    """Right answers, those of them holding a judge-contradicted step (flawed positives), and those whose
+    reasoning does not state every hop of the gold chain as a supported step (unchained positives: a
+    contradicted step, a shortcut, a guess, or no closed reasoning); over samples with ``ground_truth``.
 
-    ``flawed_positive_rate`` is None when no answer is right; samples without ``ground_truth`` are left out.
+    Each rate is None when no answer is right; samples without ``ground_truth`` are left out.
     """
-    right = flawed = 0
+    right = flawed = unchained = 0
     for sample in samples:
         if sample.get("ground_truth") is None or not is_right(sample["response"], sample["ground_truth"]):
             continue
         right += 1
         world = build_world(sample["evidence"], sample.get("gold_facts") or ())
-        steps = reasoning_steps(sample["response"])
-        flawed += any(judge_step(step.text, world).verdict == CONTRADICTED for step in steps)
+        judged = [judge_step(step.text, world) for step in reasoning_steps(sample["response"])]
+        flawed += any(judgment.verdict == CONTRADICTED for judgment in judged)
+        stated = {claim for judgment in judged if judgment.verdict == SUPPORTED for claim in judgment.claims}
+        unchained += not world.gold <= stated
     return {
         "right_answers": right,
         "flawed_positives": flawed,
         "flawed_positive_rate": flawed / right if right else None,
+        "unchained_positives": unchained,
+        "unchained_positive_rate": unchained / right if right else None,
     }
 
 
