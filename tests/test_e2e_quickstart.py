@@ -45,13 +45,19 @@ def test_quickstart_one_step_writes_its_files(tiny_reasoner, tmp_path, capsys):
     assert run["seconds"] > 0
     for when in ("before", "after"):
         figures = run[when]
-        assert set(figures) == {"answer_f1", "supported_step_rate", "hallucinated_step_rate", "copy_rate"}
+        assert set(figures) == {
+            "answer_f1",
+            "supported_step_rate",
+            "hallucinated_step_rate",
+            "copy_rate",
+            "flawed_positive_rate",
+        }
         assert 0.0 <= figures["supported_step_rate"] <= 1.0
         # The tiny model's validation answers are synthetic-world questions: the world judge scores them
         # from verl's validation dump, independently of the verifier the run trained against.
         dump = out / "fspo" / "validation" / ("0.jsonl" if when == "before" else "1.jsonl")
         assert len(validation_samples(dump, held_out)) == len(held_out)
-        for key in ("hallucinated_step_rate", "copy_rate"):
+        for key in ("hallucinated_step_rate", "copy_rate", "flawed_positive_rate"):
             assert figures[key] is None or 0.0 <= figures[key] <= 1.0
     assert (out / "training_curves.png").stat().st_size > 1000
     merged = out / "fspo" / "merged"

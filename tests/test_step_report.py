@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fspo.data.synthetic import make_rows
-from fspo.quickstart.step_report import is_copy, judge_counts, step_report, validation_samples
+from fspo.data.synthetic import labelled_facts, make_rows
+from fspo.quickstart.step_report import flawed_positives, is_copy, judge_counts, step_report, validation_samples
 
 EVIDENCE = (
     "Nora Vik works for Bolt Mills. Sam Oke works for Tide Labs. Bolt Mills is headquartered in Limaton. "
@@ -63,6 +66,7 @@ def test_step_report_sets_the_judge_beside_both_verifiers():
 def test_step_report_of_no_answers_has_no_rates():
     report = step_report([], verifiers=("lexical",))
     assert report["hallucinated_step_rate"] is None and report["copy_rate"] is None
+    assert report["flawed_positive_rate"] is None and report["right_answers"] == 0
     assert report["lexical_supported_step_rate"] is None
 
 
@@ -79,3 +83,75 @@ def test_validation_samples_pairs_the_dump_with_its_rows(tmp_path):
     assert [s["response"] for s in samples] == ["answer 0", "answer 1", "answer 2"]
     assert [s["evidence"] for s in samples] == [r["extra_info"]["evidence"] for r in reversed(rows)]
     assert samples[0]["gold_facts"] == list(rows[-1]["extra_info"]["gold_facts"])
+    assert [s["ground_truth"] for s in samples] == [r["reward_model"]["ground_truth"] for r in reversed(rows)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=10_000),
+            st.sampled_from(["chain", "invented hop", "dropped hop"]),
+            st.sampled_from(["exact", "decorated", "longer", "other", "missing"]),
+        ),
+        max_size=8,
+    )
+)
+def test_flawed_positives_counts_right_answers_holding_a_contradicted_step(answers):
+    """Each answer: a synthetic world's gold chain, whole, with one hop swapped for its false counterpart (a step
+    the judge contradicts), or with one hop left out; ending in the gold answer as written, decorated (case,
+    article, period: still an exact match after SQuAD normalisation), inside a longer answer, another answer,
+    or no answer block."""
+    samples, right, flawed, unchained = [], 0, 0, 0
+    for seed, reasoning, answer_kind in answers:
+        example, claims = labelled_facts(random.Random(seed))
+        gold = example.ground_truth
+        steps = [claim for claim, label in claims if label == 1]
+        hop = seed % len(steps)
+        if reasoning == "invented hop":
+            steps[hop] = [claim for claim, label in claims if label == 0][hop]
+        elif reasoning == "dropped hop":
+            del steps[hop]
+        answer = {
+            "exact": gold,
+            "decorated": f"The {gold.upper()}.",
+            "longer": f"{gold} and Lima",
+            "other": "Lima",
+            "missing": None,
+        }[answer_kind]
+        closing = "" if answer is None else f" </think> <answer> {answer} </answer>"
+        samples.append(
+            {
+                "response": " ".join(steps) + closing,
+                "evidence": example.evidence,
+                "gold_facts": example.gold_facts,
+                "ground_truth": gold,
+            }
+        )
+        is_right = answer_kind in ("exact", "decorated")
+        right += is_right
+        flawed += is_right and reasoning == "invented hop"
+        unchained += is_right and reasoning != "chain"
+    # An answer of data without a ground truth is left out, right or not.
+    samples.append({"response": COPYING, "evidence": EVIDENCE, "gold_facts": GOLD})
+    assert flawed_positives(samples) == {
+        "right_answers": right,
+        "flawed_positives": flawed,
+        "flawed_positive_rate": flawed / right if right else None,
+        "unchained_positives": unchained,
+        "unchained_positive_rate": unchained / right if right else None,
+    }
+
+
+def test_step_report_gives_the_flawed_positive_rate():
+    right = {"evidence": EVIDENCE, "gold_facts": GOLD, "ground_truth": "Limaton"}
+    report = step_report(
+        [
+            {"response": COPYING, **right},
+            {"response": INVENTING.replace("Dorvale </answer>", "Limaton </answer>"), **right},
+            {"response": INVENTING, **right},
+        ],
+        verifiers=(),
+    )
+    assert (report["right_answers"], report["flawed_positives"], report["unchained_positives"]) == (2, 1, 1)
+    assert report["flawed_positive_rate"] == pytest.approx(1 / 2)

@@ -6,6 +6,9 @@ model must read the evidence, and a step verifier can be scored against known tr
 behind each hop is in ``extra_info["gold_facts"]``.
 
     fspo data synthetic --size 1000 --test-size 100 --seed 0
+
+``--world shortcut`` builds instead the test bed of :mod:`fspo.data.synthetic_shortcut`, where a wrong chain
+often still reaches the right answer (the paper's "flawed positives").
 """
 
 from __future__ import annotations
@@ -20,81 +23,36 @@ from fspo.cli.arguments import HelpFormatter, UsageError, check_count, refuse
 from fspo.config.numeric_options import NON_NEGATIVE_COUNT, SEED
 from fspo.data.builder import Example
 from fspo.data.io import make_row, write_parquet
+from fspo.data.synthetic_facts import (
+    born_in,
+    city_in,
+    city_name,
+    company_name,
+    country_name,
+    distinct_names,
+    founded_in,
+    headquartered_in,
+    mentored_by,
+    person_name,
+    works_for,
+)
+from fspo.data.synthetic_shortcut import example_maker as shortcut_example_maker
 from fspo.data.templates import PROMPT_FORMATS, build_messages, check_prompt_format
 from fspo.utils.output_dir import check_output_paths, output_option
 
 DATA_SOURCE = "synthetic_multihop"
-
-_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "th", "br", "kr", "st")
-_VOWELS = ("a", "e", "i", "o", "u", "ae", "io")
-_CITY_ENDINGS = ("ton", "vale", "mora", "haven", "burg", "dell")
-_COUNTRY_ENDINGS = ("ia", "land", "ar", "esh")
-_COMPANY_KINDS = ("Works", "Labs", "Foundry", "Textiles", "Shipping", "Instruments")
-
-
-def _word(rng: random.Random, syllables: int) -> str:
-    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(syllables)).capitalize()
-
-
-def _names(rng: random.Random, count: int, make: Callable[[random.Random], str]) -> list[str]:
-    """`count` distinct names drawn with `make`."""
-    names: list[str] = []
-    while len(names) < count:
-        name = make(rng)
-        if name not in names:
-            names.append(name)
-    return names
-
-
-def _person(rng):
-    return f"{_word(rng, 2)} {_word(rng, rng.choice((2, 3)))}"
-
-
-def _city(rng):
-    return _word(rng, 2).rstrip("aeiou") + rng.choice(_CITY_ENDINGS)
-
-
-def _country(rng):
-    return _word(rng, 2).rstrip("aeiou") + rng.choice(_COUNTRY_ENDINGS)
-
-
-def _company(rng):
-    return f"{_word(rng, 2)} {rng.choice(_COMPANY_KINDS)}"
-
-
-# Relation sentences; every fact in the evidence is one of these.
-def born_in(person, city):
-    return f"{person} was born in {city}."
-
-
-def city_in(city, country):
-    return f"{city} is a city in {country}."
-
-
-def works_for(person, company):
-    return f"{person} works for {company}."
-
-
-def headquartered_in(company, city):
-    return f"{company} is headquartered in {city}."
-
-
-def founded_in(company, year):
-    return f"{company} was founded in {year}."
-
-
-def mentored_by(person, mentor):
-    return f"{person} was mentored by {mentor}."
+# "default" is the world above; "shortcut" the test bed of fspo.data.synthetic_shortcut.
+WORLDS = ("default", "shortcut")
 
 
 def _world(rng: random.Random) -> dict:
-    people = _names(rng, 3, _person)
-    cities = _names(rng, 3, _city)
+    people = distinct_names(rng, 3, person_name)
+    cities = distinct_names(rng, 3, city_name)
     return {
         "people": people,
         "cities": cities,
-        "countries": _names(rng, 2, _country),
-        "companies": _names(rng, 2, _company),
+        "countries": distinct_names(rng, 2, country_name),
+        "companies": distinct_names(rng, 2, company_name),
         "years": rng.sample(range(1801, 1999), 2),
     }
 
@@ -220,17 +178,20 @@ def make_rows(
     prompt_format: str = "qwen-base",
     split: str = "train",
     evidence_in_prompt: bool = True,
+    world: str = "default",
 ) -> list[dict]:
     """`num_rows` synthetic multi-hop rows in the project's verl format; the same seed gives the same rows.
 
     Rows of different splits come from different random streams, so train and test do not repeat each other.
+    ``world`` is one of :data:`WORLDS`; a ``shortcut`` row says so in ``extra_info["world"]``.
     """
     check_prompt_format(prompt_format)
     if num_rows < 0:
         raise ValueError(f"num_rows must be >= 0, got {num_rows}")
+    make = _example_maker(world, seed)
     rows = []
     for index in range(num_rows):
-        example = make_example(random.Random(f"{seed}:{split}:{index}"))
+        example = make(random.Random(f"{seed}:{split}:{index}"))
         rows.append(
             make_row(
                 data_source=DATA_SOURCE,
@@ -244,7 +205,17 @@ def make_rows(
                 gold_facts=example.gold_facts,
             )
         )
+    for row in rows if world != "default" else ():
+        row["extra_info"]["world"] = world
     return rows
+
+
+def _example_maker(world: str, seed: int) -> Callable[[random.Random], Example]:
+    if world == "default":
+        return make_example
+    if world == "shortcut":
+        return shortcut_example_maker(seed)
+    raise ValueError(f"unknown world {world!r}; known worlds: {', '.join(WORLDS)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,6 +245,12 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="put the evidence in the prompt as context",
     )
+    parser.add_argument(
+        "--world",
+        default="default",
+        choices=WORLDS,
+        help="default: the world above; shortcut: a test bed where wrong chains often reach the right answer",
+    )
     args = parser.parse_args(argv)
 
     try:
@@ -289,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as error:
         return refuse("fspo data synthetic: error", error)
     for split, size in sizes.items():
-        rows = make_rows(size, args.seed, args.prompt_format, split, args.evidence_in_prompt)
+        rows = make_rows(size, args.seed, args.prompt_format, split, args.evidence_in_prompt, args.world)
         path = write_parquet(rows, folder / f"{split}.parquet")
         print(f"synthetic {split}: {len(rows)} rows -> {path}")
     return 0

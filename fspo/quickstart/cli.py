@@ -223,9 +223,10 @@ class RunProgress:
         return lines
 
 
-def quickstart_rows(size: int, seed: int, split: str) -> list[dict]:
-    """``size`` synthetic multi-hop rows of ``split`` whose prompts carry the quickstart instruction."""
-    rows = make_rows(size, seed=seed, split=split)
+def quickstart_rows(size: int, seed: int, split: str, world: str = "default") -> list[dict]:
+    """``size`` synthetic multi-hop rows of ``split`` (of ``world``, fspo.data.synthetic.WORLDS) whose prompts
+    carry the quickstart instruction."""
+    rows = make_rows(size, seed=seed, split=split, world=world)
     for row in rows:
         row["prompt"] = [
             {"role": "system", "content": INSTRUCTION},
@@ -278,13 +279,14 @@ def run_overrides(setup: dict, out: Path, steps: int) -> list[str]:
 
 
 def judged_figures(dump: Path, val_file: Path) -> dict[str, float | None]:
-    """The world judge's hallucinated-step rate and the copy rate of one validation pass's answers.
+    """The world judge's hallucinated-step rate, the copy rate and the flawed-positive rate (right answers with a
+    contradicted step) of one validation pass's answers.
 
-    Both are None when the dump is missing or the held-out rows are not synthetic-world questions.
+    Each is None when the dump is missing or the held-out rows are not synthetic-world questions.
     """
     samples = validation_samples(dump, read_rows(val_file)) if dump.is_file() else []
     report = step_report(samples, verifiers=())
-    return {"hallucinated_step_rate": report["hallucinated_step_rate"], "copy_rate": report["copy_rate"]}
+    return {key: report[key] for key in ("hallucinated_step_rate", "copy_rate", "flawed_positive_rate")}
 
 
 def train(

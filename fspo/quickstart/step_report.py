@@ -7,7 +7,12 @@ A policy trained against a verifier learns to please it; copying evidence senten
   (:mod:`fspo.quickstart.world_judge`) finds contradicted by the world's facts;
 - ``supported_step_rate`` per verifier (``lexical`` as the quickstart trains with it: sentence unit,
   threshold 1.0; ``embedding`` at 0.5): the share of steps each scores as supported;
-- ``copy_rate``: the share of steps that are verbatim substrings of the evidence.
+- ``copy_rate``: the share of steps that are verbatim substrings of the evidence;
+- ``flawed_positive_rate``: the share of right answers (exact match, the outcome scorer's ``acc``) that
+  hold a step the world judge finds contradicted: FAPO's "flawed positives", the answers outcome-only
+  reward pays for although their reasoning is wrong (answers whose sample carries ``ground_truth``);
+- ``unchained_positive_rate``: the share of right answers whose reasoning does not state every hop of the
+  gold chain as a supported step (flawed positives, and right answers reached by a shortcut or a guess).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 from fspo.data.synthetic import DATA_SOURCE
 from fspo.quickstart.world_judge import CONTRADICTED, NOT_A_CLAIM, SUPPORTED, build_world, judge_step
 from fspo.steps import reasoning_steps
+from fspo.training.outcome import compute_score
 from fspo.utils.input_files import read_jsonl
 from fspo.utils.record_schemas import ValidationSample
 from fspo.verifier_tools.quality import calibrated_threshold
@@ -50,6 +56,38 @@ def judge_counts(samples: Iterable[dict]) -> dict[str, int]:
     return counts
 
 
+def is_right(response: str, ground_truth) -> bool:
+    """Whether a response's answer is right: the outcome scorer's exact match (``acc``), which is FAPO's
+    "correct" (the final answer equals the gold one); a response without an ``<answer>`` block is not."""
+    return compute_score(DATA_SOURCE, response, ground_truth)["acc"] == 1.0
+
+
+def flawed_positives(samples: Iterable[dict]) -> dict:
+    """Right answers, those of them holding a judge-contradicted step (flawed positives), and those whose
+    reasoning does not state every hop of the gold chain as a supported step (unchained positives: a
+    contradicted step, a shortcut, a guess, or no closed reasoning); over samples with ``ground_truth``.
+
+    Each rate is None when no answer is right; samples without ``ground_truth`` are left out.
+    """
+    right = flawed = unchained = 0
+    for sample in samples:
+        if sample.get("ground_truth") is None or not is_right(sample["response"], sample["ground_truth"]):
+            continue
+        right += 1
+        world = build_world(sample["evidence"], sample.get("gold_facts") or ())
+        judged = [judge_step(step.text, world) for step in reasoning_steps(sample["response"])]
+        flawed += any(judgment.verdict == CONTRADICTED for judgment in judged)
+        stated = {claim for judgment in judged if judgment.verdict == SUPPORTED for claim in judgment.claims}
+        unchained += not world.gold <= stated
+    return {
+        "right_answers": right,
+        "flawed_positives": flawed,
+        "flawed_positive_rate": flawed / right if right else None,
+        "unchained_positives": unchained,
+        "unchained_positive_rate": unchained / right if right else None,
+    }
+
+
 def verifier_supported_rate(name: str, samples: Sequence[dict], threshold: float | None = None) -> float | None:
     """The share of steps verifier ``name`` scores at or above its threshold (unverifiable steps left out)."""
     # Lazy: the verifiers import verl (seconds); the quickstart's own report asks for none.
@@ -73,7 +111,7 @@ def step_report(samples: Sequence[dict], verifiers: Sequence[str] = ("lexical", 
 
     Args:
         samples: one dict per answer: ``response`` (the decoded text), ``evidence`` and ``gold_facts``
-            (the synthetic row's ``extra_info``).
+            (the synthetic row's ``extra_info``), and ``ground_truth`` for the flawed-positive rate.
         verifiers: the training verifiers to report a supported-step rate for.
     """
     counts = judge_counts(samples)
@@ -84,6 +122,7 @@ def step_report(samples: Sequence[dict], verifiers: Sequence[str] = ("lexical", 
         "judged_claims": claims,
         "hallucinated_step_rate": counts[CONTRADICTED] / claims if claims else None,
         "copy_rate": counts["copies"] / counts["steps"] if counts["steps"] else None,
+        **flawed_positives(samples),
     }
     for name in verifiers:
         report[f"{name}_supported_step_rate"] = verifier_supported_rate(name, samples)
@@ -94,20 +133,23 @@ def validation_samples(dump: str | Path, rows: Sequence[dict]) -> list[dict]:
     """Pairs verl's validation dump (``trainer.validation_data_dir/<step>.jsonl``) with the rows it answered.
 
     A dumped record carries the decoded prompt, not the row, so each is matched to the synthetic row whose
-    evidence its prompt contains; the record's answer F1 comes along (``f1``, None where verl dumped none).
-    Records of other data (no synthetic-world row) are left out.
+    evidence its prompt contains; the record's answer F1 comes along (``f1``, None where verl dumped none), and
+    the row's ``ground_truth``. Records of other data (no synthetic-world row) are left out.
     """
-    worlds = [r["extra_info"] for r in rows if r.get("data_source") == DATA_SOURCE and r.get("extra_info")]
+    worlds = [r for r in rows if r.get("data_source") == DATA_SOURCE and r.get("extra_info")]
     samples = []
     for record in read_jsonl(dump, schema=ValidationSample):
-        row = next((info for info in worlds if info["evidence"] and info["evidence"] in record["input"]), None)
+        row = next(
+            (r for r in worlds if r["extra_info"]["evidence"] and r["extra_info"]["evidence"] in record["input"]), None
+        )
         if row is not None:
             samples.append(
                 {
                     "response": record["output"],
-                    "evidence": row["evidence"],
-                    "gold_facts": list(row["gold_facts"]),
+                    "evidence": row["extra_info"]["evidence"],
+                    "gold_facts": list(row["extra_info"]["gold_facts"]),
                     "f1": record.get("f1"),
+                    "ground_truth": (row.get("reward_model") or {}).get("ground_truth"),
                 }
             )
     return samples
