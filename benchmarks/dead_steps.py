@@ -41,13 +41,16 @@ Z95 = 1.959963984540054
 def parse_layout(text: str) -> tuple[int, int]:
     """``"2x4"`` -> (2 prompts per step, 4 rollouts per prompt)."""
     prompts, _, group = text.partition("x")
-    if not (prompts.isdigit() and group.isdigit()) or int(prompts) < 1 or int(group) < 1:
-        raise argparse.ArgumentTypeError(f"a layout is PROMPTSxGROUP with both at least 1 (e.g. 2x4), got {text!r}")
+    if not (prompts.isdigit() and group.isdigit()) or int(prompts) < 1 or int(group) < 2:
+        raise argparse.ArgumentTypeError(
+            f"a layout is PROMPTSxGROUP, at least 1 prompt and a group of 2 (e.g. 2x4), got {text!r}"
+        )
     return int(prompts), int(group)
 
 
 def is_live(rewards: Sequence[float]) -> bool:
-    """Whether a group's GRPO advantage is non-zero somewhere: its rewards are not all equal."""
+    """Whether a group's GRPO advantage is non-zero somewhere: its rewards are not all equal (groups of 2 or more;
+    verl gives a lone rollout its reward as advantage, which is no group comparison)."""
     return len(rewards) > 1 and max(rewards) != min(rewards)
 
 
@@ -82,10 +85,26 @@ def rollout_kind(response: str, finished: bool, reward: float) -> str:
     return "no_answer" if finished else "no_answer_cut"
 
 
-def training_rows(count: int, seed: int, example_turn: bool) -> list[dict]:
-    from fspo.quickstart.cli import quickstart_rows
+def training_rows(count: int, seed: int, example_turn: bool, trainer_order: bool = False) -> list[dict]:
+    """The first ``count`` training prompts of the quickstart's data for ``seed``: in the order they were made, or
+    (``trainer_order``) in the order verl's trainer draws them, so proxy step k holds the run's step k prompts."""
+    from fspo.quickstart.cli import TRAIN_ROWS, quickstart_rows
 
-    return quickstart_rows(count, seed, "train", example_turn=example_turn)
+    if not trainer_order:
+        return quickstart_rows(count, seed, "train", example_turn=example_turn)
+    rows = quickstart_rows(TRAIN_ROWS, seed, "train", example_turn=example_turn)
+    return [rows[index] for index in trainer_order_of(len(rows), seed)[:count]]
+
+
+def trainer_order_of(size: int, seed: int) -> list[int]:
+    """The order verl 0.9.1 draws a shuffled train set in (verl.trainer.ppo.utils.create_rl_sampler: torchdata's
+    RandomSampler with a generator seeded by ``data.seed``, which the quickstart sets to ``--seed``)."""
+    import torch
+    from torchdata.stateful_dataloader.sampler import RandomSampler
+
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return list(RandomSampler(data_source=range(size), generator=generator))
 
 
 def sample(
@@ -162,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--layouts", type=lambda text: [parse_layout(t) for t in text.split(",")], default="2x4,1x8,4x2"
     )
+    parser.add_argument(
+        "--trainer-order", action="store_true", help="the prompts in the order the quickstart's trainer draws them"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures (and every reward) here")
     args = parser.parse_args(argv)
     if any(group > args.rollouts for _, group in args.layouts):
@@ -171,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 
         args.model = convert_smollm2()
     started = time.time()
-    rows = training_rows(args.prompts, args.data_seed, args.example_in == "turn")
+    rows = training_rows(args.prompts, args.data_seed, args.example_in == "turn", args.trainer_order)
     samples = sample(args.model, rows, args.rollouts, args.temperature, args.max_new_tokens, args.seed)
     figures = report(rows, samples, args.layouts)
     seconds = time.time() - started

@@ -19,7 +19,7 @@ prompt_rewards = st.lists(st.lists(rewards, min_size=8, max_size=8), max_size=20
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(rewards, min_size=1, max_size=10))
+@given(st.lists(rewards, min_size=2, max_size=10))
 def test_a_group_is_live_exactly_when_verls_grpo_gives_it_a_non_zero_advantage(group):
     import numpy as np
     import torch
@@ -33,7 +33,7 @@ def test_a_group_is_live_exactly_when_verls_grpo_gives_it_a_non_zero_advantage(g
     assert bench.is_live(group) == bool(advantages.abs().max() > 0)
 
 
-@given(prompt_rewards, st.integers(1, 4), st.integers(1, 8))
+@given(prompt_rewards, st.integers(1, 4), st.integers(2, 8))
 def test_live_counts_regroup_each_prompts_first_rollouts_into_steps(table, prompts_per_step, group):
     counts = bench.live_counts(table, prompts_per_step, group)
     steps = len(table) // prompts_per_step
@@ -43,8 +43,6 @@ def test_live_counts_regroup_each_prompts_first_rollouts_into_steps(table, promp
     # A step is live when any of its groups is: never more live steps than live groups, never fewer than
     # live groups spread as thinly as possible.
     assert -(-counts["live_groups"] // prompts_per_step) <= counts["live_steps"] <= min(steps, counts["live_groups"])
-    if group == 1:
-        assert counts["live_groups"] == 0  # one rollout: its advantage is 0 whatever it earns
 
 
 def test_live_counts_on_a_known_table():
@@ -66,10 +64,10 @@ def test_wilson_interval_matches_the_textbook_value():
     assert bench.wilson(8, 12) == pytest.approx((0.3906, 0.8619), abs=1e-4)
 
 
-@given(st.integers(1, 99), st.integers(1, 99))
+@given(st.integers(1, 99), st.integers(2, 99))
 def test_layouts_parse_and_bad_ones_say_what_a_layout_is(prompts, group):
     assert bench.parse_layout(f"{prompts}x{group}") == (prompts, group)
-    for bad in (f"{prompts}*{group}", f"0x{group}", f"{prompts}x", "x"):
+    for bad in (f"{prompts}*{group}", f"0x{group}", f"{prompts}x1", f"{prompts}x", "x"):
         with pytest.raises(argparse.ArgumentTypeError, match="PROMPTSxGROUP"):
             bench.parse_layout(bad)
 
