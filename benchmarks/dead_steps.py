@@ -12,6 +12,10 @@ reports
   group (live steps), for each layout ``PROMPTS x GROUP`` of ``--layouts`` (each prompt's first GROUP
   rollouts; consecutive prompts make a step), with a 95% Wilson interval.
 
+Not yet a faithful proxy of the trainer: with the example as a turn it found 3 of the first 4 steps live
+(``--trainer-order``, seed 0), while ``fspo quickstart --seed 0`` scored every rollout of its first 6 steps 0
+(issue 42; the gap is unexplained). Confirm a change with a trainer run.
+
 One sampling pass serves every layout whose group fits ``--rollouts``. A candidate change of the sampling
 (temperature, response length, where the worked example sits) is a separate invocation.
 
