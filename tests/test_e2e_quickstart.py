@@ -79,7 +79,7 @@ def test_quickstart_one_step_writes_its_files(tiny_reasoner, tmp_path, capsys):
 def test_quickstart_data_carries_the_evidence_and_the_worked_example(tmp_path):
     import pyarrow.parquet as pq
 
-    from fspo.quickstart.cli import INSTRUCTION, VAL_ROWS, prepare_data
+    from fspo.quickstart.cli import EXAMPLE_ANSWER, EXAMPLE_QUESTION, TASK, VAL_ROWS, prepare_data
 
     train, held_out = prepare_data(tmp_path, seed=3)
     rows = pq.read_table(held_out).to_pylist()
@@ -88,9 +88,13 @@ def test_quickstart_data_carries_the_evidence_and_the_worked_example(tmp_path):
         r["extra_info"]["question"] for r in pq.read_table(train).to_pylist()
     }
     for row in rows:
-        system, user = row["prompt"]
-        assert system == {"role": "system", "content": INSTRUCTION}
+        system, example, worked, user = row["prompt"]
+        assert system == {"role": "system", "content": TASK}
+        # The worked example is a turn of its own, answered in the format the reward reads (issue 42).
+        assert example == {"role": "user", "content": EXAMPLE_QUESTION}
+        assert worked == {"role": "assistant", "content": EXAMPLE_ANSWER}
         # The evidence the verifier checks steps against is the context the model reads.
+        assert user["role"] == "user"
         assert user["content"].startswith("Context:\n" + row["extra_info"]["evidence"])
 
 

