@@ -125,6 +125,14 @@ def policy_loss(
 # ---------------------------------------------------------------------------------------------
 
 
+MICRO_BATCH = 8  # rollouts a forward pass holds at once
+
+
+def micro_batches(rows: int, size: int) -> list[slice]:
+    """``rows`` split into consecutive slices of at most ``size``."""
+    return [slice(start, min(start + size, rows)) for start in range(0, rows, size)]
+
+
 def padded_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tensor]:
     """Prompt and response of each rollout, right-padded; ``positions[i, t]`` is where response token t sits."""
     lengths = [len(r.prompt_ids) + len(r.response_ids) for r in rollouts]
@@ -179,6 +187,7 @@ def updated_model(
     advantages: torch.Tensor,
     lr: float,
     optimizer: str = "adamw",
+    micro_batch_size: int = MICRO_BATCH,
 ) -> torch.nn.Module:
     """A copy of ``model`` after one step on ``policy_loss`` (on-policy: the old log-probs are the model's own)."""
     updated = copy.deepcopy(model)
@@ -190,9 +199,15 @@ def updated_model(
         step = torch.optim.SGD(parameters, lr=lr)
     else:
         raise ValueError(f"optimizer must be adamw or sgd, got {optimizer!r}")
-    log_prob = response_log_probs(updated, batch)
-    loss = policy_loss(log_prob, log_prob.detach(), advantages, batch["mask"])
-    loss.backward()
+    # One step on the whole batch's token-mean loss, its gradient accumulated over micro-batches (each one's
+    # token-mean weighted by its share of the batch's tokens), so activations of one micro-batch at a time
+    # are held: the whole batch of a 135M model in one graph took 18 GB.
+    tokens = batch["mask"].sum()
+    for rows in micro_batches(len(batch["mask"]), micro_batch_size):
+        part = {key: value[rows] for key, value in batch.items()}
+        log_prob = response_log_probs(updated, part)
+        loss = policy_loss(log_prob, log_prob.detach(), advantages[rows], part["mask"])
+        (loss * part["mask"].sum() / tokens).backward()
     step.step()
     updated.eval()
     return updated
@@ -220,7 +235,12 @@ def mean_change(before: dict[str, list[float]], after: dict[str, list[float]]) -
 
 @torch.no_grad()
 def _step_log_probs_of(model: torch.nn.Module, rollouts: Sequence[Rollout], pad_id: int) -> dict[str, list[float]]:
-    return step_log_probs(response_log_probs(model, padded_batch(rollouts, pad_id)), rollouts)
+    by_verdict: dict[str, list[float]] = {verdict: [] for verdict in VERDICTS}
+    for rows in micro_batches(len(rollouts), MICRO_BATCH):
+        part = [rollouts[i] for i in range(rows.start, rows.stop)]
+        for verdict, values in step_log_probs(response_log_probs(model, padded_batch(part, pad_id)), part).items():
+            by_verdict[verdict] += values
+    return by_verdict
 
 
 def paired_effect(

@@ -109,3 +109,23 @@ def test_scripted_rollouts_hold_flawed_positives_and_the_judges_steps(tiny):
         for step in rollout.steps:
             sign = {"supported": 1, "contradicted": -1}[step.verdict]
             assert set(rollout.labels[step.start : step.end]) == {sign}
+
+
+def test_the_micro_batched_update_is_the_whole_batch_update(tiny):
+    """The benchmark accumulates the token-mean loss's gradient over micro-batches (memory): the step it takes is
+    the one a single pass over the whole batch takes, and so are the step log-probabilities it reads back."""
+    from fspo.data.synthetic import make_rows
+
+    model, tokenizer = tiny
+    rollouts = flip_effect.scripted_rollouts(tokenizer, make_rows(3, seed=5, split="train"), 3, random.Random(5))
+    batch = flip_effect.padded_batch(rollouts, tokenizer.pad_token_id)
+    advantages = flip_effect.token_advantages(rollouts, batch, apply_step_labels)
+    whole = flip_effect.updated_model(model, batch, advantages, 1e-2, "sgd", micro_batch_size=len(rollouts))
+    parts = flip_effect.updated_model(model, batch, advantages, 1e-2, "sgd", micro_batch_size=2)
+    for a, b in zip(whole.parameters(), parts.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        direct = flip_effect.step_log_probs(flip_effect.response_log_probs(whole, batch), rollouts)
+    micro = flip_effect._step_log_probs_of(whole, rollouts, tokenizer.pad_token_id)
+    for verdict in direct:
+        torch.testing.assert_close(torch.tensor(micro[verdict]), torch.tensor(direct[verdict]), rtol=1e-5, atol=1e-5)
