@@ -59,18 +59,6 @@ def figures(samples: list[dict]) -> dict:
     return {key: report[key] for key in FIGURES}
 
 
-def model_samples(rows: list[dict], responses: list[str]) -> list[dict]:
-    return [
-        {
-            "response": response,
-            "evidence": row["extra_info"]["evidence"],
-            "gold_facts": list(row["extra_info"]["gold_facts"]),
-            "ground_truth": row["reward_model"]["ground_truth"],
-        }
-        for row, response in zip(rows, responses)
-    ]
-
-
 def generate_figures(args) -> dict:
     judged_steps = _judged_steps_module()
     if args.model is None:
@@ -81,7 +69,7 @@ def generate_figures(args) -> dict:
     for world in args.worlds:
         rows = quickstart_rows(args.rows, args.seed, "probe", world)
         responses = judged_steps.generate(args.model, rows, args.temperature, args.seed)
-        results[world] = figures(model_samples(rows, responses))
+        results[world] = figures(judged_steps.answer_samples(rows, responses))
     return results
 
 

@@ -100,13 +100,15 @@ def generate(model_dir: Path, rows: list[dict], temperature: float, seed: int, b
     return responses
 
 
-def _samples(rows: list[dict], responses: list[str]) -> list[dict]:
+def answer_samples(rows: list[dict], responses: list[str]) -> list[dict]:
+    """Each row's response with what the world judge and the outcome scorer read of the row."""
     return [
         {
             "response": response,
             "evidence": row["extra_info"]["evidence"],
             "gold_facts": list(row["extra_info"]["gold_facts"]),
             "question": row["extra_info"]["question"],
+            "ground_truth": row["reward_model"]["ground_truth"],
         }
         for row, response in zip(rows, responses)
     ]
@@ -139,7 +141,7 @@ def build(run_dir: Path, questions: int, output: Path, untrained: Path | None) -
     for source, model_dir, temperature in models:
         started = time.time()
         responses = generate(model_dir, fresh, temperature, record["seed"])
-        rows += judged_rows(_samples(fresh, responses), source)
+        rows += judged_rows(answer_samples(fresh, responses), source)
         print(f"{source}: {len(fresh)} answers in {time.time() - started:.0f} s", file=sys.stderr)
     unique = list({(row["evidence"], row["claim"]): row for row in reversed(rows)}.values())[::-1]
     output.parent.mkdir(parents=True, exist_ok=True)
