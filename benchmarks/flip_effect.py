@@ -44,9 +44,9 @@ from pathlib import Path
 import torch
 
 from fspo.advantage import apply_step_labels
-from fspo.data.synthetic import make_rows
 from fspo.data.templates import render_prompt
 from fspo.evaluation.intervals import CONFIDENCE, t_interval
+from fspo.quickstart.cli import quickstart_rows
 from fspo.quickstart.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
 from fspo.steps import reasoning_steps
 from fspo.token_labels import labels_from_offsets, token_char_offsets
@@ -458,7 +458,8 @@ def measure(
     repeats = []
     for seed in seeds:
         for batch in range(batches):
-            rows = make_rows(prompts, seed=seed, prompt_format=PROMPT_FORMAT, split=f"flip_effect_{batch}")
+            # The quickstart's prompts (its instruction and worked example): what its policy is sampled on.
+            rows = quickstart_rows(prompts, seed, f"flip_effect_{batch}")
 
             update, fresh = (
                 draw_rollouts(model, tokenizer, rows, n, f"{seed}:{batch}:{part}", rollouts, labels, max_new_tokens)

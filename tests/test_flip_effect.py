@@ -101,7 +101,7 @@ def test_policy_loss_is_verls_vanilla_token_mean_loss(seed, clip):
 
 def test_scripted_rollouts_hold_flawed_positives_and_the_judges_steps(tiny):
     _, tokenizer = tiny
-    rows = flip_effect.make_rows(3, seed=0, prompt_format=flip_effect.PROMPT_FORMAT)
+    rows = flip_effect.quickstart_rows(3, 0, "train")
     rollouts = flip_effect.scripted_rollouts(tokenizer, rows, 8, random.Random(0))
     flawed = [r for r in rollouts if r.reward > 0 and any(s.verdict == "contradicted" for s in r.steps)]
     assert flawed and any(r.reward == 0 for r in rollouts)
