@@ -18,9 +18,13 @@ a test bed that needs no capable model, so the CI test runs it on a tiny random 
 the judge's own verdicts (``--labels judge``: the mechanism with a perfect verifier) or the lexical
 verifier's at the quickstart's threshold (``--labels lexical``: what the quickstart trains with).
 
-Run (SmolLM2-135M-Instruct as ``fspo quickstart`` converts it, a few minutes on 2 cores)::
+Run (SmolLM2-135M-Instruct as ``fspo quickstart`` converts it; one repeat took 279 s on 2 busy CPU cores, ~50 s
+with ``--device cuda`` on an H200, 16 processes side by side)::
 
     python benchmarks/flip_effect.py --model smollm2 --rollouts sampled --seeds 0 1 2 --batches 3
+
+Seeds run side by side (one ``--seeds S --out S.json`` each) merge into one interval with
+``--table 0.json 1.json ...``, which prints the table of docs/results.md; ``benchmarks/results/`` holds the run it shows.
 
 ``--model tiny`` builds a tiny random Qwen2 (:mod:`fspo_testing.tiny_model`) and needs ``--rollouts scripted``.
 """
@@ -164,6 +168,7 @@ def padded_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Te
 
 def response_log_probs(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """``(rows, response_len)`` log-probability of each response token under ``model`` (0 past the response)."""
+    batch = {key: value.to(model.device) for key, value in batch.items()}
     # Logits at the response positions only: over a 150k-token vocabulary the prompt's would cost the most.
     hidden = model.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
     # The token at position p is predicted by the hidden state at p - 1.
@@ -206,8 +211,9 @@ def updated_model(
     for rows in micro_batches(len(batch["mask"]), micro_batch_size):
         part = {key: value[rows] for key, value in batch.items()}
         log_prob = response_log_probs(updated, part)
-        loss = policy_loss(log_prob, log_prob.detach(), advantages[rows], part["mask"])
-        (loss * part["mask"].sum() / tokens).backward()
+        mask = part["mask"].to(log_prob.device)
+        loss = policy_loss(log_prob, log_prob.detach(), advantages[rows].to(log_prob.device), mask)
+        (loss * mask.sum() / tokens.to(log_prob.device)).backward()
     step.step()
     updated.eval()
     return updated
@@ -385,8 +391,8 @@ def sampled_rollouts(
     for group, row in enumerate(rows):
         prompt = prompt_ids(tokenizer, row)
         output = model.generate(
-            torch.tensor([prompt] * n),
-            attention_mask=torch.ones((n, len(prompt)), dtype=torch.long),
+            torch.tensor([prompt] * n, device=model.device),
+            attention_mask=torch.ones((n, len(prompt)), dtype=torch.long, device=model.device),
             do_sample=True,
             temperature=temperature,
             top_p=1.0,
@@ -477,8 +483,9 @@ def measure(
 # ---------------------------------------------------------------------------------------------
 
 
-def load_model(name: str, workdir: Path):
-    """``tiny`` (a tiny random Qwen2), ``smollm2`` (the quickstart's, converted once), or a model directory."""
+def load_model(name: str, workdir: Path, device: str = "cpu"):
+    """``tiny`` (a tiny random Qwen2), ``smollm2`` (the quickstart's, converted once), or a model directory, in
+    float32 on ``device``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if name == "tiny":
@@ -494,7 +501,7 @@ def load_model(name: str, workdir: Path):
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"--model {name}: not tiny, smollm2 or a model directory with a config.json")
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device)
     return model, tokenizer
 
 
@@ -510,12 +517,57 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr", type=float, default=2e-5, help="the quickstart's actor learning rate")
     parser.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
     parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--device", default="cpu", help="where the model runs: cpu or cuda (float32 on either)")
     parser.add_argument("--out", type=Path, help="write the repeats and the summary here as JSON")
+    parser.add_argument(
+        "--table",
+        type=Path,
+        nargs="+",
+        metavar="JSON",
+        help="measure nothing: merge the repeats of these --out files (runs of other seeds) and print the table",
+    )
     return parser
+
+
+def merge_results(results: Sequence[dict]) -> dict:
+    """One result from several ``--out`` files of the same settings and other seeds (run side by side)."""
+    settings = [{k: v for k, v in r["args"].items() if k not in ("seeds", "out")} for r in results]
+    if any(s != settings[0] for s in settings):
+        raise ValueError(
+            "--table: the files were measured with different settings; merge runs that differ only in seeds"
+        )
+    seeds = sorted(seed for r in results for seed in r["args"]["seeds"])
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--table: a seed appears in more than one file ({seeds})")
+    repeats = [repeat for r in results for repeat in r["repeats"]]
+    return {"args": settings[0] | {"seeds": seeds}, "repeats": repeats, "summary": summarise(repeats)}
+
+
+def markdown_table(result: dict) -> str:
+    """The summary as the Markdown table docs/results.md shows."""
+    lines = [
+        "| steps measured | judge's verdict | FSPO − GRPO, 95% interval | GRPO | FSPO | steps | repeats |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    where = {"same": "the update's own rollouts", "fresh": "fresh rollouts"}
+    for key, f in result["summary"].items():
+        batch, verdict = key.split("/")
+        lines.append(
+            f"| {where.get(batch, batch)} | {verdict} | {f['fspo_minus_grpo']:+.3f} [{f['lower']:+.3f}, {f['upper']:+.3f}]"
+            f" | {f['grpo']:+.3f} | {f['fspo']:+.3f} | {f['steps']} | {f['repeats']} |"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.table:
+        try:
+            print(markdown_table(merge_results([json.loads(path.read_text()) for path in args.table])))
+        except (OSError, ValueError, KeyError) as error:
+            print(f"flip_effect: {error}", file=sys.stderr)
+            return 2
+        return 0
     if min(args.batches, args.prompts, args.n) < 1 or args.lr <= 0:
         print("flip_effect: --batches, --prompts and --n must be >= 1 and --lr > 0", file=sys.stderr)
         return 2
@@ -526,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     with tempfile.TemporaryDirectory() as workdir:
         try:
-            model, tokenizer = load_model(args.model, Path(workdir))
+            model, tokenizer = load_model(args.model, Path(workdir), args.device)
         except (FileNotFoundError, ImportError) as error:
             print(f"flip_effect: {error}", file=sys.stderr)
             return 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import random
 import sys
 from pathlib import Path
@@ -129,3 +130,33 @@ def test_the_micro_batched_update_is_the_whole_batch_update(tiny):
     micro = flip_effect._step_log_probs_of(whole, rollouts, tokenizer.pad_token_id)
     for verdict in direct:
         torch.testing.assert_close(torch.tensor(micro[verdict]), torch.tensor(direct[verdict]), rtol=1e-5, atol=1e-5)
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "flip_effect_smollm2.json"
+
+
+def test_runs_of_other_seeds_merge_into_one_interval_and_other_settings_do_not(tmp_path):
+    """`--table` pools side-by-side runs of other seeds (how the SmolLM2 figure was measured) into the interval
+    one run of all the seeds gives; runs of other settings, or of one seed twice, are refused with one line."""
+    measured = json.loads(RESULTS.read_text())
+    halves = [
+        {"args": measured["args"] | {"seeds": measured["args"]["seeds"][:4]}, "repeats": measured["repeats"][:12]},
+        {"args": measured["args"] | {"seeds": measured["args"]["seeds"][4:]}, "repeats": measured["repeats"][12:]},
+    ]
+    assert flip_effect.merge_results(halves)["summary"] == flip_effect.summarise(measured["repeats"])
+    with pytest.raises(ValueError, match="different settings"):
+        flip_effect.merge_results([halves[0], {**halves[1], "args": halves[1]["args"] | {"lr": 1.0}}])
+    with pytest.raises(ValueError, match="more than one file"):
+        flip_effect.merge_results([halves[0], halves[0]])
+    files = []
+    for index, half in enumerate(halves):
+        files.append(tmp_path / f"{index}.json")
+        files[-1].write_text(json.dumps(half))
+    assert flip_effect.main(["--table", *map(str, files)]) == 0
+
+
+def test_the_results_page_shows_the_committed_measurement(capsys):
+    """docs/results.md's flip table is `--table` of the committed SmolLM2 result, verbatim."""
+    assert flip_effect.main(["--table", str(RESULTS)]) == 0
+    table = capsys.readouterr().out.strip()
+    assert table in (RESULTS.parents[2] / "docs" / "results.md").read_text()
