@@ -2,27 +2,25 @@
 
 A GRPO group whose rollouts all earn the same reward has advantage 0 on every token, and FSPO's sign flip
 of 0 is 0: a step whose groups are all such learns nothing. This script samples the untrained quickstart
-model (plain transformers, no verl or Ray) on the quickstart's training prompts at its sampling settings,
-scores every rollout with the project's outcome reward (:func:`fspo.training.outcome.compute_score`), and
-reports
+model on the quickstart's training prompts exactly as its trainer does (plain transformers, no verl or Ray):
+the prompts in the order verl draws them, the chat template, each rollout's sampling seed
+(:func:`fspo.cpu.agent_loop.sample_seed`), the ``hf`` rollout's decoding (:func:`fspo.cpu.rollout.generate_batch`)
+and the run's compute dtype. It scores every rollout with the project's outcome reward
+(:func:`fspo.training.outcome.compute_score`) and reports, for each layout ``PROMPTS x GROUP`` of ``--layouts``
+(prompts per step x rollouts per prompt, each sampled as a run with that layout would be),
 
 - why rollouts score 0: no ``<answer>`` block and cut off at the length limit, no ``<answer>`` block though
   finished, or a wrong answer;
-- the share of groups whose rewards are not all equal (live groups), and of steps with at least one live
-  group (live steps), for each layout ``PROMPTS x GROUP`` of ``--layouts`` (each prompt's first GROUP
-  rollouts; consecutive prompts make a step), with a 95% Wilson interval.
+- the share of groups whose rewards are not all equal (live groups) and of steps with at least one live
+  group (live steps), with a 95% Wilson interval, and the first live step.
 
-Not yet a faithful proxy of the trainer: with the example as a turn it found 3 of the first 4 steps live
-(``--trainer-order``, seed 0), while ``fspo quickstart --seed 0`` scored every rollout of its first 6 steps 0
-(issue 42; the gap is unexplained). Confirm a change with a trainer run.
+Step 1's rollouts are the run's own, token for token (the quickstart, seed 0, bfloat16: 8 of 8). Later steps
+are what the untrained model would sample; the run's own differ where its weights moved, which AdamW's weight
+decay does even on a step without a gradient (step 2 after a dead step 1: 4 of 8 identical).
 
-One sampling pass serves every layout whose group fits ``--rollouts``. A candidate change of the sampling
-(temperature, response length, where the worked example sits) is a separate invocation.
-
-Usage (12 prompts x 8 rollouts: 13-15 minutes on one thread of a busy 2-core machine, most of it ``generate``):
-    python benchmarks/dead_steps.py                           # the quickstart: example as a turn, 0.7, 96 tokens
-    python benchmarks/dead_steps.py --example-in system       # the quickstart's prompt before issue 42
-    python benchmarks/dead_steps.py --max-new-tokens 128 --layouts 2x3
+Usage (12 steps of 2 prompts x 4 rollouts: 3 minutes a layout on a busy 2-core machine):
+    python benchmarks/dead_steps.py                           # the quickstart: seed 0, T 0.7, 96 tokens, 2x4
+    python benchmarks/dead_steps.py --layouts 2x4,1x8,4x2 --temperature 1.0
 """
 
 from __future__ import annotations
@@ -89,15 +87,26 @@ def rollout_kind(response: str, finished: bool, reward: float) -> str:
     return "no_answer" if finished else "no_answer_cut"
 
 
-def training_rows(count: int, seed: int, example_turn: bool, trainer_order: bool = False) -> list[dict]:
-    """The first ``count`` training prompts of the quickstart's data for ``seed``: in the order they were made, or
-    (``trainer_order``) in the order verl's trainer draws them, so proxy step k holds the run's step k prompts."""
+def quickstart_setting(key: str) -> str:
+    """The value the quickstart's trainer overrides give ``key`` (``fspo.quickstart.cli.run_overrides``)."""
+    from fspo.quickstart.cli import run_overrides
+
+    given = dict(o.split("=", 1) for o in run_overrides({"model": "", "train": "", "val": ""}, Path("."), 1))
+    return given[key]
+
+
+TEMPERATURE_KEY = "actor_rollout_ref.rollout.temperature"
+PROMPT_LENGTH_KEY = "data.max_prompt_length"
+RESPONSE_LENGTH_KEY = "data.max_response_length"
+
+
+def training_rows(steps: int, prompts_per_step: int, seed: int, example_turn: bool = True) -> list[dict]:
+    """The quickstart's training prompts of its first ``steps`` steps (seed ``seed``), in the order its trainer
+    draws them."""
     from fspo.quickstart.cli import TRAIN_ROWS, quickstart_rows
 
-    if not trainer_order:
-        return quickstart_rows(count, seed, "train", example_turn=example_turn)
     rows = quickstart_rows(TRAIN_ROWS, seed, "train", example_turn=example_turn)
-    return [rows[index] for index in trainer_order_of(len(rows), seed)[:count]]
+    return [rows[index] for index in trainer_order_of(len(rows), seed)[: steps * prompts_per_step]]
 
 
 def trainer_order_of(size: int, seed: int) -> list[int]:
@@ -111,68 +120,98 @@ def trainer_order_of(size: int, seed: int) -> list[int]:
     return list(RandomSampler(data_source=range(size), generator=generator))
 
 
-def sample(
-    model_dir: Path, rows: list[dict], rollouts: int, temperature: float, max_new_tokens: int, seed: int
+def sample_as_trainer(
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    prompts_per_step: int,
+    group: int,
+    run_seed: int,
+    temperature: float,
+    prompt_length: int,
+    response_length: int,
+    chat_template: str | None = None,
 ) -> list[list[tuple[str, bool]]]:
-    """``rollouts`` sampled responses per row as the quickstart prompts them: (text, finished before the limit)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """``group`` rollouts of each row, as a run whose steps take ``prompts_per_step`` consecutive rows samples
+    them from ``model``: (text, finished before the limit) per rollout.
 
-    from fspo.data.templates import render_prompt
-    from fspo.quickstart.cli import PROMPT_FORMAT
+    verl's single-turn agent loop tokenises the messages with the chat template; the CPU preset's agent loop gives
+    rollout k of a row at step s the seed ``sample_seed(rollout.seed, s, index, k, messages)``; the ``hf`` server
+    decodes with :func:`fspo.cpu.rollout.generate_batch`, whose tokens do not depend on which requests share a batch.
+    """
+    from fspo.cpu.agent_loop import sample_seed
+    from fspo.cpu.rollout import generate_batch, sampling_settings
 
-    # One thread: on a shared 2-core machine two threads spin against other work (measured 13x slower).
-    torch.set_num_threads(1)
-    torch.manual_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    stop_ids = {tokenizer.eos_token_id} - {None}
+    eos = model.generation_config.eos_token_id
+    stop_ids |= set(eos) if isinstance(eos, list) else {eos} - {None}
+    pad_id = next(i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0) if i is not None)
     result = []
-    for number, row in enumerate(rows, 1):
-        prompt = render_prompt(list(row["prompt"]), PROMPT_FORMAT, tokenizer)
-        batch = tokenizer([prompt] * rollouts, return_tensors="pt")
-        with torch.no_grad():
-            out = model.generate(
-                **batch,
-                max_new_tokens=max_new_tokens,
-                do_sample=True,
-                temperature=temperature,
-                top_k=0,
-                top_p=1.0,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-        new = out[:, batch["input_ids"].shape[1] :]
-        finished = [bool((tokens == tokenizer.eos_token_id).any()) for tokens in new]
-        texts = tokenizer.batch_decode(new, skip_special_tokens=True)
-        result.append(list(zip(texts, finished)))
-        print(f"  prompt {number}/{len(rows)} sampled", file=sys.stderr, flush=True)
+    for number, row in enumerate(rows):
+        messages = [dict(message) for message in row["prompt"]]
+        ids = tokenizer.apply_chat_template(
+            messages, chat_template=chat_template, add_generation_prompt=True, tokenize=True
+        )
+        ids = [int(t) for t in (ids["input_ids"] if hasattr(ids, "keys") else ids)]
+        params = {"temperature": temperature, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0}
+        settings = sampling_settings(params, len(ids), prompt_length, response_length, prompt_length + response_length)
+        step = number // prompts_per_step + 1
+        index = row["extra_info"]["index"]
+        seeds = [sample_seed(run_seed, step, index, k, row["prompt"]) for k in range(group)]
+        outputs = generate_batch(model, [ids] * group, settings, pad_id, stop_ids, seeds)
+        result.append(
+            [
+                (tokenizer.decode(tokens, skip_special_tokens=True), bool(stop_ids & set(tokens)))
+                for tokens, _ in outputs
+            ]
+        )
+        print(f"  prompt {number + 1}/{len(rows)} sampled", file=sys.stderr, flush=True)
     return result
 
 
-def report(rows: list[dict], samples: list[list[tuple[str, bool]]], layouts: list[tuple[int, int]]) -> dict:
-    """The rollouts' kinds and, per layout, live groups and steps with their intervals."""
+def first_live_step(rewards: Sequence[Sequence[float]], prompts_per_step: int) -> int | None:
+    """The 1-based number of the first step with a live group (None when there is none)."""
+    for step in range(len(rewards) // prompts_per_step):
+        if any(is_live(group) for group in rewards[step * prompts_per_step : (step + 1) * prompts_per_step]):
+            return step + 1
+    return None
+
+
+def report(rows: list[dict], samples: list[list[tuple[str, bool]]], prompts_per_step: int, group: int) -> dict:
+    """One layout's rollouts by kind, its live groups and steps with their intervals, and its first live step."""
     rewards, kinds = [], Counter()
     for row, responses in zip(rows, samples):
         truth = row["reward_model"]["ground_truth"]
         scores = [compute_score(DATA_SOURCE, text, truth)["score"] for text, _ in responses]
         kinds.update(rollout_kind(text, done, score) for (text, done), score in zip(responses, scores))
         rewards.append(scores)
-    figures = {"rollouts": dict(kinds), "layouts": {}}
-    for prompts, group in layouts:
-        counts = live_counts(rewards, prompts, group)
-        counts["group_interval"] = wilson(counts["live_groups"], counts["groups"])
-        counts["step_interval"] = wilson(counts["live_steps"], counts["steps"])
-        figures["layouts"][f"{prompts}x{group}"] = counts
-    figures["rewards"] = rewards
-    return figures
+    counts = live_counts(rewards, prompts_per_step, group)
+    return {
+        **counts,
+        "group_interval": wilson(counts["live_groups"], counts["groups"]),
+        "step_interval": wilson(counts["live_steps"], counts["steps"]),
+        "first_live_step": first_live_step(rewards, prompts_per_step),
+        "rollouts": dict(kinds),
+        "rewards": rewards,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fspo.cpu.compute import torch_compute_dtype
+    from fspo.data.templates import chat_template
+    from fspo.quickstart.cli import PROMPT_FORMAT
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, help="a Hugging Face model directory (default: the quickstart's)")
-    parser.add_argument("--prompts", type=int, default=24, help="training prompts sampled")
-    parser.add_argument("--rollouts", type=int, default=8, help="rollouts sampled per prompt")
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--steps", type=int, default=12, help="training steps (the quickstart's 12)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="the quickstart's --seed: its questions, order and sampling"
+    )
+    parser.add_argument("--temperature", type=float, default=float(quickstart_setting(TEMPERATURE_KEY)))
+    parser.add_argument("--max-new-tokens", type=int, default=int(quickstart_setting(RESPONSE_LENGTH_KEY)))
+    parser.add_argument("--max-prompt-length", type=int, default=int(quickstart_setting(PROMPT_LENGTH_KEY)))
     parser.add_argument(
         "--example-in",
         choices=("turn", "system"),
@@ -180,39 +219,43 @@ def main(argv: list[str] | None = None) -> int:
         help="where the prompt's worked example sits: a chat turn before the question (the quickstart's since issue 42) "
         "or inside the system message (before)",
     )
-    parser.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic questions")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
-    parser.add_argument(
-        "--layouts", type=lambda text: [parse_layout(t) for t in text.split(",")], default="2x4,1x8,4x2"
-    )
-    parser.add_argument(
-        "--trainer-order", action="store_true", help="the prompts in the order the quickstart's trainer draws them"
-    )
+    parser.add_argument("--layouts", type=lambda text: [parse_layout(t) for t in text.split(",")], default="2x4")
     parser.add_argument("--json", type=Path, help="also write the figures (and every reward) here")
     args = parser.parse_args(argv)
-    if any(group > args.rollouts for _, group in args.layouts):
-        parser.error(f"every layout's group must fit --rollouts {args.rollouts}")
     if args.model is None:
         from fspo.quickstart.smollm2 import convert_smollm2
 
         args.model = convert_smollm2()
-    started = time.time()
-    rows = training_rows(args.prompts, args.data_seed, args.example_in == "turn", args.trainer_order)
-    samples = sample(args.model, rows, args.rollouts, args.temperature, args.max_new_tokens, args.seed)
-    figures = report(rows, samples, args.layouts)
-    seconds = time.time() - started
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch_compute_dtype()).eval()
     setting = (
-        f"T={args.temperature} tokens={args.max_new_tokens} example in {args.example_in} "
-        f"data_seed={args.data_seed} seed={args.seed}"
+        f"seed {args.seed}, T={args.temperature}, {args.max_new_tokens} tokens, example in {args.example_in}, "
+        f"{str(model.dtype).removeprefix('torch.')}"
     )
-    print(f"{setting}: {args.prompts} prompts x {args.rollouts} rollouts in {seconds:.0f} s")
-    total = sum(figures["rollouts"].values())
-    print("  rollouts: " + ", ".join(f"{k} {v}/{total}" for k, v in sorted(figures["rollouts"].items())))
-    for name, c in figures["layouts"].items():
+    figures = {}
+    for prompts, group in args.layouts:
+        started = time.time()
+        rows = training_rows(args.steps, prompts, args.seed, args.example_in == "turn")
+        samples = sample_as_trainer(
+            model,
+            tokenizer,
+            rows,
+            prompts,
+            group,
+            args.seed,
+            args.temperature,
+            args.max_prompt_length,
+            args.max_new_tokens,
+            chat_template(PROMPT_FORMAT),
+        )
+        c = figures[f"{prompts}x{group}"] = report(rows, samples, prompts, group)
         g, s = c["group_interval"], c["step_interval"]
+        total = sum(c["rollouts"].values())
+        print(f"{prompts}x{group} ({setting}; {time.time() - started:.0f} s):")
+        print("  rollouts: " + ", ".join(f"{k} {v}/{total}" for k, v in sorted(c["rollouts"].items())))
         print(
-            f"  {name}: live groups {c['live_groups']}/{c['groups']} [{g[0]:.2f}, {g[1]:.2f}]  "
-            f"live steps {c['live_steps']}/{c['steps']} [{s[0]:.2f}, {s[1]:.2f}]"
+            f"  live groups {c['live_groups']}/{c['groups']} [{g[0]:.2f}, {g[1]:.2f}]  "
+            f"live steps {c['live_steps']}/{c['steps']} [{s[0]:.2f}, {s[1]:.2f}]  first live step {c['first_live_step']}"
         )
     if args.json:
         args.json.write_text(json.dumps({"setting": vars(args) | {"model": str(args.model)}, **figures}, default=str))

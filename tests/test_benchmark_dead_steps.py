@@ -83,3 +83,12 @@ def test_layouts_parse_and_bad_ones_say_what_a_layout_is(prompts, group):
 )
 def test_rollout_kinds(response, finished, reward, kind):
     assert bench.rollout_kind(response, finished, reward) == kind
+
+
+@given(prompt_rewards, st.integers(1, 4))
+def test_the_first_live_step_is_live_and_every_step_before_it_dead(table, prompts_per_step):
+    first = bench.first_live_step(table, prompts_per_step)
+    steps = [table[s * prompts_per_step : (s + 1) * prompts_per_step] for s in range(len(table) // prompts_per_step)]
+    live = [any(bench.is_live(group) for group in step) for step in steps]
+    assert first == (live.index(True) + 1 if any(live) else None)
+    assert (first is None) == (bench.live_counts(table, prompts_per_step, 8)["live_steps"] == 0)

@@ -20,23 +20,36 @@ def quickstart(argv: list[str]) -> int:
     return fspo_main(["quickstart", *argv])
 
 
+@pytest.fixture(scope="module")
+def one_step(tiny_reasoner, tmp_path_factory):
+    """`fspo quickstart --steps 1` on the session's tiny model, its training rollouts dumped (one trainer run)."""
+    import contextlib
+    import io
+
+    out = tmp_path_factory.mktemp("quickstart") / "run"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = quickstart(
+            [
+                "--steps",
+                "1",
+                "--output-dir",
+                str(out),
+                "--model",
+                str(tiny_reasoner["model"]),
+                "--data",
+                str(tiny_reasoner["train"]),
+                str(tiny_reasoner["val"]),
+                f"trainer.rollout_data_dir={out.parent / 'rollouts'}",
+            ]
+        )
+    return {"code": code, "out": out, "printed": printed.getvalue(), "rollouts": out.parent / "rollouts"}
+
+
 @pytest.mark.e2e
-def test_quickstart_one_step_writes_its_files(tiny_reasoner, tmp_path, capsys):
-    out = tmp_path / "quickstart"
-    code = quickstart(
-        [
-            "--steps",
-            "1",
-            "--output-dir",
-            str(out),
-            "--model",
-            str(tiny_reasoner["model"]),
-            "--data",
-            str(tiny_reasoner["train"]),
-            str(tiny_reasoner["val"]),
-        ]
-    )
-    assert code == 0
+def test_quickstart_one_step_writes_its_files(one_step, tiny_reasoner):
+    out = one_step["out"]
+    assert one_step["code"] == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 1 and summary["seconds"] > 0
     assert set(summary) == {"steps", "seconds", "merged_model", "runs"} and set(summary["runs"]) == {"fspo"}
@@ -62,7 +75,7 @@ def test_quickstart_one_step_writes_its_files(tiny_reasoner, tmp_path, capsys):
     assert (out / "training_curves.png").stat().st_size > 1000
     merged = out / "fspo" / "merged"
     assert (merged / "config.json").exists() and (merged / "model.safetensors").exists()
-    printed = capsys.readouterr().out
+    printed = one_step["printed"]
     assert "step   1  reward" in printed and "supported-step rate" in printed
     assert "hallucinated-step rate" in printed and "(world judge)" in printed
     # each phase announced as it starts
@@ -74,6 +87,45 @@ def test_quickstart_one_step_writes_its_files(tiny_reasoner, tmp_path, capsys):
         "merging the FSPO checkpoint",
     ):
         assert phase in printed, phase
+
+
+@pytest.mark.e2e
+def test_dead_steps_benchmark_samples_the_trainers_first_rollouts_token_for_token(one_step, tiny_reasoner):
+    """benchmarks/dead_steps.py samples as the quickstart's trainer does (its prompt order, chat template, seeds,
+    decoding and dtype): step 1's rollouts, drawn before any update, are the run's own, token for token."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fspo.cpu.compute import torch_compute_dtype
+    from fspo.data.templates import chat_template
+    from fspo.quickstart.cli import PROMPT_FORMAT
+
+    path = Path(__file__).parents[1] / "benchmarks" / "dead_steps.py"
+    spec = importlib.util.spec_from_file_location("dead_steps", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    prompts = int(bench.quickstart_setting("data.train_batch_size"))
+    group = int(bench.quickstart_setting("actor_rollout_ref.rollout.n"))
+    rows = read_rows(tiny_reasoner["train"])
+    first_step = [rows[index] for index in bench.trainer_order_of(len(rows), seed=0)[:prompts]]
+    model_dir = tiny_reasoner["model"]
+    samples = bench.sample_as_trainer(
+        AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_compute_dtype()).eval(),
+        AutoTokenizer.from_pretrained(model_dir),
+        first_step,
+        prompts,
+        group,
+        0,  # the quickstart's --seed
+        float(bench.quickstart_setting(bench.TEMPERATURE_KEY)),
+        int(bench.quickstart_setting(bench.PROMPT_LENGTH_KEY)),
+        int(bench.quickstart_setting(bench.RESPONSE_LENGTH_KEY)),
+        chat_template(PROMPT_FORMAT),
+    )
+    dumped = [json.loads(line) for line in (one_step["rollouts"] / "1.jsonl").read_text().splitlines() if line]
+    assert sorted(text for prompt in samples for text, _ in prompt) == sorted(row["output"] for row in dumped)
 
 
 def test_quickstart_data_carries_the_evidence_and_the_worked_example(tmp_path):
