@@ -384,7 +384,8 @@ def sampled_rollouts(
     max_new_tokens: int = 96,
     labeller: str = "judge",
 ) -> list[Rollout]:
-    """``n`` responses per row sampled from ``model`` (the quickstart's temperature and response length)."""
+    """``n`` responses per row sampled from ``model``: at 0.7 (the quickstart's temperature before its dead-step
+    change, docs/results.md) and the quickstart's response length."""
     torch.manual_seed(seed)
     stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
     rollouts = []
