@@ -140,12 +140,10 @@ def sample_as_trainer(
     decodes with :func:`fspo.cpu.rollout.generate_batch`, whose tokens do not depend on which requests share a batch.
     """
     from fspo.cpu.agent_loop import sample_seed
-    from fspo.cpu.rollout import generate_batch, sampling_settings
+    from fspo.cpu.rollout import generate_batch, pad_token_id, sampling_settings, stop_token_ids
 
-    stop_ids = {tokenizer.eos_token_id} - {None}
-    eos = model.generation_config.eos_token_id
-    stop_ids |= set(eos) if isinstance(eos, list) else {eos} - {None}
-    pad_id = next(i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0) if i is not None)
+    stop_ids = stop_token_ids(model, tokenizer)
+    pad_id = pad_token_id(tokenizer)
     result = []
     for number, row in enumerate(rows):
         messages = [dict(message) for message in row["prompt"]]

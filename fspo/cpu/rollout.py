@@ -265,6 +265,22 @@ def _prefill_rows(model: torch.nn.Module, prompts: list[list[int]], rows: int):
 
 
 @torch.no_grad()
+def pad_token_id(tokenizer) -> int:
+    """The id that pads a batch: the tokenizer's pad token, else its end-of-sequence token, else 0."""
+    return next(int(i) for i in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0) if i is not None)
+
+
+def stop_token_ids(model, tokenizer) -> set[int]:
+    """The ids that end a sample: the model's generation-config EOS (one id or a list) and the tokenizer's."""
+    ids: set[int] = set()
+    for source in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source:
+            ids.update(int(i) for i in source)
+    return ids
+
+
 def generate_batch(
     model: torch.nn.Module,
     prompts: list[list[int]],
@@ -386,27 +402,12 @@ class HFRolloutServer:
             path, dtype=PrecisionType.to_dtype(self.config.dtype), trust_remote_code=trust, attn_implementation="sdpa"
         )
         self.model.eval()
-        self.pad_id = self._pad_id()
-        self.stop_ids = self._stop_ids()
+        self.pad_id = pad_token_id(self.tokenizer)
+        self.stop_ids = stop_token_ids(self.model, self.tokenizer)
         self._batcher: Optional[Coalescer] = None
         self._max_batch_size = max_batch_size or int(self.config.max_num_seqs or 256)
         # The LoRA config of the adapter applied on the base weights (None: the plain model).
         self.adapter_config = None
-
-    def _pad_id(self) -> int:
-        for candidate in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id, 0):
-            if candidate is not None:
-                return int(candidate)
-        return 0
-
-    def _stop_ids(self) -> set[int]:
-        ids: set[int] = set()
-        for source in (self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id):
-            if isinstance(source, int):
-                ids.add(source)
-            elif source:
-                ids.update(int(i) for i in source)
-        return ids
 
     def ready(self) -> bool:
         return True
