@@ -181,6 +181,24 @@ def question_figures(samples: list[dict], rows: list[dict]) -> dict[str, list[fl
     return out
 
 
+def live_steps(metrics_path: Path) -> list[int] | None:
+    """[steps with a non-zero advantage, training steps] of one run, from its metrics log (verl's
+    ``critic/advantages/max`` and ``/min`` over response tokens); None when the log has no training step.
+
+    A step whose groups all got equal rewards has advantage 0 on every token in every arm (a flip of 0 is 0):
+    it moves nothing but AdamW's weight decay."""
+    if not metrics_path.is_file():
+        return None
+    live = steps = 0
+    for line in metrics_path.read_text().splitlines():
+        data = json.loads(line).get("data", {}) if line.strip() else {}
+        if "critic/advantages/max" not in data:
+            continue
+        steps += 1
+        live += data["critic/advantages/max"] != 0 or data["critic/advantages/min"] != 0
+    return [live, steps] if steps else None
+
+
 def fdpo_model(seed: int, args, model: Path, train_file: Path, out: Path, clock: float) -> Path:
     """F-DPO's model of one seed: the base model's samples on the seed's training questions (the RL arms'
     rollout budget: steps x 2 prompts x 4 samples), F-DPO pairs from them by the lexical verifier, and
@@ -262,6 +280,9 @@ def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
     result, why = finished_result(result_path, config)
     if result is not None:
         say(clock, f"[{arm} seed {seed}] {why}: {result_path}")
+        if "live_steps" not in result:
+            result["live_steps"] = None if arm == "fdpo" else live_steps(out / "metrics.jsonl")
+            result_path.write_text(json.dumps(result, indent=2))
         return _with_question_figures(result, out, args)
     if result_path.is_file():
         say(clock, f"[{arm} seed {seed}] {why}: training it again")
@@ -286,6 +307,7 @@ def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
         "code_version": code_version(),
         "config": config,
         "seconds": round(time.time() - started if arm == "fdpo" else run["seconds"], 1),
+        "live_steps": None if arm == "fdpo" else live_steps(out / "metrics.jsonl"),
         # fdpo: its model's figures are after F-DPO; the base model's come from the other arms.
         "before": None if arm == "fdpo" else before,
         "after": before
@@ -457,6 +479,25 @@ def comparison_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def live_steps_table(results: list[dict]) -> str:
+    """Per arm, the training steps with a non-zero advantage: the mean per run with a 95% t interval over runs
+    (the run is what replicates: its steps share one policy), and every run's count."""
+    lines = [
+        f"Training steps with a non-zero advantage (mean per run, {CONFIDENCE:.0%} t interval over runs):",
+        "",
+        "| arm | runs | steps with a gradient per run | 95% interval | per seed |",
+        "|---|---|---|---|---|",
+    ]
+    arms = dict.fromkeys(r["arm"] for r in sorted(results, key=lambda r: r["seed"]) if r.get("live_steps"))
+    for arm in arms:
+        runs = sorted((r for r in results if r["arm"] == arm and r.get("live_steps")), key=lambda r: r["seed"])
+        mean, low, high, n = t_interval([r["live_steps"][0] for r in runs])
+        interval = "n/a" if math.isnan(low) else f"[{low:.1f}, {high:.1f}]"
+        per_seed = ", ".join(f"{r['live_steps'][0]}/{r['live_steps'][1]}" for r in runs)
+        lines.append(f"| {arm} | {n} | {mean:.1f} of {runs[0]['live_steps'][1]} | {interval} | {per_seed} |")
+    return "\n".join(lines)
+
+
 def per_seed_table(results: list[dict]) -> str:
     """Every run's raw figures after training (and the base model's, per seed), as a Markdown table."""
     lines = [
@@ -574,6 +615,7 @@ def main(argv: list[str] | None = None) -> int:
         [
             markdown_table(summary, args.steps, args.seeds, args.val_rows, run_s, code_versions(results)),
             comparison_table(paired),
+            live_steps_table(results),
             "Every run's figures after training:\n\n" + per_seed_table(results),
         ]
     )

@@ -163,7 +163,8 @@ def test_a_result_is_kept_only_under_the_configuration_it_was_trained_with(tmp_p
     done.mkdir(parents=True)
     kept = {**_run("fspo", 0, 0.4, 0.1), "dtype": "float32", "config": bench.run_config("fspo", 0, args)}
     (done / "result.json").write_text(json.dumps(kept))
-    assert bench.run_once("fspo", 0, args, tmp_path / "model", clock=0.0) == kept
+    # A result written before live steps were recorded gets them from its metrics log (none here).
+    assert bench.run_once("fspo", 0, args, tmp_path / "model", clock=0.0) == {**kept, "live_steps": None}
 
     def train(*_args, **_kwargs):
         raise RuntimeError("trains")
@@ -360,3 +361,25 @@ def test_a_judged_run_drops_its_weights_unless_asked_to_keep_them(tmp_path, monk
     bench.run_once("fspo", 0, args, tmp_path / "model", clock=0.0)
     assert (out / "result.json").is_file()
     assert (out / "ckpt").exists() == keep
+
+
+def test_live_steps_are_read_from_the_metrics_log_and_tabled_per_arm_over_runs(tmp_path):
+    log = tmp_path / "metrics.jsonl"
+    records = [{"step": 0, "data": {"val-core/f1": 0.1}}]  # validation before training: not a training step
+    for step, (high, low) in enumerate([(0.0, 0.0), (1.5, -1.5), (0.0, -0.5), (0.0, 0.0)], start=1):
+        records.append({"step": step, "data": {"critic/advantages/max": high, "critic/advantages/min": low}})
+    log.write_text("\n".join(json.dumps(record) for record in records) + "\n")
+    assert bench.live_steps(log) == [2, 4]
+    assert bench.live_steps(tmp_path / "absent.jsonl") is None
+
+    runs = [
+        {**_run("fspo", 0, 0.3, 0.2), "live_steps": [6, 12]},
+        {**_run("fspo", 1, 0.3, 0.2), "live_steps": [8, 12]},
+        {**_run("grpo", 0, 0.3, 0.2), "live_steps": [5, 12]},
+        {**_run("fdpo", 0, 0.3, 0.2), "live_steps": None},
+    ]
+    table = bench.live_steps_table(runs)
+    mean, low, high, _ = t_interval([6, 8])
+    assert f"| fspo | 2 | 7.0 of 12 | [{low:.1f}, {high:.1f}] | 6/12, 8/12 |" in table
+    assert "| grpo | 1 | 5.0 of 12 | n/a | 5/12 |" in table
+    assert "fdpo" not in table

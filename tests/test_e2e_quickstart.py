@@ -277,3 +277,23 @@ def test_fresh_removes_only_the_quickstarts_own_outputs(tmp_path):
     clear_previous_run(out)
     # The run folders, emptied, go too (fspo.utils.output_dir.remove_output); the user's folder stays.
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["mine", "mine/ckpt"]
+
+
+@pytest.mark.e2e
+def test_fspo_vs_grpo_counts_a_step_live_exactly_when_its_rewards_differ_within_a_group(one_step):
+    """benchmarks/fspo_vs_grpo.py reads each run's steps with a non-zero advantage from its metrics log; on the
+    quickstart run that count agrees with the dumped rollouts' rewards (GRPO's advantage is 0 on every token
+    exactly when each prompt's rollouts scored alike)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "fspo_vs_grpo.py"
+    spec = importlib.util.spec_from_file_location("fspo_vs_grpo", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    dumped = [json.loads(line) for line in (one_step["rollouts"] / "1.jsonl").read_text().splitlines() if line]
+    groups: dict[str, set[float]] = {}
+    for row in dumped:
+        groups.setdefault(row["input"], set()).add(round(float(row["score"]), 6))
+    live = any(len(scores) > 1 for scores in groups.values())
+    assert bench.live_steps(one_step["out"] / "fspo" / "metrics.jsonl") == [int(live), 1]
