@@ -110,6 +110,20 @@ def test_batched_generation_matches_one_by_one_when_greedy(tiny_lm):
         assert len(logprobs) == len(tokens) and all(lp <= 0 for lp in logprobs)
 
 
+def test_generation_records_no_autograd_graph_though_the_weights_require_grad(tiny_lm):
+    # The rollout server's weights require grad (from_pretrained's default). A graph recorded through the
+    # cache grows every decoding step: SmolLM2's validation pass reached 14.8 GB and was killed.
+    grad_modes = []
+    hook = tiny_lm.register_forward_hook(lambda *_: grad_modes.append(torch.is_grad_enabled()))
+    try:
+        assert all(parameter.requires_grad for parameter in tiny_lm.parameters())
+        settings = SamplingSettings(max_new_tokens=4, temperature=1.0, logprobs=True)
+        generate_batch(tiny_lm, [[100, 200], [300]], settings, 0, set(), [1, 2])
+    finally:
+        hook.remove()
+    assert grad_modes and not any(grad_modes)
+
+
 PROMPTS = [[100, 200, 300, 5, 6], [400], [500, 600], [7, 8, 9, 10, 11, 12, 13, 14]]
 SEEDS = [11, 22, 33, 44]
 

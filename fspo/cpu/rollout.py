@@ -264,7 +264,6 @@ def _prefill_rows(model: torch.nn.Module, prompts: list[list[int]], rows: int):
     return torch.stack(logits), DynamicCache(ddp_cache_data=layers), starts
 
 
-@torch.no_grad()
 def pad_token_id(tokenizer) -> int:
     """The id that pads a batch: the tokenizer's pad token, else its end-of-sequence token, else 0."""
     return next(int(i) for i in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0) if i is not None)
@@ -281,6 +280,7 @@ def stop_token_ids(model, tokenizer) -> set[int]:
     return ids
 
 
+@torch.no_grad()
 def generate_batch(
     model: torch.nn.Module,
     prompts: list[list[int]],
