@@ -41,6 +41,7 @@ its trained weights are deleted unless ``--keep-models`` (an RL run's checkpoint
     python benchmarks/fspo_vs_grpo.py                     # 3 arms x 3 seeds x 12 steps (126 min on 2 cores in float32)
     python benchmarks/fspo_vs_grpo.py --seeds 1 --steps 1 --val-rows 4   # the smoke test of this script
     python benchmarks/fspo_vs_grpo.py --baseline knowrl --baseline fapo --baseline fdpo   # all six arms
+    python benchmarks/fspo_vs_grpo.py --table benchmarks/results/fspo_vs_grpo.json   # the committed tables
 """
 
 from __future__ import annotations
@@ -136,6 +137,13 @@ def _parser() -> argparse.ArgumentParser:
         help="keep each finished run's checkpoint (RL arms) or model (F-DPO); by default they are deleted once "
         "the run is judged",
     )
+    parser.add_argument(
+        "--table",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="train nothing: print the tables of a results.json this script wrote (what docs/results.md shows)",
+    )
+    parser.add_argument("--chart", type=Path, help="with --table: also draw the chart of that results.json here")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     return parser
 
@@ -554,6 +562,35 @@ def markdown_table(summary: dict, steps: int, seeds: int, val_rows: int, run_s: 
     return "\n".join(lines)
 
 
+def report(results: list[dict], steps: int, seeds: int, val_rows: int) -> str:
+    """Every table of a comparison, from its runs: mean ± std per arm, the paired differences, the steps with
+    a gradient, and every run's figures."""
+    run_s = sum(result["seconds"] for result in results)
+    return "\n\n".join(
+        [
+            markdown_table(summarise(results), steps, seeds, val_rows, run_s, code_versions(results)),
+            comparison_table(comparisons(results)),
+            live_steps_table(results),
+            "Every run's figures after training:\n\n" + per_seed_table(results),
+        ]
+    )
+
+
+def print_table(results_path: Path, chart: Path | None) -> int:
+    """``--table``: the tables (and with ``--chart`` the chart) of a results.json, from its runs alone."""
+    try:
+        measured = json.loads(results_path.read_text())
+        results = measured["runs"]
+        table = report(results, measured["steps"], measured["seeds"], measured["val_rows"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print(f"--table {results_path}: not a results.json of this script ({error})", file=sys.stderr)
+        return 2
+    if chart:
+        plot(summarise(results), chart)
+    print(table)
+    return 0
+
+
 def code_versions(results: list[dict]) -> str:
     """The commits the runs were trained on, with how many runs each: ``abc123 (6 runs), def456 (3 runs)``."""
     counts: dict[str, int] = {}
@@ -590,6 +627,8 @@ def plot(summary: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.table:
+        return print_table(args.table, args.chart)
     if args.seeds < 1 or args.steps < 1 or args.val_rows < 1:
         parser.error("--seeds, --steps and --val-rows must be at least 1")
     if args.model and not (args.model / "config.json").is_file():
@@ -609,16 +648,8 @@ def main(argv: list[str] | None = None) -> int:
     results = [run_once(arm, seed, args, model, clock) for seed in range(args.seeds) for arm in args.arms]
     wall_s = time.time() - clock  # this invocation only; the runs' own seconds survive a resume
     run_s = sum(result["seconds"] for result in results)
-    summary = summarise(results)
     paired = comparisons(results)
-    table = "\n\n".join(
-        [
-            markdown_table(summary, args.steps, args.seeds, args.val_rows, run_s, code_versions(results)),
-            comparison_table(paired),
-            live_steps_table(results),
-            "Every run's figures after training:\n\n" + per_seed_table(results),
-        ]
-    )
+    table = report(results, args.steps, args.seeds, args.val_rows)
     (args.output_dir / "results.json").write_text(
         json.dumps(
             {
@@ -636,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     (args.output_dir / "results.md").write_text(table + "\n")
-    plot(summary, args.output_dir / "fspo_vs_grpo.png")
+    plot(summarise(results), args.output_dir / "fspo_vs_grpo.png")
     print("\n" + table)
     print(f"\nresults: {args.output_dir / 'results.json'}\nchart:   {args.output_dir / 'fspo_vs_grpo.png'}")
     return 0

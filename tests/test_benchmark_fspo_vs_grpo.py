@@ -383,3 +383,20 @@ def test_live_steps_are_read_from_the_metrics_log_and_tabled_per_arm_over_runs(t
     assert f"| fspo | 2 | 7.0 of 12 | [{low:.1f}, {high:.1f}] | 6/12, 8/12 |" in table
     assert "| grpo | 1 | 5.0 of 12 | n/a | 5/12 |" in table
     assert "fdpo" not in table
+
+
+def test_table_prints_the_tables_of_a_results_file_and_refuses_another_file_in_one_line(tmp_path, capsys):
+    runs = [
+        {**_run(arm, seed, 0.3 + seed / 10, 0.2), "live_steps": [6 + seed, 12]}
+        for seed in range(3)
+        for arm in ("fspo", "grpo")
+    ]
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"steps": 12, "seeds": 3, "val_rows": 32, "runs": runs}))
+    assert bench.main(["--table", str(results), "--chart", str(tmp_path / "chart.png")]) == 0
+    assert capsys.readouterr().out.strip() == bench.report(runs, 12, 3, 32)
+    assert (tmp_path / "chart.png").stat().st_size > 1000
+    (tmp_path / "other.json").write_text(json.dumps({"repeats": []}))
+    assert bench.main(["--table", str(tmp_path / "other.json")]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "not a results.json of this script" in error
