@@ -56,6 +56,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -616,7 +617,7 @@ def plot(summary: dict, path: Path) -> None:
         # A figure with no value (no closed reasoning to judge) gets no bar rather than a bar at 0.
         axis.bar(positions, means, width, yerr=[0.0 if math.isnan(s) else s for s in stds], capsize=3, label=name)
     axis.set_xticks([x + 0.4 - width / 2 for x in range(len(CHART_FIGURES))])
-    axis.set_xticklabels([title.replace(" (", "\n(") for _, title in CHART_FIGURES], fontsize=8)
+    axis.set_xticklabels([textwrap.fill(title, 24) for _, title in CHART_FIGURES], fontsize=8)
     axis.set_ylim(0, 1.05)
     axis.legend(fontsize=8)
     figure.tight_layout()

@@ -400,3 +400,16 @@ def test_table_prints_the_tables_of_a_results_file_and_refuses_another_file_in_o
     assert bench.main(["--table", str(tmp_path / "other.json")]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "not a results.json of this script" in error
+
+
+COMMITTED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "fspo_vs_grpo.json"
+
+
+def test_the_docs_show_the_committed_comparison_verbatim(capsys):
+    """docs/results.md holds every table `--table` prints of the committed comparison, and the README its first."""
+    assert bench.main(["--table", str(COMMITTED)]) == 0
+    blocks = capsys.readouterr().out.strip().split("\n\n")
+    results_md = (COMMITTED.parents[2] / "docs" / "results.md").read_text()
+    for block in blocks:
+        assert block in results_md, block[:200]
+    assert blocks[0] in (COMMITTED.parents[2] / "README.md").read_text()

@@ -145,7 +145,11 @@ def unknown_keys(page: str, text: str) -> list[str]:
     return found
 
 
-COMMAND = re.compile(r"(?<![\w-])fspo ([a-z][\w-]*)(?: ([a-z][\w-]*))?")
+# `fspo` where a shell runs it: a span's first word, after a path, a separator, a prompt or a loop's `do`; not an
+# argument (`--arms fspo grpo`).
+COMMAND = re.compile(
+    r"(?:^|(?<=[;&|(/])|(?<=[;&|(] )|(?<=\$ )|(?<=\bdo )|(?<=\bthen )|(?<=\btime ))fspo ([a-z][\w-]*)(?: ([a-z][\w-]*))?"
+)
 
 
 def unknown_commands(page: str, text: str) -> list[str]:
