@@ -42,6 +42,10 @@ its trained weights are deleted unless ``--keep-models`` (an RL run's checkpoint
     python benchmarks/fspo_vs_grpo.py --seeds 1 --steps 1 --val-rows 4   # the smoke test of this script
     python benchmarks/fspo_vs_grpo.py --baseline knowrl --baseline fapo --baseline fdpo   # all six arms
     python benchmarks/fspo_vs_grpo.py --table benchmarks/results/fspo_vs_grpo.json   # the committed tables
+
+``--collect`` trains nothing: it tabulates the runs of ``--arms`` and ``--seeds`` that have finished, and names
+the ones left out, so that arms measured with different numbers of seeds (or in several invocations) make one
+comparison; each arm's row says over how many runs it is taken.
 """
 
 from __future__ import annotations
@@ -145,6 +149,12 @@ def _parser() -> argparse.ArgumentParser:
         help="train nothing: print the tables of a results.json this script wrote (what docs/results.md shows)",
     )
     parser.add_argument("--chart", type=Path, help="with --table: also draw the chart of that results.json here")
+    parser.add_argument(
+        "--collect",
+        action="store_true",
+        help="train nothing: write results.json and the tables from the runs of these arms and seeds that have "
+        "finished in --output-dir (the others are named and left out)",
+    )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     return parser
 
@@ -289,10 +299,7 @@ def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
     result, why = finished_result(result_path, config)
     if result is not None:
         say(clock, f"[{arm} seed {seed}] {why}: {result_path}")
-        if "live_steps" not in result:
-            result["live_steps"] = None if arm == "fdpo" else live_steps(out / "metrics.jsonl")
-            result_path.write_text(json.dumps(result, indent=2))
-        return _with_question_figures(result, out, args)
+        return _completed(result, out, args)
     if result_path.is_file():
         say(clock, f"[{arm} seed {seed}] {why}: training it again")
     # A half-finished run's checkpoint would be resumed by verl: start it afresh.
@@ -329,6 +336,30 @@ def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
         for weights in (out / "ckpt", out / "fdpo" / "model"):
             shutil.rmtree(weights, ignore_errors=True)
     return result
+
+
+def _completed(result: dict, out: Path, args) -> dict:
+    """A finished run's result with what later versions of this script added to a result: its live steps
+    (written back to its result.json) and its per-question figures."""
+    if "live_steps" not in result:
+        result["live_steps"] = None if result["arm"] == "fdpo" else live_steps(out / "metrics.jsonl")
+        (out / "result.json").write_text(json.dumps(result, indent=2))
+    return _with_question_figures(result, out, args)
+
+
+def collect_finished(args, clock: float) -> list[dict]:
+    """``--collect``: the finished runs of ``args.arms`` × seeds 0..``args.seeds``−1, in that order; every run
+    left out is named with the reason."""
+    results = []
+    for seed in range(args.seeds):
+        for arm in args.arms:
+            out = args.output_dir / arm / f"seed{seed}"
+            result, why = finished_result(out / "result.json", run_config(arm, seed, args))
+            if result is None:
+                say(clock, f"[{arm} seed {seed}] left out: {why}")
+                continue
+            results.append(_completed(result, out, args))
+    return results
 
 
 def _with_question_figures(result: dict, out: Path, args) -> dict:
@@ -541,17 +572,18 @@ def summarise(results: list[dict]) -> dict[str, dict[str, tuple[float, float, in
     }
 
 
-def markdown_table(summary: dict, steps: int, seeds: int, val_rows: int, run_s: float, versions: str = "") -> str:
-    """The results as a Markdown table of mean ± std, with how they were measured.
+def markdown_table(summary: dict, steps: int, val_rows: int, run_s: float, versions: str = "") -> str:
+    """The results as a Markdown table of mean ± std over each arm's runs (one per seed), with how they were
+    measured.
 
-    A figure some runs lack (a run whose answers hold no closed reasoning has no step figures) shows over
-    how many runs it is taken, ``(n=2)``, so a collapsed seed does not vanish into the mean unseen."""
+    A figure some of an arm's runs lack (a run whose answers hold no closed reasoning has no step figures) shows
+    over how many runs it is taken, ``(n=2)``, so a collapsed seed does not vanish into the mean unseen."""
     lines = [
-        f"{val_rows} held-out questions, greedy; {steps} training steps per run; mean ± std over {seeds} "
-        f"seed(s); {run_s / 60:.1f} min of runs (Ray start-up, validation, training); code: {versions}",
+        f"{val_rows} held-out questions, greedy; {steps} training steps per run; mean ± std over each arm's runs "
+        f"(one per seed); {run_s / 60:.1f} min of runs (Ray start-up, validation, training); code: {versions}",
         "",
-        "| arm | " + " | ".join(title for _, title in FIGURES) + " |",
-        "|---|" + "---|" * len(FIGURES),
+        "| arm | runs | " + " | ".join(title for _, title in FIGURES) + " |",
+        "|---|---|" + "---|" * len(FIGURES),
     ]
     for name, stats in summary.items():
         runs = max(count for _, _, count in stats.values())
@@ -559,17 +591,17 @@ def markdown_table(summary: dict, steps: int, seeds: int, val_rows: int, run_s: 
             "n/a" if count == 0 else f"{mean:.3f} ± {std:.3f}" + (f" (n={count})" if count < runs else "")
             for mean, std, count in stats.values()
         ]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | {runs} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def report(results: list[dict], steps: int, seeds: int, val_rows: int) -> str:
+def report(results: list[dict], steps: int, val_rows: int) -> str:
     """Every table of a comparison, from its runs: mean ± std per arm, the paired differences, the steps with
     a gradient, and every run's figures."""
     run_s = sum(result["seconds"] for result in results)
     return "\n\n".join(
         [
-            markdown_table(summarise(results), steps, seeds, val_rows, run_s, code_versions(results)),
+            markdown_table(summarise(results), steps, val_rows, run_s, code_versions(results)),
             comparison_table(comparisons(results)),
             live_steps_table(results),
             "Every run's figures after training:\n\n" + per_seed_table(results),
@@ -582,7 +614,7 @@ def print_table(results_path: Path, chart: Path | None) -> int:
     try:
         measured = json.loads(results_path.read_text())
         results = measured["runs"]
-        table = report(results, measured["steps"], measured["seeds"], measured["val_rows"])
+        table = report(results, measured["steps"], measured["val_rows"])
     except (OSError, ValueError, KeyError, TypeError) as error:
         print(f"--table {results_path}: not a results.json of this script ({error})", file=sys.stderr)
         return 2
@@ -640,17 +672,23 @@ def main(argv: list[str] | None = None) -> int:
     # Every run computes in float32 (the trainer, the rollout server and the verifiers inherit it).
     os.environ[DTYPE_ENV] = FLOAT32
     clock = time.time()
-    if args.model:
-        model = args.model.resolve()
+    if args.collect:
+        results = collect_finished(args, clock)
+        if not results:
+            print(f"--collect: no finished run of these arms and seeds in {args.output_dir}", file=sys.stderr)
+            return 2
     else:
-        from fspo.quickstart.smollm2 import convert_smollm2
+        if args.model:
+            model = args.model.resolve()
+        else:
+            from fspo.quickstart.smollm2 import convert_smollm2
 
-        model = convert_smollm2()
-    results = [run_once(arm, seed, args, model, clock) for seed in range(args.seeds) for arm in args.arms]
+            model = convert_smollm2()
+        results = [run_once(arm, seed, args, model, clock) for seed in range(args.seeds) for arm in args.arms]
     wall_s = time.time() - clock  # this invocation only; the runs' own seconds survive a resume
     run_s = sum(result["seconds"] for result in results)
     paired = comparisons(results)
-    table = report(results, args.steps, args.seeds, args.val_rows)
+    table = report(results, args.steps, args.val_rows)
     (args.output_dir / "results.json").write_text(
         json.dumps(
             {

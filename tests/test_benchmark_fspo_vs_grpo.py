@@ -53,12 +53,12 @@ def test_summary_per_arm_and_the_base_model_once_per_seed():
     assert summary["base model"]["answer_f1"][:1] + summary["base model"]["answer_f1"][2:] == (pytest.approx(0.1), 2)
     assert summary["fspo"]["answer_f1"][0] == pytest.approx(0.5)
     assert summary["grpo"]["hallucinated_step_rate"] == (0.4, 0.0, 1)
-    table = bench.markdown_table(summary, steps=12, seeds=2, val_rows=32, run_s=600)
-    assert "| fspo | 0.500 ± 0.141 | 0.200 ± 0.141 |" in table
+    table = bench.markdown_table(summary, steps=12, val_rows=32, run_s=600)
+    assert "| fspo | 2 | 0.500 ± 0.141 | 0.200 ± 0.141 |" in table
     # grpo's seed 1 wrote no reasoning: its step figures are over one run, and say so; its length is 0.
-    assert "| grpo | 0.300 ± 0.000 | 0.400 ± 0.000 (n=1) |" in table
+    assert "| grpo | 2 | 0.300 ± 0.000 | 0.400 ± 0.000 (n=1) |" in table
     assert summary["grpo"]["steps_per_answer"] == (pytest.approx(1.0), pytest.approx(math.sqrt(2)), 2)
-    assert "mean ± std over 2 seed(s); 10.0 min of runs" in table
+    assert "mean ± std over each arm's runs (one per seed); 10.0 min of runs" in table
 
 
 def test_chart_is_written(tmp_path):
@@ -394,7 +394,7 @@ def test_table_prints_the_tables_of_a_results_file_and_refuses_another_file_in_o
     results = tmp_path / "results.json"
     results.write_text(json.dumps({"steps": 12, "seeds": 3, "val_rows": 32, "runs": runs}))
     assert bench.main(["--table", str(results), "--chart", str(tmp_path / "chart.png")]) == 0
-    assert capsys.readouterr().out.strip() == bench.report(runs, 12, 3, 32)
+    assert capsys.readouterr().out.strip() == bench.report(runs, 12, 32)
     assert (tmp_path / "chart.png").stat().st_size > 1000
     (tmp_path / "other.json").write_text(json.dumps({"repeats": []}))
     assert bench.main(["--table", str(tmp_path / "other.json")]) == 2
@@ -402,14 +402,51 @@ def test_table_prints_the_tables_of_a_results_file_and_refuses_another_file_in_o
     assert error.count("\n") == 1 and "not a results.json of this script" in error
 
 
+def test_collect_tabulates_the_finished_runs_and_names_the_missing_ones(tmp_path, capsys):
+    """Arms measured with different numbers of seeds make one comparison: --collect trains nothing, takes the
+    finished runs trained under this invocation's configuration, and says which runs it left out and why."""
+    argv = ["--arms", "fspo", "grpo", "knowrl", "--seeds", "3", "--output-dir", str(tmp_path)]
+    args = bench._parser().parse_args(argv)
+    finished = [("fspo", 0), ("grpo", 0), ("fspo", 1), ("grpo", 1), ("knowrl", 0), ("fspo", 2)]
+    for index, (arm, seed) in enumerate(finished):
+        out = tmp_path / arm / f"seed{seed}"
+        out.mkdir(parents=True)
+        run = {
+            **_run(arm, seed, 0.3 + index / 10, 0.2),
+            "live_steps": [8, 12],
+            "config": bench.run_config(arm, seed, args),
+        }
+        (out / "result.json").write_text(json.dumps(run))
+    # grpo seed 2 finished under another configuration: left out, as a resume would train it again.
+    (tmp_path / "grpo" / "seed2").mkdir(parents=True)
+    other = {**_run("grpo", 2, 0.3, 0.2), "config": ["seed=2", "fspo.verifier.threshold=0.5"]}
+    (tmp_path / "grpo" / "seed2" / "result.json").write_text(json.dumps(other))
+
+    assert bench.main([*argv, "--collect"]) == 0
+    err = capsys.readouterr().out
+    assert "[grpo seed 2] left out: finished before under another configuration" in err
+    assert "[knowrl seed 1] left out: not trained yet" in err and "[knowrl seed 2] left out" in err
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert [(r["arm"], r["seed"]) for r in written["runs"]] == sorted(finished, key=lambda run: run[1])
+    fspo_grpo = next(r for r in written["comparisons"] if (r["arm"], r["baseline"]) == ("fspo", "grpo"))
+    assert fspo_grpo["seeds"] == 2
+    assert "| fspo | 3 |" in (tmp_path / "results.md").read_text()
+    assert "| knowrl | 1 |" in (tmp_path / "results.md").read_text()
+
+    assert bench.main(["--arms", "fdpo", "--seeds", "1", "--output-dir", str(tmp_path), "--collect"]) == 2
+    assert "--collect: no finished run of these arms and seeds in" in capsys.readouterr().err
+
+
 COMMITTED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "fspo_vs_grpo.json"
 
 
 def test_the_docs_show_the_committed_comparison_verbatim(capsys):
-    """docs/results.md holds every table `--table` prints of the committed comparison, and the README its first."""
+    """docs/results.md holds every table `--table` prints of the committed comparison, and the README its first
+(mean ± std per arm)."""
     assert bench.main(["--table", str(COMMITTED)]) == 0
     blocks = capsys.readouterr().out.strip().split("\n\n")
     results_md = (COMMITTED.parents[2] / "docs" / "results.md").read_text()
     for block in blocks:
         assert block in results_md, block[:200]
-    assert blocks[0] in (COMMITTED.parents[2] / "README.md").read_text()
+    # The README: the first table with its caption line (two blocks).
+    assert "\n\n".join(blocks[:2]) in (COMMITTED.parents[2] / "README.md").read_text()
