@@ -68,6 +68,7 @@ from fspo.cpu.compute import DTYPE_ENV, FLOAT32
 from fspo.data.io import read_rows
 from fspo.evaluation.intervals import CONFIDENCE, t_interval, t_quantile
 from fspo.quickstart.cli import VAL_ROWS, prepare_data, run_overrides, say, train
+from fspo.quickstart.cli import VERIFIER as QUICKSTART_VERIFIER
 from fspo.quickstart.step_report import TRAINING_VERIFIERS, VERIFIER_THRESHOLDS, step_report, validation_samples
 from fspo.quickstart.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
 from fspo.steps import reasoning_steps
@@ -218,23 +219,33 @@ def live_steps(metrics_path: Path) -> list[int] | None:
     return [live, steps] if steps else None
 
 
+def fdpo_pair_verifier() -> list[str]:
+    """``fspo fdpo build-pairs``'s verifier arguments for the verifier the RL arms train with (the quickstart's:
+    name, threshold and every option, e.g. ``lexical`` scoring each step against its best evidence sentence),
+    so that F-DPO's factuality labels are the ones FSPO's flip, KnowRL's and FAPO's rewards see."""
+    settings = dict(QUICKSTART_VERIFIER)
+    arguments = ["--verifier", settings.pop("name"), "--threshold", str(settings.pop("threshold"))]
+    for key, value in settings.items():
+        arguments += ["--verifier-option", f"{key}={value}"]
+    return arguments
+
+
 def fdpo_model(seed: int, args, model: Path, train_file: Path, out: Path, clock: float) -> Path:
     """F-DPO's model of one seed: the base model's samples on the seed's training questions (the RL arms'
-    rollout budget: steps x 2 prompts x 4 samples), F-DPO pairs from them by the lexical verifier, and
-    ``fspo fdpo train`` at the quickstart's learning rate with at most as many updates as the RL arms."""
+    rollout budget: steps x 2 prompts x 4 samples), F-DPO pairs from them by the verifier the RL arms train
+    with (:func:`fdpo_pair_verifier`), and ``fspo fdpo train`` at the quickstart's learning rate with at most as
+    many updates as the RL arms."""
     from fspo.evaluation.generation import GenerationSettings, build_generator
     from fspo.evaluation.pipeline import evaluate_benchmark
     from fspo.methods.fdpo.cli import main as fdpo_main
     from fspo.quickstart.cli import PROMPT_FORMAT
-    from fspo.verifier_tools.quality import calibrated_threshold
 
     rows = read_rows(train_file)[: args.steps * FDPO_PROMPTS_PER_STEP]
     settings = GenerationSettings(FDPO_TEMPERATURE, 1.0, FDPO_MAX_TOKENS, FDPO_SAMPLES, batch_size=8, seed=seed)
     generator = build_generator(model, settings, backend="hf")
     say(clock, f"[fdpo seed {seed}] sampling {FDPO_SAMPLES} answers to each of {len(rows)} training questions")
     evaluate_benchmark(generator, generator.tokenizer, rows, out / "samples.jsonl", PROMPT_FORMAT, description="fdpo")
-    threshold = str(calibrated_threshold("lexical"))
-    build = ["build-pairs", str(out / "samples.jsonl"), "--verifier", "lexical", "--threshold", threshold]
+    build = ["build-pairs", str(out / "samples.jsonl"), *fdpo_pair_verifier()]
     if fdpo_main([*build, "--pairs", str(out / "pairs.jsonl")]) != 0:
         raise SystemExit(f"[fdpo seed {seed}] no F-DPO pairs (see above)")
     say(clock, f"[fdpo seed {seed}] training the pairs with F-DPO")

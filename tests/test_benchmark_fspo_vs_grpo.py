@@ -203,6 +203,27 @@ def test_an_fdpo_run_gives_no_base_model_figures():
     assert [row["arm"] for row in bench.comparisons(results)] == ["fdpo", "fdpo"]
 
 
+def test_the_fdpo_arm_labels_its_pairs_with_the_verifier_the_rl_arms_train_with():
+    """F-DPO's pairs are built by `fspo fdpo build-pairs` with the arguments the benchmark gives it; read as that
+    command reads them, they are the verifier settings every RL arm's run gets (its fspo.verifier.* overrides)."""
+    from fspo.methods.fdpo.cli import build_parser
+    from fspo.verifier_tools.verify import verifier_options
+
+    setup = {"model": "m", "train": "t", "val": "v"}
+    trained_with = {
+        key.removeprefix("fspo.verifier."): value
+        for key, value in (override.split("=", 1) for override in bench.run_overrides(setup, Path("run"), 12))
+        if key.startswith("fspo.verifier.")
+    }
+    args = build_parser().parse_args(
+        ["build-pairs", "samples.jsonl", "--pairs", "pairs.jsonl", *bench.fdpo_pair_verifier()]
+    )
+    built_with = {"name": args.verifier, "threshold": str(args.threshold)}
+    built_with.update({key: str(value) for key, value in verifier_options(args.verifier_option, args.verifier).items()})
+    assert built_with == trained_with
+    assert trained_with["evidence_unit"] == "sentence"  # not the whole evidence, which F-DPO's pairs once used
+
+
 def test_baselines_join_the_default_arms(monkeypatch, tmp_path):
     seen = []
     monkeypatch.setattr(
@@ -442,7 +463,7 @@ COMMITTED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "fs
 
 def test_the_docs_show_the_committed_comparison_verbatim(capsys):
     """docs/results.md holds every table `--table` prints of the committed comparison, and the README its first
-(mean ± std per arm)."""
+    (mean ± std per arm)."""
     assert bench.main(["--table", str(COMMITTED)]) == 0
     blocks = capsys.readouterr().out.strip().split("\n\n")
     results_md = (COMMITTED.parents[2] / "docs" / "results.md").read_text()
