@@ -461,13 +461,78 @@ def test_collect_tabulates_the_finished_runs_and_names_the_missing_ones(tmp_path
 COMMITTED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "fspo_vs_grpo.json"
 
 
-def test_the_docs_show_the_committed_comparison_verbatim(capsys):
-    """docs/results.md holds every table `--table` prints of the committed comparison, and the README its first
-    (mean ± std per arm)."""
+docs_spec = importlib.util.spec_from_file_location(
+    "fspo_vs_grpo_docs", Path(__file__).parents[1] / "benchmarks" / "fspo_vs_grpo_docs.py"
+)
+docs = importlib.util.module_from_spec(docs_spec)
+docs_spec.loader.exec_module(docs)
+
+
+def test_the_docs_are_what_the_generator_writes_from_the_committed_comparison(capsys):
+    """docs/results.md's two comparison sections and README's Results, prose and every `--table` table, are
+    `fspo_vs_grpo_docs.py`'s from the committed results.json: a figure edited by hand or a stale table fails."""
+    assert docs.main(["--check"]) == 0, capsys.readouterr().err
     assert bench.main(["--table", str(COMMITTED)]) == 0
     blocks = capsys.readouterr().out.strip().split("\n\n")
-    results_md = (COMMITTED.parents[2] / "docs" / "results.md").read_text()
-    for block in blocks:
-        assert block in results_md, block[:200]
-    # The README: the first table with its caption line (two blocks).
-    assert "\n\n".join(blocks[:2]) in (COMMITTED.parents[2] / "README.md").read_text()
+    results_md = docs.RESULTS_MD.read_text()
+    assert all(block in results_md for block in blocks)
+    assert "\n\n".join(blocks[:2]) in docs.README.read_text()
+
+
+def _with_seeds(measured: dict, seeds: int) -> dict:
+    """The committed FSPO and GRPO runs, repeated under new seed numbers up to ``seeds`` seeds."""
+    runs = [run for run in measured["runs"] if run["arm"] in ("fspo", "grpo")]
+    have = sorted({run["seed"] for run in runs})
+    extra = [
+        {**run, "seed": seed}
+        for seed in range(len(have), seeds)
+        for run in runs
+        if run["seed"] == have[seed % len(have)]
+    ]
+    return {**measured, "runs": runs + extra}
+
+
+def _fspo_lower_by(measured: dict, amount: float) -> dict:
+    """FSPO's hallucinated-step rate set to GRPO's of the same seed minus ``amount``, where GRPO has one."""
+    grpo = {run["seed"]: run["after"]["hallucinated_step_rate"] for run in measured["runs"] if run["arm"] == "grpo"}
+    runs = [
+        {**run, "after": {**run["after"], "hallucinated_step_rate": grpo[run["seed"]] - amount}}
+        if run["arm"] == "fspo" and grpo.get(run["seed"]) is not None and not math.isnan(grpo[run["seed"]])
+        else run
+        for run in measured["runs"]
+    ]
+    return {**measured, "runs": runs}
+
+
+def test_the_docs_say_what_the_interval_says_and_when_the_seeds_are_in():
+    """The headline follows the measurement: still open below 8 seeds, a plain "does not show" at 8 when the
+    interval spans 0, and "excludes 0" when it does (at any number of seeds)."""
+    committed = json.loads(COMMITTED.read_text())
+    results_md, readme = docs.RESULTS_MD.read_text(), docs.README.read_text()
+
+    eight = _with_seeds(committed, 8)
+    spans = docs.Comparison(eight).difference("fspo", "grpo", "hallucinated_step_rate")
+    text, front = docs.written_docs(eight, results_md, readme)
+    if docs.spans_zero(spans):
+        assert "this benchmark does not show that FSPO lowers it" in text
+    assert "Seeds 0–7 are finished." in text and "the same command resumes" not in text.split("## What one")[0]
+    assert "seeds 0–7, float32" in front and "the rest of the seeds follow" not in front
+
+    lower = _fspo_lower_by(_with_seeds(committed, 6), 0.3)
+    text, front = docs.written_docs(lower, results_md, readme)
+    assert "FSPO's hallucinated-step rate is below GRPO's: the 95% interval excludes 0" in text
+    assert "FSPO's rate is the lower on every seed." in text
+    assert "The hallucinated-step interval excludes 0 with 6 of 8 seeds" in front
+
+    # Only the generated sections change: the rest of each page is kept as it was.
+    def kept(page: str, start: str, end: str) -> str:
+        return page[page.index(start) : page.index(end)]
+
+    assert kept(text, docs.NEXT_SECTION, docs.OTHERS_SECTION) == kept(
+        results_md, docs.NEXT_SECTION, docs.OTHERS_SECTION
+    )
+    assert front[: front.index("## Results")] == readme[: readme.index("## Results")]
+    assert (
+        front[front.index("\n## ", front.index("## Results")) :]
+        == readme[readme.index("\n## ", readme.index("## Results")) :]
+    )
