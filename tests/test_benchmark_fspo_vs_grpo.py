@@ -480,16 +480,16 @@ def test_the_docs_are_what_the_generator_writes_from_the_committed_comparison(ca
 
 
 def _with_seeds(measured: dict, seeds: int) -> dict:
-    """The committed FSPO and GRPO runs, repeated under new seed numbers up to ``seeds`` seeds."""
+    """The committed FSPO and GRPO runs of seeds 0..``seeds``-1: those committed, the rest repeated from them
+    under new seed numbers."""
     runs = [run for run in measured["runs"] if run["arm"] in ("fspo", "grpo")]
     have = sorted({run["seed"] for run in runs})
-    extra = [
-        {**run, "seed": seed}
-        for seed in range(len(have), seeds)
-        for run in runs
-        if run["seed"] == have[seed % len(have)]
-    ]
-    return {**measured, "runs": runs + extra}
+    return {
+        **measured,
+        "runs": [
+            {**run, "seed": seed} for seed in range(seeds) for run in runs if run["seed"] == have[seed % len(have)]
+        ],
+    }
 
 
 def _fspo_lower_by(measured: dict, amount: float) -> dict:
