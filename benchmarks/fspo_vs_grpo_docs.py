@@ -329,7 +329,11 @@ def readme_section(c: Comparison) -> str:
     else:
         verdict = "The F1 interval excludes 0"
     if len(fspo_seeds) >= SEEDS_PLANNED:
-        verdict += f" with {len(fspo_seeds)} seeds."
+        verdict += f" with {len(fspo_seeds)} seeds" + (
+            ": this benchmark does not show FSPO lowering the judge's hallucinated-step rate."
+            if spans_zero(rate)
+            else "."
+        )
     else:
         verdict += f" with {len(fspo_seeds)} of {SEEDS_PLANNED} seeds; the rest of the seeds follow."
     lines = [
