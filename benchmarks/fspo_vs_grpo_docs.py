@@ -103,6 +103,15 @@ class Comparison:
     def difference(self, arm: str, baseline: str, figure: str) -> dict:
         return next(c for c in self.paired if c["arm"] == arm and c["baseline"] == baseline and c["figure"] == figure)
 
+    def other_pairs(self) -> list[tuple[str, str]]:
+        """(arm, baseline) of each difference the docs show for the other methods: each against GRPO, and FSPO
+        against each but GRPO with factuality in the reward (an ablation of FSPO's reward, paired with GRPO only)."""
+        return [
+            pair
+            for arm in self.other_arms()
+            for pair in [(arm, "grpo")] + ([] if arm == "grpo_factuality_reward" else [("fspo", arm)])
+        ]
+
     def collapsed(self, arms: tuple[str, ...] | None = None) -> list[dict]:
         """Runs whose policy stopped writing reasoning, by seed then arm."""
         return [
@@ -258,15 +267,13 @@ def others_section(c: Comparison) -> str:
         "|---|---|---|",
     ]
     excluding_zero = []
-    for arm in others:
-        # GRPO with factuality in the reward is an ablation of FSPO's reward, paired with GRPO only.
-        for pair in [(arm, "grpo")] + ([] if arm == "grpo_factuality_reward" else [("fspo", arm)]):
-            rate, f1 = (c.difference(*pair, figure) for figure in FIGURE_NAMES)
-            excluding_zero += [(pair, d["figure"]) for d in (rate, f1) if not spans_zero(d)]
-            lines.append(
-                f"| {NAMES[pair[0]]} − {NAMES[pair[1]]} | {interval(rate)} (per seed {per_seed(rate)}) | "
-                f"{interval(f1)} (per seed {per_seed(f1)}) |"
-            )
+    for pair in c.other_pairs():
+        rate, f1 = (c.difference(*pair, figure) for figure in FIGURE_NAMES)
+        excluding_zero += [(pair, d["figure"]) for d in (rate, f1) if not spans_zero(d)]
+        lines.append(
+            f"| {NAMES[pair[0]]} − {NAMES[pair[1]]} | {interval(rate)} (per seed {per_seed(rate)}) | "
+            f"{interval(f1)} (per seed {per_seed(f1)}) |"
+        )
     lines.append("")
     if excluding_zero:
         lines.append(
@@ -352,8 +359,7 @@ def readme_section(c: Comparison) -> str:
     if c.other_arms():
         ranked = [
             d
-            for arm in c.other_arms()
-            for pair in [(arm, "grpo")] + ([] if arm == "grpo_factuality_reward" else [("fspo", arm)])
+            for pair in c.other_pairs()
             for d in (c.difference(*pair, figure) for figure in FIGURE_NAMES)
             if not spans_zero(d)
         ]
