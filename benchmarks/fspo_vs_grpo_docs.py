@@ -112,6 +112,15 @@ class Comparison:
             for pair in [(arm, "grpo")] + ([] if arm == "grpo_factuality_reward" else [("fspo", arm)])
         ]
 
+    def other_intervals_excluding_zero(self) -> str:
+        """The other methods' differences whose interval excludes 0, named ("F-DPO − GRPO in answer F1"), or ""."""
+        return "; ".join(
+            f"{NAMES[a]} − {NAMES[b]} in {FIGURE_NAMES[figure]}"
+            for a, b in self.other_pairs()
+            for figure in FIGURE_NAMES
+            if not spans_zero(self.difference(a, b, figure))
+        )
+
     def collapsed(self, arms: tuple[str, ...] | None = None) -> list[dict]:
         """Runs whose policy stopped writing reasoning, by seed then arm."""
         return [
@@ -266,21 +275,15 @@ def others_section(c: Comparison) -> str:
         "| difference | hallucinated-step rate | answer F1 |",
         "|---|---|---|",
     ]
-    excluding_zero = []
     for pair in c.other_pairs():
         rate, f1 = (c.difference(*pair, figure) for figure in FIGURE_NAMES)
-        excluding_zero += [(pair, d["figure"]) for d in (rate, f1) if not spans_zero(d)]
         lines.append(
             f"| {NAMES[pair[0]]} − {NAMES[pair[1]]} | {interval(rate)} (per seed {per_seed(rate)}) | "
             f"{interval(f1)} (per seed {per_seed(f1)}) |"
         )
     lines.append("")
-    if excluding_zero:
-        lines.append(
-            "Intervals that exclude 0: "
-            + "; ".join(f"{NAMES[a]} − {NAMES[b]} in {FIGURE_NAMES[figure]}" for (a, b), figure in excluding_zero)
-            + "."
-        )
+    if excluding_zero := c.other_intervals_excluding_zero():
+        lines.append(f"Intervals that exclude 0: {excluding_zero}.")
     else:
         lines.append(
             f"No interval of these excludes 0: on {len(seeds)} seeds none of the other methods can be ranked "
@@ -357,19 +360,14 @@ def readme_section(c: Comparison) -> str:
         verdict,
     ]
     if c.other_arms():
-        ranked = [
-            d
-            for pair in c.other_pairs()
-            for d in (c.difference(*pair, figure) for figure in FIGURE_NAMES)
-            if not spans_zero(d)
-        ]
+        excluding_zero = c.other_intervals_excluding_zero()
         lines.append(
             f"The other methods ran on seeds {seed_range(c.other_seeds())} on the same verifier; "
             + (
-                "none of their paired intervals excludes 0."
-                if not ranked
-                else f"{len(ranked)} of their paired "
-                "intervals exclude 0 ([docs/results.md](docs/results.md#the-other-methods-on-the-quickstart))."
+                f"the paired intervals that exclude 0: {excluding_zero} "
+                "([docs/results.md](docs/results.md#the-other-methods-on-the-quickstart))."
+                if excluding_zero
+                else "none of their paired intervals excludes 0."
             )
         )
     lines += [
