@@ -506,6 +506,11 @@ def _number(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:+.3f}"
 
 
+def excludes_zero(row: dict) -> bool | None:
+    """Whether a paired difference's interval excludes 0; None without an interval (fewer than two seeds)."""
+    return None if math.isnan(row["low"]) else row["low"] > 0 or row["high"] < 0
+
+
 def comparison_table(rows: list[dict]) -> str:
     """The paired differences as a Markdown table, with whether each interval excludes 0."""
     lines = [
@@ -519,7 +524,7 @@ def comparison_table(rows: list[dict]) -> str:
     ]
     titles = dict(COMPARED_FIGURES)
     for row in rows:
-        excludes = "n/a" if math.isnan(row["low"]) else ("yes" if row["low"] > 0 or row["high"] < 0 else "no")
+        excludes = {None: "n/a", True: "yes", False: "no"}[excludes_zero(row)]
         sd, question_sd, needed = row.get("sd", math.nan), row.get("question_sd"), row.get("seeds_for_target")
         lines.append(
             f"| {row['arm']} − {row['baseline']} | {titles[row['figure']]} | {_number(row['mean'])} | "
@@ -606,14 +611,14 @@ def markdown_table(summary: dict, steps: int, val_rows: int, run_s: float, versi
     return "\n".join(lines)
 
 
-def report(results: list[dict], steps: int, val_rows: int) -> str:
-    """Every table of a comparison, from its runs: mean ± std per arm, the paired differences, the steps with
-    a gradient, and every run's figures."""
+def report(results: list[dict], steps: int, val_rows: int, paired: list[dict] | None = None) -> str:
+    """Every table of a comparison, from its runs: mean ± std per arm, the paired differences (``paired``, when
+    the caller has computed them already), the steps with a gradient, and every run's figures."""
     run_s = sum(result["seconds"] for result in results)
     return "\n\n".join(
         [
             markdown_table(summarise(results), steps, val_rows, run_s, code_versions(results)),
-            comparison_table(comparisons(results)),
+            comparison_table(comparisons(results) if paired is None else paired),
             live_steps_table(results),
             "Every run's figures after training:\n\n" + per_seed_table(results),
         ]
@@ -699,7 +704,7 @@ def main(argv: list[str] | None = None) -> int:
     wall_s = time.time() - clock  # this invocation only; the runs' own seconds survive a resume
     run_s = sum(result["seconds"] for result in results)
     paired = comparisons(results)
-    table = report(results, args.steps, args.val_rows)
+    table = report(results, args.steps, args.val_rows, paired)
     (args.output_dir / "results.json").write_text(
         json.dumps(
             {

@@ -79,7 +79,8 @@ def per_seed(comparison: dict) -> str:
 
 
 def spans_zero(comparison: dict) -> bool:
-    return math.isnan(comparison["low"]) or comparison["low"] <= 0 <= comparison["high"]
+    """No interval, or one that holds 0: the difference is not shown."""
+    return not bench.excludes_zero(comparison)
 
 
 class Comparison:
@@ -88,8 +89,8 @@ class Comparison:
     def __init__(self, measured: dict):
         self.measured = measured
         self.runs = measured["runs"]
-        self.tables = bench.report(self.runs, measured["steps"], measured["val_rows"]).split("\n\n")
         self.paired = bench.comparisons(self.runs)
+        self.tables = bench.report(self.runs, measured["steps"], measured["val_rows"], self.paired).split("\n\n")
 
     def seeds(self, arm: str) -> list[int]:
         return sorted(run["seed"] for run in self.runs if run["arm"] == arm)
