@@ -161,7 +161,7 @@ def fspo_section(c: Comparison) -> str:
     lines = [
         FSPO_SECTION,
         "",
-        f"`python benchmarks/fspo_vs_grpo.py --arms fspo grpo --seeds {SEEDS_PLANNED}` trains FSPO and GRPO at the "
+        f"`.venv/bin/python benchmarks/fspo_vs_grpo.py --arms fspo grpo --seeds {SEEDS_PLANNED}` trains FSPO and GRPO at the "
         f"quickstart's settings, {c.measured['steps']} steps each, in {c.measured['dtype']}.",
         "Those are today's: the worked example as a chat turn, and `lexical` scoring each clause against its best "
         "evidence sentence.",
@@ -178,12 +178,12 @@ def fspo_section(c: Comparison) -> str:
             "([below](#the-other-methods-on-the-quickstart))."
         )
     lines += [
-        f"`python benchmarks/fspo_vs_grpo.py --arms {' '.join(['fspo', 'grpo', *c.other_arms()])} "
+        f"`.venv/bin/python benchmarks/fspo_vs_grpo.py --arms {' '.join(['fspo', 'grpo', *c.other_arms()])} "
         f"--seeds {len(fspo_seeds)} --collect` gathered every finished run into "
         "`benchmarks/results/fspo_vs_grpo.json`.",
-        "The tables below are `python benchmarks/fspo_vs_grpo.py --table benchmarks/results/fspo_vs_grpo.json`, "
+        "The tables below are `.venv/bin/python benchmarks/fspo_vs_grpo.py --table benchmarks/results/fspo_vs_grpo.json`, "
         "the chart is its `--chart docs/fspo_vs_grpo.png`, and this section is "
-        "`python benchmarks/fspo_vs_grpo_docs.py`.",
+        "`.venv/bin/python benchmarks/fspo_vs_grpo_docs.py`.",
         f"An FSPO or GRPO run took {minutes[0]:.1f}–{minutes[-1]:.1f} minutes alone on 2 cores"
         + "".join(
             f"; {NAMES[run['arm']]}'s seed-{run['seed']} run took {run['seconds'] / 60:.1f} beside other work"
@@ -264,7 +264,7 @@ def others_section(c: Comparison) -> str:
         "",
         "The other methods' arms ran as the methods are defined in [methods](methods.md), on the same verifier, "
         "data, seeds and budget as FSPO and GRPO above.",
-        f"`python benchmarks/fspo_vs_grpo.py --arms {' '.join(others)} --seeds {len(seeds)}` trained them, alone on "
+        f"`.venv/bin/python benchmarks/fspo_vs_grpo.py --arms {' '.join(others)} --seeds {len(seeds)}` trained them, alone on "
         "2 cores.",
         "Their runs are in the tables [above](#fspo-against-grpo-on-the-quickstart); each is paired with FSPO's and "
         "GRPO's run of its seed.",
@@ -412,7 +412,10 @@ def main(argv: list[str] | None = None) -> int:
     stale = [path for path, new in ((RESULTS_MD, new_results_md), (README, new_readme)) if path.read_text() != new]
     if args.check:
         for path in stale:
-            print(f"{path.relative_to(ROOT)} differs from `python benchmarks/fspo_vs_grpo_docs.py`", file=sys.stderr)
+            print(
+                f"{path.relative_to(ROOT)} differs from `.venv/bin/python benchmarks/fspo_vs_grpo_docs.py`",
+                file=sys.stderr,
+            )
         return 1 if stale else 0
     for path, new in ((RESULTS_MD, new_results_md), (README, new_readme)):
         path.write_text(new)
