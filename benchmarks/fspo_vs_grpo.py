@@ -625,13 +625,19 @@ def report(results: list[dict], steps: int, val_rows: int, paired: list[dict] | 
     )
 
 
+# What reading a file that is not a results.json of this script raises: unreadable or not JSON (OSError,
+# ValueError), a field missing (KeyError, StopIteration) or of another shape (TypeError, AttributeError,
+# IndexError). --table and fspo_vs_grpo_docs.py answer each with one line.
+MALFORMED_RESULTS = (OSError, ValueError, KeyError, StopIteration, TypeError, AttributeError, IndexError)
+
+
 def print_table(results_path: Path, chart: Path | None) -> int:
     """``--table``: the tables (and with ``--chart`` the chart) of a results.json, from its runs alone."""
     try:
         measured = json.loads(results_path.read_text())
         results = measured["runs"]
         table = report(results, measured["steps"], measured["val_rows"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except MALFORMED_RESULTS as error:
         print(f"--table {results_path}: not a results.json of this script ({error})", file=sys.stderr)
         return 2
     if chart:

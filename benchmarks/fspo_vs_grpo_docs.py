@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         measured = json.loads(args.results.read_text())
         new_results_md, new_readme = written_docs(measured, RESULTS_MD.read_text(), README.read_text())
-    except (OSError, ValueError, KeyError, TypeError, StopIteration) as error:
+    except bench.MALFORMED_RESULTS as error:
         print(f"--results {args.results}: not a results.json of fspo_vs_grpo.py ({error!r})", file=sys.stderr)
         return 2
     stale = [path for path, new in ((RESULTS_MD, new_results_md), (README, new_readme)) if path.read_text() != new]

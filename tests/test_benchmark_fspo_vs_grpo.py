@@ -536,3 +536,52 @@ def test_the_docs_say_what_the_interval_says_and_when_the_seeds_are_in():
         front[front.index("\n## ", front.index("## Results")) :]
         == readme[readme.index("\n## ", readme.index("## Results")) :]
     )
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+def _with_a_run_field(change: tuple[int, str, object]) -> str:
+    measured = json.loads(COMMITTED.read_text())
+    index, field, value = change
+    measured["runs"][index % len(measured["runs"])][field] = value
+    return json.dumps(measured)
+
+
+@settings(max_examples=25, deadline=None)  # a valid-shaped file costs a bootstrap (~0.3 s)
+@given(
+    content=st.one_of(
+        _json_values.map(json.dumps),
+        # A results.json with one of its fields replaced by any JSON value.
+        st.tuples(st.sampled_from(["runs", "steps", "val_rows", "dtype"]), _json_values).map(
+            lambda field: json.dumps({**json.loads(COMMITTED.read_text()), field[0]: field[1]})
+        ),
+        # A results.json with one field of one run replaced by any JSON value.
+        st.tuples(
+            st.integers(min_value=0),
+            st.sampled_from(["arm", "seed", "seconds", "live_steps", "before", "after", "code_version"]),
+            _json_values,
+        ).map(_with_a_run_field),
+        st.binary(max_size=40).map(lambda raw: raw.decode("latin-1")),
+    )
+)
+def test_the_docs_generator_refuses_any_file_but_a_results_json_in_one_line(content, tmp_path_factory):
+    """Any file that is not a results.json of the benchmark (a JSON value, a results.json with a field of
+    another shape, bytes): one line naming it on stderr and exit 2. Reading and computing come before any
+    write in both modes, so ``--check`` (which writes nothing) tests the writing mode's guard too."""
+    import contextlib
+    import io
+
+    path = tmp_path_factory.mktemp("bad") / "results.json"
+    path.write_text(content, encoding="latin-1")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = docs.main(["--results", str(path), "--check"])
+    # 0 or 1: a field replaced by a value of its own shape still makes a results.json (same docs or others).
+    assert code in (0, 1, 2)
+    if code == 2:
+        assert err.getvalue().count("\n") == 1 and err.getvalue().startswith(f"--results {path}: "), err.getvalue()
