@@ -6,6 +6,7 @@ final checkpoint into a Hugging Face directory that loads and generates.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -33,6 +34,13 @@ def test_two_steps_update_the_policy(grpo_run):
     trained_weight = trained[name]
     trained_weight = trained_weight.full_tensor() if hasattr(trained_weight, "full_tensor") else trained_weight
     assert not torch.allclose(trained_weight.float(), initial[name].float())
+
+
+def test_the_trainer_reads_its_data_through_fspos_dataset_class(grpo_run):
+    # fspo/config/fspo_trainer.yaml names it; verl prints the class it builds (train, validation, resume).
+    for log in ("first.log", "resumed.log"):
+        classes = re.findall(r"Using dataset class: (\w+)", (grpo_run["out"] / log).read_text())
+        assert classes and set(classes) == {"FingerprintedRLHFDataset"}, log
 
 
 def test_checkpoint_and_resume(grpo_run):
