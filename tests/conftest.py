@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -99,12 +100,18 @@ def grpo_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def servers_gone_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
-    """A run at sampling seed 3 whose verifier servers are killed once its first step is logged
-    (fspo_testing.servers_gone). test_e2e_verifier_loss checks how it stops; its step-1 rollouts, sampled before
-    any kill, are test_e2e_reproducible's other seed."""
+    """A run at sampling seed 3 whose verifier servers are killed once its first step is logged, its model
+    downloaded from a gated stand-in hub with a token (fspo_testing.servers_gone). test_e2e_verifier_loss checks
+    how it stops; its step-1 rollouts, sampled before any kill, are test_e2e_reproducible's other seed;
+    test_e2e_hub checks where the token went."""
     from fspo_testing.servers_gone import run_with_servers_killed
 
-    return run_with_servers_killed(tiny_reasoner, varied_reward_overrides, tmp_path_factory.mktemp("servers_gone"))
+    with pytest.MonkeyPatch.context() as env:
+        run = run_with_servers_killed(
+            tiny_reasoner, varied_reward_overrides, tmp_path_factory.mktemp("servers_gone"), env
+        )
+    yield run
+    shutil.rmtree(run["ray_temp"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -151,7 +158,7 @@ def chat_server():
 # test starts appends its wall and CPU seconds to the ledger (fspo/training/run_ledger.py); the run fails when it starts
 # more than TRAINER_RUN_BUDGET. A new end-to-end assertion joins a run that exists (a shared fixture); raising
 # the budget is a deliberate commit that says why.
-TRAINER_RUN_BUDGET = 18
+TRAINER_RUN_BUDGET = 17
 # Session or module fixtures that another worker may build again at little cost (their builds are cached on
 # disk: fspo_testing/build_cache.py), so they do not pin the tests that use them to one worker.
 CHEAP_TO_REPEAT = ("qwen_tokenizer", "tiny_reasoner", "varied_reward_overrides", "released_schema", "inputs")
