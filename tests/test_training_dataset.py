@@ -54,7 +54,14 @@ def test_keeps_the_rows_verl_keeps_and_reuses_a_cached_filter_only_for_the_same_
     # The same file filtered again: a cache hit, the same rows. A lower limit, a longer chat template: the rows
     # that fit them, not the cached ones.
     assert _kept(FingerprintedRLHFDataset([str(straddling)], qwen_tokenizer, _config(tmp_path))) == ours
-    lower = _kept(FingerprintedRLHFDataset([str(straddling)], qwen_tokenizer, _config(tmp_path, max_prompt_length=30)))
+    # A pool of two, as on a GPU node (verl's default is a quarter of the CPUs): the fingerprint takes a shard suffix.
+    lower = _kept(
+        FingerprintedRLHFDataset(
+            [str(straddling)],
+            qwen_tokenizer,
+            _config(tmp_path, max_prompt_length=30, filter_overlong_prompts_workers=2),
+        )
+    )
     assert lower == _fitting(straddling, qwen_tokenizer, 30) and len(lower) < len(ours)
     monkeypatch.setattr(
         qwen_tokenizer, "chat_template", "You are careful. Think first. " + qwen_tokenizer.chat_template

@@ -63,10 +63,10 @@ def filter_fingerprint(dataset: RLHFDataset, table) -> str | None:
         "max_prompt_length": dataset.max_prompt_length,
         "prompt_key": dataset.prompt_key,
         "apply_chat_template_kwargs": _plain(dataset.apply_chat_template_kwargs),
-        "tool_schemas": _plain(dataset.tool_schemas),
+        "tool_schemas": dataset.tool_schemas,
         "tokenizer_class": f"{type(tokenizer).__module__}.{type(tokenizer).__qualname__}",
         "chat_template": tokenizer.chat_template,
-        "special_tokens": _plain(tokenizer.special_tokens_map),
+        "special_tokens": tokenizer.special_tokens_map,
         "backend": hashlib.sha256(backend.to_str().encode()).hexdigest(),
     }
     text = json.dumps(reads, sort_keys=True, default=repr)
@@ -74,6 +74,7 @@ def filter_fingerprint(dataset: RLHFDataset, table) -> str | None:
 
 
 def _plain(value):
+    """A config value as plain containers, interpolations resolved (its repr would hide what they resolve to)."""
     if isinstance(value, DictConfig | ListConfig):
         return OmegaConf.to_container(value, resolve=True)
     return value
