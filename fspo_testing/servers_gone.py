@@ -50,6 +50,8 @@ def run_with_servers_killed(setup: dict, reward_overrides: list[str], out: Path,
     env.setenv("HF_TOKEN", TOKEN)
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HUGGING_FACE_HUB_TOKEN"):
         env.delenv(name, raising=False)
+    # Its workers start cold, as on a GPU node (the suite's other Ray clusters fork theirs: tests/conftest.py).
+    env.delenv("RAY_RUNTIME_ENV_HOOK", raising=False)
     # Ray's own token authentication stays off, so that this process can ask the run's Ray what it shows.
     env.setenv("RAY_AUTH_MODE", "disabled")
     overrides = tiny_run_overrides(setup, out, steps=STEPS) + [

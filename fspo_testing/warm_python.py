@@ -13,7 +13,13 @@ environment agrees with the one it started with on every variable a library may 
 differs there starts a server of its own. fspo reads its own ``FSPO_*`` variables only when called, so they and
 a recipe's variables may differ per call. What importing changed in the environment (the CPU plugin sets
 ``VERL_PLATFORM``) is applied again on top of each caller's environment. A server ends with the process that asked
-for it (``FSPO_WARM_OWNER``) or after :data:`IDLE_S` seconds without a request.
+for it (``FSPO_WARM_OWNER``) or after :data:`IDLE_S` seconds without a request or a child.
+
+The same server starts Ray's workers (:func:`warm_ray_workers`): Ray runs ``py_executable default_worker.py ...`` for
+each worker, and with :func:`ray_runtime_env_hook` (``RAY_RUNTIME_ENV_HOOK``) that executable is this shim. A worker
+server has imported only what every worker of a run imports cold (ray, and verl with its plugins: the CPU backend),
+so no registry holds an entry a cold worker would lack. Ray tracks the worker by the pid it registers (the forked
+child); a caller that goes away (Ray killed the process it started) takes its child with it.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import json
 import os
 import runpy
 import select
+import signal
 import socket
 import stat
 import subprocess
@@ -33,20 +40,34 @@ import time
 from pathlib import Path
 
 SERVED_MODULES = ("fspo.training.main", "fspo.cli")
+RAY_WORKER_SCRIPT = os.path.join("ray", "_private", "workers", "default_worker.py")
+# What a server imports before it forks, per kind of request (see _request_kind).
+PRELOADS = {"module": SERVED_MODULES, "ray-worker": ("ray", "ray._private.worker", "verl")}
 IMPORT_TIME_PREFIXES = (
     "HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "DATASETS", "SAFETENSORS", "TORCH", "PYTORCH", "CUDA", "NCCL",
     "NVIDIA", "OMP_", "MKL", "KMP_", "OPENBLAS", "GOTO", "VERL", "VLLM", "RAY_", "HYDRA", "WANDB", "PYTHON", "LD_",
     "PATH", "HOME", "XDG_", "TMP", "TEMP", "LANG", "LC_", "TZ", "USER", "NO_PROXY", "HTTP", "ACCELERATE",
 )  # fmt: skip
-IDLE_S = 600.0
+# Seconds a server without children waits for a request. A Ray worker server holds ~400 MB and a suite makes one per
+# environment a cluster runs under, so it ends sooner: a later cluster pays one import (~10 s here) to start another.
+IDLE_S = {"module": 600.0, "ray-worker": 180.0}
 _SHIM = """#!/bin/sh
 exec {python} -S {client} "$@"
 """
 
 
+# Set by Ray per run or per worker and read only when a worker runs (ray._private.process_watcher,
+# ray_logging.get_worker_log_file_name; verl's workers read the local rank), so workers differing in them share a server.
+PER_WORKER_RAY_VARIABLES = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_LOCAL_RANK", "RAY_LOCAL_WORLD_SIZE")
+
+
 def environment_key(env: dict[str, str]) -> str:
     """The servers' key: a hash of the variables of ``env`` that a library may read at import."""
-    kept = sorted((k, v) for k, v in env.items() if k.upper().startswith(IMPORT_TIME_PREFIXES))
+    kept = sorted(
+        (k, v)
+        for k, v in env.items()
+        if k.upper().startswith(IMPORT_TIME_PREFIXES) and k not in PER_WORKER_RAY_VARIABLES
+    )
     return hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:20]
 
 
@@ -59,6 +80,22 @@ def warm_python() -> str:
     shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     os.environ["FSPO_WARM_OWNER"] = str(os.getpid())
     return str(shim)
+
+
+def warm_ray_workers() -> None:
+    """Make Ray runs started from this process (and its children) fork their workers from a warm server."""
+    os.environ["FSPO_WARM_PYTHON"] = warm_python()
+    os.environ["RAY_RUNTIME_ENV_HOOK"] = f"{__name__}.ray_runtime_env_hook"
+
+
+def ray_runtime_env_hook(runtime_env: dict | None) -> dict:
+    """Ray's ``RAY_RUNTIME_ENV_HOOK``: the job's workers run under the warm shim, unless the job names its own
+    interpreter (verl's ``ray_kwargs.ray_init.runtime_env.py_executable``; null is Ray's default)."""
+    runtime_env = dict(runtime_env or {})
+    shim = os.environ.get("FSPO_WARM_PYTHON")
+    if shim and os.environ.get("FSPO_WARM_OWNER") and runtime_env.get("py_executable") is None:
+        runtime_env["py_executable"] = shim
+    return runtime_env
 
 
 # --- the client: what the shim runs (``python -S``, so it must import nothing heavy) ------------------------------
@@ -80,9 +117,19 @@ def _connect(path: Path, deadline: float) -> socket.socket | None:
     return None
 
 
-def _start_server(path: Path) -> None:
+def _request_kind(argv: list[str]) -> str | None:
+    """``module`` for ``-m`` one of :data:`SERVED_MODULES`, ``ray-worker`` for Ray's worker script, else None (cold)."""
+    if len(argv) >= 2 and argv[0] == "-m" and argv[1] in SERVED_MODULES:
+        return "module"
+    script = argv[1:2] if argv[:1] == ["-u"] else argv[:1]  # Ray runs `py_executable default_worker.py ...`
+    if script and script[0].endswith(RAY_WORKER_SCRIPT):
+        return "ray-worker"
+    return None
+
+
+def _start_server(path: Path, kind: str) -> None:
     subprocess.Popen(
-        [sys.executable, "-m", "fspo_testing.warm_python", "--serve", str(path)],
+        [sys.executable, "-m", "fspo_testing.warm_python", "--serve", str(path), kind],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=open(f"{path}.log", "ab"),  # noqa: SIM115 - the server's own log, for a failure to start
@@ -92,13 +139,14 @@ def _start_server(path: Path) -> None:
 
 
 def client_main(argv: list[str]) -> None:
-    if len(argv) < 2 or argv[0] != "-m" or argv[1] not in SERVED_MODULES or not os.environ.get("FSPO_WARM_OWNER"):
+    kind = _request_kind(argv)
+    if kind is None or not os.environ.get("FSPO_WARM_OWNER"):
         _exec_cold(argv)
     env = dict(os.environ)
     # The servers' own folder is also their working folder: `-m` puts it first on sys.path, and it holds no module.
     folder = Path(tempfile.gettempdir()) / f"fspo-warm-{env['FSPO_WARM_OWNER']}"
     folder.mkdir(mode=0o700, exist_ok=True)
-    path = folder / f"{environment_key(env)}.sock"
+    path = folder / f"{kind}-{environment_key(env)}.sock"
     lock = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR)
     import fcntl
 
@@ -107,7 +155,7 @@ def client_main(argv: list[str]) -> None:
         connection = _connect(path, time.monotonic() + 0.2)
         if connection is None:
             path.unlink(missing_ok=True)
-            _start_server(path)
+            _start_server(path, kind)
             connection = _connect(path, time.monotonic() + 120)
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
@@ -139,8 +187,10 @@ def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
 
 
 def _run_child(request: dict, fds: list[int], import_changes: dict[str, str | None]) -> None:
-    """In the forked child: become ``python -m MODULE args`` as the caller would have run it, then exit."""
+    """In the forked child: become ``python -m MODULE args`` or ``python -u SCRIPT args`` as the caller would have
+    run it, then exit."""
     code = 1
+    argv = request["argv"]
     try:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
@@ -151,7 +201,10 @@ def _run_child(request: dict, fds: list[int], import_changes: dict[str, str | No
             old = getattr(sys, name)
             encoding, errors = (old.encoding, old.errors) if old is not None else ("utf-8", "strict")
             line_buffered = 1 if name == "stderr" else -1  # as Python 3.9+ opens stderr
-            setattr(sys, name, open(target, mode, line_buffered, encoding, errors, closefd=False))  # noqa: SIM115
+            stream = open(target, mode, line_buffered, encoding, errors, closefd=False)  # noqa: SIM115
+            if argv[0] == "-u" and name != "stdin":  # unbuffered, as `python -u`
+                stream.reconfigure(write_through=True)
+            setattr(sys, name, stream)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -160,10 +213,16 @@ def _run_child(request: dict, fds: list[int], import_changes: dict[str, str | No
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        sys.path[0] = request["cwd"]  # what `python -m` puts first
-        sys.argv = [request["argv"][1], *request["argv"][2:]]
         try:
-            runpy.run_module(request["argv"][1], run_name="__main__", alter_sys=True)
+            if argv[0] == "-m":
+                sys.path[0] = request["cwd"]  # what `python -m` puts first
+                sys.argv = [argv[1], *argv[2:]]
+                runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+            else:
+                script_argv = argv[1:] if argv[0] == "-u" else argv
+                sys.path[0] = os.path.dirname(os.path.realpath(script_argv[0]))  # what `python SCRIPT` puts first
+                sys.argv = script_argv
+                runpy.run_path(script_argv[0], run_name="__main__")
             code = 0
         except SystemExit as exit_:
             if exit_.code is None or isinstance(exit_.code, int):
@@ -183,10 +242,10 @@ def _run_child(request: dict, fds: list[int], import_changes: dict[str, str | No
         os._exit(code)
 
 
-def serve(path: Path) -> None:
+def serve(path: Path, kind: str) -> None:
     owner = int(os.environ["FSPO_WARM_OWNER"])
     before = dict(os.environ)
-    for module in SERVED_MODULES:
+    for module in PRELOADS[kind]:
         __import__(module)
     import_changes = {k: v for k, v in os.environ.items() if before.get(k) != v}
     import_changes.update({k: None for k in before if k not in os.environ})
@@ -196,16 +255,28 @@ def serve(path: Path) -> None:
     children: dict[int, socket.socket] = {}
     last = time.monotonic()
     while True:
-        ready, _, _ = select.select([listener], [], [], 0.05 if children else 0.5)
-        if ready:
+        watched = [listener, *children.values()]
+        ready, _, _ = select.select(watched, [], [], 0.05 if children else 0.5)
+        for pid, connection in children.items():
+            if (
+                connection in ready
+            ):  # its caller is gone (killed): so is the child, as the caller's own process would be
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if listener in ready:
             connection, _ = listener.accept()
             request, fds = _receive(connection)
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
+                # A group of its own: Ray kills a dead worker's process group, which must not be the server's.
+                os.setpgid(0, 0)
                 listener.close()
-                connection.close()
+                for other in [connection, *children.values()]:
+                    other.close()
                 _run_child(request, fds, import_changes)
             for fd in fds:
                 os.close(fd)
@@ -216,6 +287,7 @@ def serve(path: Path) -> None:
             if pid == 0:
                 break
             connection = children.pop(pid)
+            last = time.monotonic()
             code = os.waitstatus_to_exitcode(status)
             code = code if code >= 0 else 128 - code  # killed by a signal: as a shell reports it
             try:
@@ -224,7 +296,7 @@ def serve(path: Path) -> None:
                 pass  # the caller is gone (killed at its timeout): nobody to tell
             finally:
                 connection.close()
-        if not children and (time.monotonic() - last > IDLE_S or not _alive(owner)):
+        if not children and (time.monotonic() - last > IDLE_S[kind] or not _alive(owner)):
             listener.close()
             path.unlink(missing_ok=True)
             return
@@ -242,6 +314,6 @@ def _alive(pid: int) -> bool:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
-        serve(Path(sys.argv[2]))
+        serve(Path(sys.argv[2]), sys.argv[3])
     else:
         client_main(sys.argv[1:])

@@ -13,6 +13,7 @@ import pytest
 
 from fspo.training.run_ledger import LEDGER_ENV
 from fspo_testing.scheduling import ordered_by_cost, read_durations, shared_fixture_groups
+from fspo_testing.warm_python import warm_ray_workers
 
 # Nothing may reach the Hugging Face hub from a test: every model and tokenizer is built locally.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -28,6 +29,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if _WORKER or "RAY_TMPDIR" not in os.environ:
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix=f"ray-{_WORKER or 'main'}-")
+
+# Ray clusters started by the tests (trainer runs included) fork their workers from a warm interpreter that has
+# imported ray and verl once, instead of importing them afresh in each (~10 s each). servers_gone_run starts its
+# workers cold, as Ray does on a GPU node.
+warm_ray_workers()
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -174,3 +175,72 @@ def test_no_ledger_no_file(tmp_path, monkeypatch):
     with ledger_entry("project/run"):
         pass
     assert list(tmp_path.iterdir()) == []
+
+
+_RAY_DRIVER = """
+import json, os, sys, time
+import psutil, ray
+from fspo.training.run_ledger import _TreeCPU
+
+ray.init(
+    num_cpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+    runtime_env={"env_vars": {"FSPO_PROBE": "1"}},
+)
+
+
+@ray.remote(num_cpus=0)
+class Probe:
+    def facts(self):
+        import verl  # noqa: F401 - a worker imports it as the trainer's do
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_JOB_ID", "RAY_RAYLET_PID")}
+        return {"pid": os.getpid(), "ppid": os.getppid(), "own_group": os.getpgid(0) == os.getpid(),
+                "argv0": sys.argv[0], "path0": sys.path[0], "cwd": os.getcwd(), "env": env}
+
+    def die(self):
+        os._exit(3)
+
+
+def start(**options):
+    probe = Probe.options(**options).remote()
+    started = time.monotonic()
+    return probe, ray.get(probe.facts.remote()), time.monotonic() - started
+
+
+with _TreeCPU() as tree:
+    cold, cold_facts, _ = start(runtime_env={"py_executable": sys.executable})
+    first, first_facts, _ = start()
+    first.die.remote()
+    time.sleep(2)
+    second, second_facts, second_s = start()
+raylet = next(p for p in psutil.Process().children(recursive=True) if p.name() == "raylet")
+shims = [p for p in raylet.children(recursive=True) if any("warm_python" in part for part in p.cmdline())]
+for shim in shims:  # as Ray kills a worker's process: its forked child must go too
+    shim.kill()
+time.sleep(3)
+print("RESULT", json.dumps({
+    "cold": cold_facts, "first": first_facts, "second": second_facts, "second_s": second_s,
+    "counted": sorted(pid for pid, _ in tree._seen), "shims": len(shims),
+    "second_alive": psutil.pid_exists(second_facts["pid"]) and psutil.Process(second_facts["pid"]).status() != "zombie",
+}))
+"""
+
+
+def test_ray_workers_forked_warm_start_as_cold_ones_and_go_with_the_process_ray_started(tmp_path, monkeypatch):
+    """A worker forked from the warm server (tests/conftest.py sets the hook) sees what a cold one sees, is in a
+    process group of its own (Ray kills a dead worker's group: the server and its other workers survive), is
+    counted by the ledger, and dies with the process Ray started for it."""
+    monkeypatch.setenv("RAY_TMPDIR", str(Path(tempfile.mkdtemp(prefix="fspo-ray-", dir="/tmp"))))
+    process = subprocess.run(
+        [sys.executable, "-c", _RAY_DRIVER], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert process.returncode == 0, process.stderr[-3000:]
+    facts = json.loads(process.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    cold, first, second = facts["cold"], facts["first"], facts["second"]
+    assert first["ppid"] == second["ppid"] != cold["ppid"]  # one server forked both; it outlived the first's death
+    assert first["own_group"] and second["own_group"]
+    for key in ("argv0", "path0", "cwd", "env"):
+        assert first[key] == cold[key], key
+    assert first["env"]["FSPO_PROBE"] == "1"
+    assert facts["second_s"] < 10, f"a warm worker took {facts['second_s']:.1f} s to answer"
+    assert second["pid"] in facts["counted"]  # alive at the ledger's last sample (the first may die between two)
+    assert facts["shims"] >= 1 and not facts["second_alive"]

@@ -34,6 +34,7 @@ class _TreeCPU:
             processes = [self._root, *self._root.children(recursive=True)]
         except psutil.Error:
             return
+        processes += _workers_of_raylets({p.pid for p in processes if _name(p) == "raylet"}, processes)
         for process in processes:
             with contextlib.suppress(psutil.Error):
                 times = process.cpu_times()
@@ -55,6 +56,29 @@ class _TreeCPU:
     @property
     def seconds(self) -> float:
         return sum(self._seen.values())
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        return process.name()
+    except psutil.Error:
+        return ""
+
+
+def _workers_of_raylets(raylets: set[int], known: list[psutil.Process]) -> list[psutil.Process]:
+    """Ray workers of these raylets outside the tree: a worker is started by a command Ray runs
+    (``py_executable``), which may hand it to a process of its own (the test suite forks them from a warm one)."""
+    if not raylets:
+        return []
+    known_pids = {p.pid for p in known}
+    found = []
+    for process in psutil.process_iter():
+        if process.pid in known_pids:
+            continue
+        with contextlib.suppress(psutil.Error, ValueError):
+            if int(process.environ().get("RAY_RAYLET_PID", "0")) in raylets:
+                found.append(process)
+    return found
 
 
 @contextlib.contextmanager
