@@ -17,8 +17,8 @@ for it (``FSPO_WARM_OWNER``) or after :data:`IDLE_S` seconds without a request o
 
 The same server starts Ray's workers (:func:`warm_ray_workers`): Ray runs ``py_executable default_worker.py ...`` for
 each worker, and with :func:`ray_runtime_env_hook` (``RAY_RUNTIME_ENV_HOOK``) that executable is this shim. A worker
-server has imported only what every worker of a run imports cold (ray, and verl with its plugins: the CPU backend),
-so no registry holds an entry a cold worker would lack. Ray tracks the worker by the pid it registers (the forked
+server has imported only libraries every worker imports cold (:data:`PRELOADS`), not verl: verl, its plugins (the CPU
+backend) and their registries load in each worker as in a cold one. Ray tracks the worker by the pid it registers (the forked
 child); a caller that goes away (Ray killed the process it started) takes its child with it.
 """
 
@@ -42,23 +42,31 @@ from pathlib import Path
 SERVED_MODULES = ("fspo.training.main", "fspo.cli")
 RAY_WORKER_SCRIPT = os.path.join("ray", "_private", "workers", "default_worker.py")
 # What a server imports before it forks, per kind of request (see _request_kind).
-PRELOADS = {"module": SERVED_MODULES, "ray-worker": ("ray", "ray._private.worker", "verl")}
+# A Ray worker server imports the heavy libraries under verl (~8 of verl's ~10 s here) but not verl: verl's import
+# declares Ray actor classes (transfer_queue's), which seeds the C++ generator of Ray's task ids, and every worker
+# forked after that would give its threads the same task id (an async actor called from two such workers then
+# fails Ray's check `erased == 1`). Nothing imported here draws from it.
+PRELOADS = {
+    "module": SERVED_MODULES,
+    "ray-worker": ("ray", "ray._private.worker", "torch", "torch.distributed", "transformers", "tensordict"),
+}
 IMPORT_TIME_PREFIXES = (
     "HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "DATASETS", "SAFETENSORS", "TORCH", "PYTORCH", "CUDA", "NCCL",
     "NVIDIA", "OMP_", "MKL", "KMP_", "OPENBLAS", "GOTO", "VERL", "VLLM", "RAY_", "HYDRA", "WANDB", "PYTHON", "LD_",
     "PATH", "HOME", "XDG_", "TMP", "TEMP", "LANG", "LC_", "TZ", "USER", "NO_PROXY", "HTTP", "ACCELERATE",
 )  # fmt: skip
-# Seconds a server without children waits for a request. A Ray worker server holds ~400 MB and a suite makes one per
-# environment a cluster runs under, so it ends sooner: a later cluster pays one import (~10 s here) to start another.
+# Seconds a server without children waits for a request. A Ray worker server holds ~400 MB and serves one cluster
+# (it also ends with the cluster's raylet), so it ends sooner.
 IDLE_S = {"module": 600.0, "ray-worker": 180.0}
 _SHIM = """#!/bin/sh
 exec {python} -S {client} "$@"
 """
 
 
-# Set by Ray per run or per worker and read only when a worker runs (ray._private.process_watcher,
-# ray_logging.get_worker_log_file_name; verl's workers read the local rank), so workers differing in them share a server.
-PER_WORKER_RAY_VARIABLES = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_LOCAL_RANK", "RAY_LOCAL_WORLD_SIZE")
+# Set by verl per worker of a group and read only when the worker runs, so the workers of a group share a server.
+# RAY_RAYLET_PID and RAY_JOB_ID stay in the key: a worker forked from a server started under another cluster takes
+# that cluster's raylet for its own (Ray's core worker keeps the pid it read at import) and exits at once.
+PER_WORKER_RAY_VARIABLES = ("RAY_LOCAL_RANK", "RAY_LOCAL_WORLD_SIZE")
 
 
 def environment_key(env: dict[str, str]) -> str:
@@ -186,6 +194,15 @@ def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(data), fds
 
 
+def _fresh_random_state() -> None:
+    """Seed numpy's and torch's global generators from the OS, as each new process does (Python's ``random`` reseeds
+    itself at fork): forked siblings would otherwise draw the same numbers."""
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
+
+
 def _run_child(request: dict, fds: list[int], import_changes: dict[str, str | None]) -> None:
     """In the forked child: become ``python -m MODULE args`` or ``python -u SCRIPT args`` as the caller would have
     run it, then exit."""
@@ -205,6 +222,7 @@ def _run_child(request: dict, fds: list[int], import_changes: dict[str, str | No
             if argv[0] == "-u" and name != "stdin":  # unbuffered, as `python -u`
                 stream.reconfigure(write_through=True)
             setattr(sys, name, stream)
+        _fresh_random_state()
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -244,6 +262,7 @@ def _run_child(request: dict, fds: list[int], import_changes: dict[str, str | No
 
 def serve(path: Path, kind: str) -> None:
     owner = int(os.environ["FSPO_WARM_OWNER"])
+    raylet = int(os.environ.get("RAY_RAYLET_PID", "0"))  # a Ray worker server serves one cluster: it ends with it
     before = dict(os.environ)
     for module in PRELOADS[kind]:
         __import__(module)
@@ -296,7 +315,8 @@ def serve(path: Path, kind: str) -> None:
                 pass  # the caller is gone (killed at its timeout): nobody to tell
             finally:
                 connection.close()
-        if not children and (time.monotonic() - last > IDLE_S[kind] or not _alive(owner)):
+        idle = time.monotonic() - last > IDLE_S[kind]
+        if not children and (idle or not _alive(owner) or (raylet and not _alive(raylet))):
             listener.close()
             path.unlink(missing_ok=True)
             return

@@ -178,14 +178,18 @@ def test_no_ledger_no_file(tmp_path, monkeypatch):
 
 
 _RAY_DRIVER = """
-import json, os, sys, time
-import psutil, ray
+import json, os, sys, threading, time
+import numpy, psutil, ray, torch
 from fspo.training.run_ledger import _TreeCPU
 
-ray.init(
-    num_cpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-    runtime_env={"env_vars": {"FSPO_PROBE": "1"}},
-)
+def init():
+    ray.init(
+        num_cpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+        runtime_env={"env_vars": {"FSPO_PROBE": "1"}},
+    )
+
+
+init()
 
 
 @ray.remote(num_cpus=0)
@@ -193,7 +197,13 @@ class Probe:
     def facts(self):
         import verl  # noqa: F401 - a worker imports it as the trainer's do
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_JOB_ID", "RAY_RAYLET_PID")}
+        thread_task = []  # Ray gives a new thread a random task id: siblings forked from one server must differ
+        worker = threading.Thread(target=lambda: thread_task.append(ray.get_runtime_context().get_task_id()))
+        worker.start()
+        worker.join()
         return {"pid": os.getpid(), "ppid": os.getppid(), "own_group": os.getpgid(0) == os.getpid(),
+                "thread_task": thread_task[0], "numpy": int(numpy.random.randint(2**31)),
+                "torch_seed": torch.initial_seed(),
                 "argv0": sys.argv[0], "path0": sys.path[0], "cwd": os.getcwd(), "env": env}
 
     def die(self):
@@ -208,7 +218,8 @@ def start(**options):
 
 with _TreeCPU() as tree:
     cold, cold_facts, _ = start(runtime_env={"py_executable": sys.executable})
-    first, first_facts, _ = start()
+    first, sibling = Probe.remote(), Probe.remote()  # started together, as verl starts a worker group
+    first_facts, sibling_facts = ray.get([first.facts.remote(), sibling.facts.remote()])
     first.die.remote()
     time.sleep(2)
     second, second_facts, second_s = start()
@@ -217,10 +228,14 @@ shims = [p for p in raylet.children(recursive=True) if any("warm_python" in part
 for shim in shims:  # as Ray kills a worker's process: its forked child must go too
     shim.kill()
 time.sleep(3)
+second_alive = psutil.pid_exists(second_facts["pid"]) and psutil.Process(second_facts["pid"]).status() != "zombie"
+ray.shutdown()
+init()  # the same environment, another cluster
+_, next_facts, _ = start()
 print("RESULT", json.dumps({
-    "cold": cold_facts, "first": first_facts, "second": second_facts, "second_s": second_s,
+    "next": next_facts, "second_alive": second_alive,
+    "cold": cold_facts, "first": first_facts, "sibling": sibling_facts, "second": second_facts, "second_s": second_s,
     "counted": sorted(pid for pid, _ in tree._seen), "shims": len(shims),
-    "second_alive": psutil.pid_exists(second_facts["pid"]) and psutil.Process(second_facts["pid"]).status() != "zombie",
 }))
 """
 
@@ -228,7 +243,7 @@ print("RESULT", json.dumps({
 def test_ray_workers_forked_warm_start_as_cold_ones_and_go_with_the_process_ray_started(tmp_path, monkeypatch):
     """A worker forked from the warm server (tests/conftest.py sets the hook) sees what a cold one sees, is in a
     process group of its own (Ray kills a dead worker's group: the server and its other workers survive), is
-    counted by the ledger, and dies with the process Ray started for it."""
+    counted by the ledger, and dies with the process Ray started for it; the next cluster gets a server of its own."""
     monkeypatch.setenv("RAY_TMPDIR", str(Path(tempfile.mkdtemp(prefix="fspo-ray-", dir="/tmp"))))
     process = subprocess.run(
         [sys.executable, "-c", _RAY_DRIVER], capture_output=True, text=True, cwd=tmp_path, timeout=300
@@ -240,7 +255,14 @@ def test_ray_workers_forked_warm_start_as_cold_ones_and_go_with_the_process_ray_
     assert first["own_group"] and second["own_group"]
     for key in ("argv0", "path0", "cwd", "env"):
         assert first[key] == cold[key], key
+    sibling = facts["sibling"]
+    assert sibling["ppid"] == first["ppid"]
+    for key in ("thread_task", "numpy", "torch_seed"):  # drawn afresh in each worker, as in a cold one
+        assert first[key] != sibling[key], key
     assert first["env"]["FSPO_PROBE"] == "1"
     assert facts["second_s"] < 10, f"a warm worker took {facts['second_s']:.1f} s to answer"
     assert second["pid"] in facts["counted"]  # alive at the ledger's last sample (the first may die between two)
     assert facts["shims"] >= 1 and not facts["second_alive"]
+    # The next cluster's worker comes from a server of its own: one started under the first cluster would hand it
+    # that cluster's raylet, and the worker would exit at once.
+    assert facts["next"]["ppid"] != first["ppid"] and facts["next"]["env"]["FSPO_PROBE"] == "1"
