@@ -24,6 +24,7 @@ child); a caller that goes away (Ray killed the process it started) takes its ch
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -64,8 +65,8 @@ exec {python} -S {client} "$@"
 
 
 # Set by verl per worker of a group and read only when the worker runs, so the workers of a group share a server.
-# RAY_RAYLET_PID and RAY_JOB_ID stay in the key: a worker forked from a server started under another cluster takes
-# that cluster's raylet for its own (Ray's core worker keeps the pid it read at import) and exits at once.
+# RAY_RAYLET_PID and RAY_JOB_ID stay in the key: a worker forked from a server started under another cluster took
+# that cluster's raylet for its own ("the local raylet failed. Raylet pid: <the old one>") and exited at once.
 PER_WORKER_RAY_VARIABLES = ("RAY_LOCAL_RANK", "RAY_LOCAL_WORLD_SIZE")
 
 
@@ -276,14 +277,11 @@ def serve(path: Path, kind: str) -> None:
     while True:
         watched = [listener, *children.values()]
         ready, _, _ = select.select(watched, [], [], 0.05 if children else 0.5)
-        for pid, connection in children.items():
-            if (
-                connection in ready
-            ):  # its caller is gone (killed): so is the child, as the caller's own process would be
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        # A readable caller connection is a closed one (callers send nothing after the request): the caller was
+        # killed, and its child goes too, as the caller's own process would have.
+        for pid in [pid for pid, connection in children.items() if connection in ready]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         if listener in ready:
             connection, _ = listener.accept()
             request, fds = _receive(connection)
