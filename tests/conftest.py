@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fspo.training.run_ledger import LEDGER_ENV
-from fspo_testing.scheduling import ordered_by_cost, read_durations, shared_fixture_groups
+from fspo_testing.scheduling import ordered_by_cost, read_durations, share_the_cores, shared_fixture_groups
 from fspo_testing.warm_python import warm_ray_workers
 
 # Nothing may reach the Hugging Face hub from a test: every model and tokenizer is built locally.
@@ -20,6 +20,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Each xdist worker, and all it starts, computes on its share of the cores (fspo_testing/scheduling.py).
+share_the_cores()
 
 # Each xdist worker keeps its Ray clusters in a temp folder of its own (the controller's, which the workers
 # inherit, is replaced). `ray.init()` without an address joins the cluster named by

@@ -19,7 +19,13 @@ from hypothesis import strategies as st
 
 from fspo.training.run_ledger import LEDGER_ENV, ledger_entry
 from fspo_testing import build_cache
-from fspo_testing.scheduling import ordered_by_cost, shared_fixture_groups
+from fspo_testing.scheduling import (
+    THREAD_VARIABLES,
+    ordered_by_cost,
+    share_the_cores,
+    shared_fixture_groups,
+    threads_per_worker,
+)
 from fspo_testing.warm_python import environment_key, warm_python
 
 # --- scheduling: stand-ins carry exactly the attributes of a pytest item the scheduler reads ------------------------
@@ -94,6 +100,33 @@ _cached_slow_builder = build_cache.cached_build(_slow_builder)
 
 def _build_in_a_process(target: str) -> str:
     return str(_cached_slow_builder(target)["data"])
+
+
+@given(workers=st.integers(1, 64), cores=st.integers(1, 256))
+def test_workers_never_ask_for_more_threads_than_cores_and_each_gets_one(workers, cores):
+    threads = threads_per_worker(workers, cores)
+    assert threads >= 1
+    assert workers * threads <= cores or threads == 1
+
+
+def test_an_xdist_worker_and_what_it_starts_compute_on_its_share_and_a_users_setting_stays():
+    cores = len(os.sched_getaffinity(0))
+    env = {"PYTEST_XDIST_WORKER_COUNT": "2", "FSPO_CPU_THREADS": "3"}
+    assert share_the_cores(env) == max(1, cores // 2)
+    assert {name: env[name] for name in THREAD_VARIABLES} == {
+        "OMP_NUM_THREADS": str(max(1, cores // 2)),
+        "MKL_NUM_THREADS": str(max(1, cores // 2)),
+        "FSPO_CPU_THREADS": "3",
+    }
+    assert share_the_cores({}) is None  # not under xdist: torch's default
+    child = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert int(child.stdout) == max(1, cores // 2)
 
 
 def test_cached_build_builds_once_per_key_and_copies_with_paths_moved(tmp_path, monkeypatch):
