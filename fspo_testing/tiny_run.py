@@ -39,6 +39,28 @@ def _without_system_prompt(row: dict) -> dict:
     return {**row, "prompt": [m for m in row["prompt"] if m["role"] != "system"]}
 
 
+# verl pads every prompt to data.max_prompt_length, and the actor computes the model over every position, the
+# 151k-vocabulary projection included: a fixed 192 was twice the longest prompt of the tiny runs' data (90 tokens).
+PROMPT_LENGTH_STEP = 16
+
+
+def prompt_length_override(model: str | Path, *files: str | Path) -> str:
+    """``data.max_prompt_length`` for a run on ``files``: their longest prompt under ``model``'s chat template
+    (counted as verl's overlong-prompt filter counts it), plus :data:`PROMPT_LENGTH_STEP` tokens for template
+    arguments a recipe passes (Qwen3's ``enable_thinking``), rounded up to a multiple of it."""
+    from transformers import AutoTokenizer
+
+    from fspo.data.check import scan_file
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    longest = max(
+        max(scan_file(file, tokenizer=tokenizer, check_scorers=False, check_evidence=False).prompt_tokens)
+        for file in files
+    )
+    step = PROMPT_LENGTH_STEP
+    return f"data.max_prompt_length={-(-(longest + step) // step) * step}"
+
+
 def tiny_run_overrides(setup: dict, out: str | Path, steps: int) -> list[str]:
     """Hydra overrides for a small, fast CPU run on :func:`build_tiny_reasoner`'s output."""
     out = Path(out)
@@ -47,7 +69,7 @@ def tiny_run_overrides(setup: dict, out: str | Path, steps: int) -> list[str]:
         f"data.train_files={setup['train']}",
         f"data.val_files={setup['val']}",
         "data.train_batch_size=2",
-        "data.max_prompt_length=192",
+        prompt_length_override(setup["model"], setup["train"], setup["val"]),
         "data.max_response_length=40",
         "actor_rollout_ref.rollout.n=4",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",

@@ -54,7 +54,7 @@ CPU_REPLACEMENTS = [
 # Sizes of a twin: one step of 2 prompts on a tiny model. The recipes' sizes fit 4-8B models on 80 GB GPUs.
 TWIN_SIZES = [
     "data.train_batch_size=2",
-    "data.max_prompt_length=192",
+    "data.max_prompt_length=192",  # the end-to-end twins append their data's own (tiny_run.prompt_length_override)
     "data.max_response_length=40",
     "actor_rollout_ref.rollout.n=4",
     "actor_rollout_ref.actor.ppo_mini_batch_size=2",

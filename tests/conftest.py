@@ -36,6 +36,9 @@ if _WORKER or "RAY_TMPDIR" not in os.environ:
 # imported ray and verl once, instead of importing them afresh in each (~10 s each). servers_gone_run starts its
 # workers cold, as Ray does on a GPU node.
 warm_ray_workers()
+# Ray starts a worker per CPU for a cluster's first driver, ahead of any task. In a trainer run 3-4 of them stayed
+# ray::IDLE until the cluster ended (each a forked interpreter); with this off, none did and the twins still pass.
+os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 
 
 @pytest.fixture(scope="session")

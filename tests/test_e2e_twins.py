@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fspo_testing.tiny_run import run_logged
+from fspo_testing.tiny_run import prompt_length_override, run_logged
 from fspo_testing.twins import (
     FULL_FT_TWIN_LEARNING_RATE,
     RECIPE_FAMILIES,
@@ -70,7 +70,8 @@ def train_twin(recipe: str, out: Path, model: Path, inputs: dict, *extra: str, *
         "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl"),
         **env_vars,
     }
-    process = _run(twin_command(recipe, out, *extra), env, out / "train.log", timeout=1200)
+    prompt_length = prompt_length_override(model, inputs["train"], inputs["val"])
+    process = _run(twin_command(recipe, out, prompt_length, *extra), env, out / "train.log", timeout=1200)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     # Step 0 holds the validation before training (the recipes' val_before_train), merged into step 1's
     # record when the logger writes both under one step.
