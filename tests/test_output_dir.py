@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -203,6 +204,24 @@ def test_remove_and_move_never_leave_the_folder_nor_follow_a_link(tmp_path):
     assert (out / "a" / "b" / "new.txt").read_text() == "new"
 
 
+def _first_child_pid(pid: int) -> int | None:
+    """The first child process of ``pid`` (Linux's /proc), or None."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
+def _first_child_argv(pid: int) -> list[bytes]:
+    """The command line the first child of ``pid`` runs (its interpreter's until it execs), or []."""
+    child = _first_child_pid(pid)
+    try:
+        return Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[:-1] if child else []
+    except OSError:
+        return []
+
+
 def test_a_folder_has_one_writer_at_a_time_named_when_refused(tmp_path):
     """The folder's lock is held by another process (a real one: `python -m fspo.utils.output_dir hold`): a claim is
     refused up front naming its pid and command; it ends with that process and leaves no lock file behind."""
@@ -225,8 +244,11 @@ def test_a_folder_has_one_writer_at_a_time_named_when_refused(tmp_path):
         ]
     )
     try:
-        for _ in range(200):
-            if (out / LOCK).exists():
+        # Wait for the holder's command to run: the lock is then held and named, and no fork of the holder is left
+        # to outlive the kill below (a fork shares the lock until it execs). Waiting for the lock file alone, the lock
+        # outlived holder.wait() once in CI, under load.
+        for _ in range(400):
+            if _first_child_argv(holder.pid)[:1] == [b"sleep"]:
                 break
             time.sleep(0.05)
         with pytest.raises(
@@ -234,8 +256,11 @@ def test_a_folder_has_one_writer_at_a_time_named_when_refused(tmp_path):
         ):
             check_output_paths("--output-dir", out, ["train.parquet"], "fspo data synthetic")
     finally:
+        command = _first_child_pid(holder.pid)
         holder.kill()
         holder.wait()
+        if command:
+            os.kill(command, signal.SIGKILL)
     check_output_paths("--output-dir", out, ["train.parquet"], "fspo data synthetic")
     release_output_folders()
     assert not (out / LOCK).exists()
