@@ -17,9 +17,10 @@ for it (``FSPO_WARM_OWNER``) or after :data:`IDLE_S` seconds without a request o
 
 The same server starts Ray's workers (:func:`warm_ray_workers`): Ray runs ``py_executable default_worker.py ...`` for
 each worker, and with :func:`ray_runtime_env_hook` (``RAY_RUNTIME_ENV_HOOK``) that executable is this shim. A worker
-server has imported only libraries every worker imports cold (:data:`PRELOADS`), not verl: verl, its plugins (the CPU
-backend) and their registries load in each worker as in a cold one. Ray tracks the worker by the pid it registers (the forked
-child); a caller that goes away (Ray killed the process it started) takes its child with it.
+server has imported the libraries every worker imports (:data:`PRELOADS`), and for a trainer run's workers the task
+runner's module with verl and its plugins, Ray's random ids kept unseeded (:func:`_actor_class_ids_from_urandom`).
+Ray tracks the worker by the pid it registers (the forked child); a caller that goes away (Ray killed the process it
+started) takes its child with it.
 """
 
 from __future__ import annotations
@@ -43,14 +44,15 @@ from pathlib import Path
 SERVED_MODULES = ("fspo.training.main", "fspo.cli")
 RAY_WORKER_SCRIPT = os.path.join("ray", "_private", "workers", "default_worker.py")
 # What a server imports before it forks, per kind of request (see _request_kind).
-# A Ray worker server imports the heavy libraries under verl (~8 of verl's ~10 s here) but not verl: verl's import
-# declares Ray actor classes (transfer_queue's), which seeds the C++ generator of Ray's task ids, and every worker
-# forked after that would give its threads the same task id (an async actor called from two such workers then
-# fails Ray's check `erased == 1`). Nothing imported here draws from it.
 PRELOADS = {
     "module": SERVED_MODULES,
     "ray-worker": ("ray", "ray._private.worker", "torch", "torch.distributed", "transformers", "tensordict"),
 }
+# A trainer run's Ray workers (task runner, FSDP workers, rollout and reward servers) each import the task runner's
+# module and verl with it, ~3 s on top of torch: their server imports it first. The runtime env hook marks a trainer
+# run's workers (a driver that imported the module), so a cluster of verifier actors alone does not pay for it.
+TRAINER_MODULE = "fspo.training.main"
+PRELOAD_ENV = "FSPO_WARM_PRELOAD"
 IMPORT_TIME_PREFIXES = (
     "HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "DATASETS", "SAFETENSORS", "TORCH", "PYTORCH", "CUDA", "NCCL",
     "NVIDIA", "OMP_", "MKL", "KMP_", "OPENBLAS", "GOTO", "VERL", "VLLM", "RAY_", "HYDRA", "WANDB", "PYTHON", "LD_",
@@ -75,7 +77,7 @@ def environment_key(env: dict[str, str]) -> str:
     kept = sorted(
         (k, v)
         for k, v in env.items()
-        if k.upper().startswith(IMPORT_TIME_PREFIXES) and k not in PER_WORKER_RAY_VARIABLES
+        if (k.upper().startswith(IMPORT_TIME_PREFIXES) and k not in PER_WORKER_RAY_VARIABLES) or k == PRELOAD_ENV
     )
     return hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:20]
 
@@ -99,12 +101,21 @@ def warm_ray_workers() -> None:
 
 def ray_runtime_env_hook(runtime_env: dict | None) -> dict:
     """Ray's ``RAY_RUNTIME_ENV_HOOK``: the job's workers run under the warm shim, unless the job names its own
-    interpreter (verl's ``ray_kwargs.ray_init.runtime_env.py_executable``; null is Ray's default)."""
+    interpreter (verl's ``ray_kwargs.ray_init.runtime_env.py_executable``; null is Ray's default). A trainer run's
+    workers are marked for a server that has imported its task runner (:data:`TRAINER_MODULE`)."""
     runtime_env = dict(runtime_env or {})
     shim = os.environ.get("FSPO_WARM_PYTHON")
     if shim and os.environ.get("FSPO_WARM_OWNER") and runtime_env.get("py_executable") is None:
         runtime_env["py_executable"] = shim
+        if _driver_runs_the_trainer():
+            runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), PRELOAD_ENV: TRAINER_MODULE}
     return runtime_env
+
+
+def _driver_runs_the_trainer() -> bool:
+    """Whether this process imported :data:`TRAINER_MODULE` or runs it (``python -m``: it is ``__main__``)."""
+    modules = (sys.modules.get("__main__"), sys.modules.get(TRAINER_MODULE))
+    return any(getattr(getattr(module, "__spec__", None), "name", None) == TRAINER_MODULE for module in modules)
 
 
 # --- the client: what the shim runs (``python -S``, so it must import nothing heavy) ------------------------------
@@ -261,12 +272,38 @@ def _run_child(request: dict, fds: list[int], import_changes: dict[str, str | No
         os._exit(code)
 
 
+@contextlib.contextmanager
+def _actor_class_ids_from_urandom():
+    """Within the block, ``ray.remote`` on a class draws its id from ``os.urandom``, not from Ray's C++ generator.
+
+    That generator is one per process, seeded at its first draw; ``ray.remote`` at import (verl declares actor
+    classes, transfer_queue's among them) is a draw. Seeded in the server, every forked worker would draw the same
+    task ids (an async actor called from two such workers failed Ray's check ``erased == 1``); unseeded, each worker
+    seeds its own. Class ids only need to be unique, and 28 random bytes are."""
+    import ray.actor
+
+    real = ray.actor.ActorClassID
+
+    class ActorClassIDFromURandom:
+        @staticmethod
+        def from_random():
+            return real.from_binary(os.urandom(real.size()))
+
+    ray.actor.ActorClassID = ActorClassIDFromURandom
+    try:
+        yield
+    finally:
+        ray.actor.ActorClassID = real
+
+
 def serve(path: Path, kind: str) -> None:
     owner = int(os.environ["FSPO_WARM_OWNER"])
     raylet = int(os.environ.get("RAY_RAYLET_PID", "0"))  # a Ray worker server serves one cluster: it ends with it
     before = dict(os.environ)
-    for module in PRELOADS[kind]:
-        __import__(module)
+    extra = (os.environ[PRELOAD_ENV],) if kind == "ray-worker" and os.environ.get(PRELOAD_ENV) == TRAINER_MODULE else ()
+    with _actor_class_ids_from_urandom() if extra else contextlib.nullcontext():
+        for module in (*PRELOADS[kind], *extra):
+            __import__(module)
     import_changes = {k: v for k, v in os.environ.items() if before.get(k) != v}
     import_changes.update({k: None for k in before if k not in os.environ})
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -26,7 +26,13 @@ from fspo_testing.scheduling import (
     shared_fixture_groups,
     threads_per_worker,
 )
-from fspo_testing.warm_python import environment_key, warm_python
+from fspo_testing.warm_python import (
+    PRELOAD_ENV,
+    TRAINER_MODULE,
+    environment_key,
+    ray_runtime_env_hook,
+    warm_python,
+)
 
 # --- scheduling: stand-ins carry exactly the attributes of a pytest item the scheduler reads ------------------------
 
@@ -182,6 +188,24 @@ def test_a_warm_dry_run_answers_as_a_cold_interpreter_does(tmp_path):
     assert served_s < 30, f"a served dry run took {served_s:.1f} s"
 
 
+def test_only_a_trainer_runs_workers_are_marked_for_a_server_that_imported_verl(monkeypatch):
+    import importlib.machinery
+    import types
+
+    monkeypatch.setenv("FSPO_WARM_PYTHON", "/shim")
+    monkeypatch.setenv("FSPO_WARM_OWNER", "1")
+    monkeypatch.delitem(sys.modules, TRAINER_MODULE, raising=False)
+    given_env = {"env_vars": {"A": "1"}}
+    assert ray_runtime_env_hook(given_env) == {"env_vars": {"A": "1"}, "py_executable": "/shim"}
+    main = types.ModuleType("__main__")  # `python -m fspo.training.main`
+    main.__spec__ = importlib.machinery.ModuleSpec(TRAINER_MODULE, None)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    marked = ray_runtime_env_hook(given_env)
+    assert marked["env_vars"] == {"A": "1", PRELOAD_ENV: TRAINER_MODULE} and given_env == {"env_vars": {"A": "1"}}
+    assert environment_key(marked["env_vars"]) != environment_key(given_env["env_vars"])
+    assert ray_runtime_env_hook({"py_executable": "/own"}) == {"py_executable": "/own"}  # a job's own interpreter
+
+
 # --- the ledger ----------------------------------------------------------------------------------------------------
 
 
@@ -218,7 +242,8 @@ from fspo.training.run_ledger import _TreeCPU
 def init():
     ray.init(
         num_cpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-        runtime_env={"env_vars": {"FSPO_PROBE": "1"}},
+        # As the hook marks a trainer run's workers: their server imports verl (and declares its actor classes) first.
+        runtime_env={"env_vars": {"FSPO_PROBE": "1", "FSPO_WARM_PRELOAD": "fspo.training.main"}},
     )
 
 
@@ -228,7 +253,8 @@ init()
 @ray.remote(num_cpus=0)
 class Probe:
     def facts(self):
-        import verl  # noqa: F401 - a worker imports it as the trainer's do
+        verl_before = "verl" in sys.modules
+        import verl.workers.engine  # noqa: F401 - as the trainer's workers do (it sets TORCH_CUDA_ARCH_LIST)
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_JOB_ID", "RAY_RAYLET_PID")}
         thread_task = []  # Ray gives a new thread a random task id: siblings forked from one server must differ
         worker = threading.Thread(target=lambda: thread_task.append(ray.get_runtime_context().get_task_id()))
@@ -236,7 +262,8 @@ class Probe:
         worker.join()
         return {"pid": os.getpid(), "ppid": os.getppid(), "own_group": os.getpgid(0) == os.getpid(),
                 "thread_task": thread_task[0], "numpy": int(numpy.random.randint(2**31)),
-                "torch_seed": torch.initial_seed(),
+                "torch_seed": torch.initial_seed(), "verl_before": verl_before,
+                "random_id": ray.ActorClassID.from_random().hex(),
                 "argv0": sys.argv[0], "path0": sys.path[0], "cwd": os.getcwd(), "env": env}
 
     def die(self):
@@ -274,7 +301,8 @@ print("RESULT", json.dumps({
 
 
 def test_ray_workers_forked_warm_start_as_cold_ones_and_go_with_the_process_ray_started(tmp_path, monkeypatch):
-    """A worker forked from the warm server (tests/conftest.py sets the hook) sees what a cold one sees, is in a
+    """A worker forked from the warm server (tests/conftest.py sets the hook), one that imported verl before forking
+    as a trainer run's does, sees what a cold one sees and draws its own random ids, is in a
     process group of its own (Ray kills a dead worker's group: the server and its other workers survive), is
     counted by the ledger, and dies with the process Ray started for it; the next cluster gets a server of its own."""
     monkeypatch.setenv("RAY_TMPDIR", str(Path(tempfile.mkdtemp(prefix="fspo-ray-", dir="/tmp"))))
@@ -290,9 +318,10 @@ def test_ray_workers_forked_warm_start_as_cold_ones_and_go_with_the_process_ray_
         assert first[key] == cold[key], key
     sibling = facts["sibling"]
     assert sibling["ppid"] == first["ppid"]
-    for key in ("thread_task", "numpy", "torch_seed"):  # drawn afresh in each worker, as in a cold one
+    for key in ("thread_task", "random_id", "numpy", "torch_seed"):  # drawn afresh in each worker, as in a cold one
         assert first[key] != sibling[key], key
     assert first["env"]["FSPO_PROBE"] == "1"
+    assert first["verl_before"] and not cold["verl_before"]  # the server had imported it; siblings' ids still differ
     assert facts["second_s"] < 10, f"a warm worker took {facts['second_s']:.1f} s to answer"
     assert second["pid"] in facts["counted"]  # alive at the ledger's last sample (the first may die between two)
     assert facts["shims"] >= 1 and not facts["second_alive"]
