@@ -66,6 +66,9 @@ exec {python} -S {client} "$@"
 """
 
 
+# Read only when called (verl's file logger reads its path as a run starts its tracker), so runs that log to different
+# files share a server.
+READ_WHEN_CALLED = ("VERL_FILE_LOGGER_PATH",)
 # Set by verl per worker of a group and read only when the worker runs, so the workers of a group share a server.
 # RAY_RAYLET_PID and RAY_JOB_ID stay in the key: a worker forked from a server started under another cluster took
 # that cluster's raylet for its own ("the local raylet failed. Raylet pid: <the old one>") and exited at once.
@@ -77,7 +80,8 @@ def environment_key(env: dict[str, str]) -> str:
     kept = sorted(
         (k, v)
         for k, v in env.items()
-        if (k.upper().startswith(IMPORT_TIME_PREFIXES) and k not in PER_WORKER_RAY_VARIABLES) or k == PRELOAD_ENV
+        if (k.upper().startswith(IMPORT_TIME_PREFIXES) and k not in (*PER_WORKER_RAY_VARIABLES, *READ_WHEN_CALLED))
+        or k == PRELOAD_ENV
     )
     return hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:20]
 
@@ -277,7 +281,7 @@ def _actor_class_ids_from_urandom():
     """Within the block, ``ray.remote`` on a class draws its id from ``os.urandom``, not from Ray's C++ generator.
 
     That generator is one per process, seeded at its first draw; ``ray.remote`` at import (verl declares actor
-    classes, transfer_queue's among them) is a draw. Seeded in the server, every forked worker would draw the same
+    classes, transfer_queue's among them) is a draw. Seeded in the server, every forked process would draw the same
     task ids (an async actor called from two such workers failed Ray's check ``erased == 1``); unseeded, each worker
     seeds its own. Class ids only need to be unique, and 28 random bytes are."""
     import ray.actor
@@ -301,7 +305,7 @@ def serve(path: Path, kind: str) -> None:
     raylet = int(os.environ.get("RAY_RAYLET_PID", "0"))  # a Ray worker server serves one cluster: it ends with it
     before = dict(os.environ)
     extra = (os.environ[PRELOAD_ENV],) if kind == "ray-worker" and os.environ.get(PRELOAD_ENV) == TRAINER_MODULE else ()
-    with _actor_class_ids_from_urandom() if extra else contextlib.nullcontext():
+    with _actor_class_ids_from_urandom():
         for module in (*PRELOADS[kind], *extra):
             __import__(module)
     import_changes = {k: v for k, v in os.environ.items() if before.get(k) != v}

@@ -168,6 +168,7 @@ def test_concurrent_builders_of_one_key_build_once(tmp_path, monkeypatch):
 def test_the_servers_key_follows_only_what_imports_may_read():
     base = {"PATH": "/bin", "HF_HUB_CACHE": "/a", "FSPO_DRY_RUN": "1", "MODEL_PATH": "/m"}
     assert environment_key(base) == environment_key({**base, "FSPO_DRY_RUN": "0", "MODEL_PATH": "/other"})
+    assert environment_key(base) == environment_key({**base, "VERL_FILE_LOGGER_PATH": "/run/metrics.jsonl"})
     assert environment_key(base) != environment_key({**base, "HF_HUB_CACHE": "/b"})
     assert environment_key(base) != environment_key({**base, "VERL_PLATFORM": "cpu"})
 
