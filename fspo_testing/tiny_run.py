@@ -7,6 +7,7 @@ Everything is built locally (no download).
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from pathlib import Path
 
@@ -48,17 +49,25 @@ def prompt_length_override(model: str | Path, *files: str | Path) -> str:
     """``data.max_prompt_length`` for a run on ``files``: their longest prompt under ``model``'s chat template
     (counted as verl's overlong-prompt filter counts it), plus :data:`PROMPT_LENGTH_STEP` tokens for template
     arguments a recipe passes (Qwen3's ``enable_thinking``), rounded up to a multiple of it."""
+    versions = tuple((str(file), Path(file).stat().st_mtime_ns) for file in files)  # a rewritten file is counted again
+    longest = _longest_prompt(str(model), versions)
+    step = PROMPT_LENGTH_STEP
+    return f"data.max_prompt_length={-(-(longest + step) // step) * step}"
+
+
+@functools.cache
+def _longest_prompt(model: str, versions: tuple[tuple[str, int], ...]) -> int:
+    """Tokens in the longest prompt of the files (``versions``: path, modification time) under ``model``'s template;
+    one count per model and files in a test process (a tokenizer load and a read, ~1 s each time)."""
     from transformers import AutoTokenizer
 
     from fspo.data.check import scan_file
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
-    longest = max(
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    return max(
         max(scan_file(file, tokenizer=tokenizer, check_scorers=False, check_evidence=False).prompt_tokens)
-        for file in files
+        for file, _ in versions
     )
-    step = PROMPT_LENGTH_STEP
-    return f"data.max_prompt_length={-(-(longest + step) // step) * step}"
 
 
 def tiny_run_overrides(setup: dict, out: str | Path, steps: int) -> list[str]:

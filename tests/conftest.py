@@ -13,7 +13,7 @@ import pytest
 
 from fspo.training.run_ledger import LEDGER_ENV
 from fspo_testing.scheduling import ordered_by_cost, read_durations, share_the_cores, shared_fixture_groups
-from fspo_testing.warm_python import warm_ray_workers
+from fspo_testing.warm_python import warm_python, warm_ray_workers
 
 # Nothing may reach the Hugging Face hub from a test: every model and tokenizer is built locally.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -89,7 +89,7 @@ def grpo_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
         ]
 
     out = tmp_path_factory.mktemp("grpo_run")
-    first = launch(first_overrides(out), out / "first.log", out / "first.jsonl")
+    first = launch(first_overrides(out), out / "first.log", out / "first.jsonl", python=warm_python())
     resumed = launch(
         [
             *base(out, steps=2),
@@ -99,6 +99,7 @@ def grpo_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
         ],
         out / "resumed.log",
         out / "resumed.jsonl",
+        python=warm_python(),
     )
     return {
         "out": out,

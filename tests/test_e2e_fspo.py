@@ -15,6 +15,7 @@ import torch
 
 from fspo.quickstart.launch import launch
 from fspo_testing.tiny_run import tiny_run_overrides
+from fspo_testing.warm_python import warm_python
 
 pytestmark = pytest.mark.e2e
 
@@ -81,7 +82,7 @@ def test_colocate_async_reinforce_plus_plus_on_two_logical_gpus_with_colocated_v
         "fspo.verifier.name=embedding",
         "fspo.verifier.placement=colocated",
     ]
-    records = launch(overrides, tmp_path / "run.log", tmp_path / "run.jsonl")
+    records = launch(overrides, tmp_path / "run.log", tmp_path / "run.jsonl", python=warm_python())
     log = (tmp_path / "run.log").read_text()
     assert "fspo: trainer FSPOPPOTrainerColocateAsync (trainer.v1.trainer_mode=colocate_async)" in log
     assert [record["step"] for record in records] == [1, 2]

@@ -20,9 +20,12 @@ STEPS = 2  # grpo_run's first run
 def seeded_runs(grpo_run, tmp_path_factory):
     """``grpo_run``'s first run and a second launch of its overrides (one more Ray start and tiny run)."""
     from fspo.quickstart.launch import launch
+    from fspo_testing.warm_python import warm_python
 
     again = tmp_path_factory.mktemp("reproducible")
-    records = launch(grpo_run["first_overrides"](again), again / "first.log", again / "first.jsonl")
+    records = launch(
+        grpo_run["first_overrides"](again), again / "first.log", again / "first.jsonl", python=warm_python()
+    )
     return {
         "first": {"records": grpo_run["first"], "out": grpo_run["out"]},
         "again": {"records": records, "out": again},

@@ -24,12 +24,14 @@ def launch(
     timeout: int = 1800,
     on_step: Callable[[dict], None] | None = None,
     on_poll: Callable[[], None] | None = None,
+    python: str = sys.executable,
 ) -> list[dict]:
     """Run ``python -m fspo.training.main`` with ``overrides``; return the metrics it logged, one dict per step.
 
     Each record is ``{"step": N, "data": {metric: value}}`` from verl's file logger; ``on_step`` is
     called with each record as soon as the trainer writes it, ``on_poll`` about once a second while it
-    runs (to report progress from its log). Raises ``RuntimeError`` with the end
+    runs (to report progress from its log). ``python`` is the interpreter (this one by default; the tests
+    pass one that forks from a process that imported the trainer). Raises ``RuntimeError`` with the end
     of the log when the run fails or outlasts ``timeout`` seconds.
     """
     log_path, metrics_path = Path(log_path), Path(metrics_path)
@@ -39,7 +41,7 @@ def launch(
     deadline = time.monotonic() + timeout
     with open(log_path, "w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "fspo.training.main", "trainer.logger=[console,file]", *overrides],
+            [python, "-m", "fspo.training.main", "trainer.logger=[console,file]", *overrides],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
