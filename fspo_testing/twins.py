@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fspo_testing.warm_python import warm_python
+
 REPO = Path(__file__).resolve().parents[1]
 
 # The recipe -> its model family (what the tiny model is built as).
@@ -150,12 +152,13 @@ def stored_in_bf16(model_dir: Path) -> Path:
 
 
 def twin_env(model: str | Path, train: str | Path, val: str | Path, hub_cache: str | Path) -> dict[str, str]:
-    """The environment a twin runs under: the recipe's paths pointed at tiny local files, one logical GPU."""
+    """The environment a twin runs under: the recipe's paths pointed at tiny local files, one logical GPU, and the
+    recipe's ``PYTHON`` the warm shim (its trainer driver or dry run forks from an interpreter that imported it once)."""
     venv_bin = Path(sys.executable).parent
     return {
         **os.environ,
         "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PYTHON": sys.executable,
+        "PYTHON": warm_python(),
         "PYTHONUNBUFFERED": "1",
         "MODEL_PATH": str(model),
         "TRAIN_FILES": str(train),

@@ -304,9 +304,9 @@ def serve(path: Path, kind: str) -> None:
     owner = int(os.environ["FSPO_WARM_OWNER"])
     raylet = int(os.environ.get("RAY_RAYLET_PID", "0"))  # a Ray worker server serves one cluster: it ends with it
     before = dict(os.environ)
-    extra = (os.environ[PRELOAD_ENV],) if kind == "ray-worker" and os.environ.get(PRELOAD_ENV) == TRAINER_MODULE else ()
+    trainer = kind == "ray-worker" and os.environ.get(PRELOAD_ENV) == TRAINER_MODULE
     with _actor_class_ids_from_urandom():
-        for module in (*PRELOADS[kind], *extra):
+        for module in (*PRELOADS[kind], *((TRAINER_MODULE,) if trainer else ())):
             __import__(module)
     import_changes = {k: v for k, v in os.environ.items() if before.get(k) != v}
     import_changes.update({k: None for k in before if k not in os.environ})

@@ -25,7 +25,6 @@ from fspo_testing.twins import (
     twin_command,
     twin_env,
 )
-from fspo_testing.warm_python import warm_python
 
 pytestmark = pytest.mark.e2e
 
@@ -69,7 +68,6 @@ def train_twin(recipe: str, out: Path, model: Path, inputs: dict, *extra: str, *
     env = {
         **twin_env(model, inputs["train"], inputs["val"], inputs["hub_cache"]),
         "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl"),
-        "PYTHON": warm_python(),  # the recipe's trainer driver forks from an interpreter that imported it once
         **env_vars,
     }
     prompt_length = prompt_length_override(model, inputs["train"], inputs["val"])

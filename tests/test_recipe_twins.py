@@ -17,7 +17,6 @@ import pytest
 import yaml
 
 from fspo_testing.twins import RECIPE_FAMILIES, REPO, twin_command, twin_env, twin_overrides
-from fspo_testing.warm_python import warm_python
 
 # Keys verl fills from others (a mirror of a size, the disabled critic, the unused teacher, the platform's env var).
 DERIVED = (
@@ -57,7 +56,7 @@ def cpu_preset_keys() -> set[str]:
 def dry_run(command: list[str], env: dict[str, str]) -> dict:
     process = subprocess.run(
         command,
-        env={**env, "FSPO_DRY_RUN": "1", "PYTHON": warm_python()},
+        env={**env, "FSPO_DRY_RUN": "1"},
         cwd=REPO,
         capture_output=True,
         text=True,
