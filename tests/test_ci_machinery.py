@@ -288,8 +288,19 @@ raylet = next(p for p in psutil.Process().children(recursive=True) if p.name() =
 shims = [p for p in raylet.children(recursive=True) if any("warm_python" in part for part in p.cmdline())]
 for shim in shims:  # as Ray kills a worker's process: its forked child must go too
     shim.kill()
-time.sleep(3)
-second_alive = psutil.pid_exists(second_facts["pid"]) and psutil.Process(second_facts["pid"]).status() != "zombie"
+def alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# The server sees a killed caller at its next poll (0.05 s); a loaded machine (CI ran it beside a trainer run and
+# missed a fixed 3 s once) may delay that, never forever.
+deadline = time.monotonic() + 30
+while alive(second_facts["pid"]) and time.monotonic() < deadline:
+    time.sleep(0.1)
+second_alive = alive(second_facts["pid"])
 ray.shutdown()
 init()  # the same environment, another cluster
 _, next_facts, _ = start()
