@@ -43,10 +43,16 @@ from pathlib import Path
 
 SERVED_MODULES = ("fspo.training.main", "fspo.cli")
 RAY_WORKER_SCRIPT = os.path.join("ray", "_private", "workers", "default_worker.py")
+# Ray starts every worker of a job with a runtime env (verl's jobs have one) as `python setup_worker.py ...`, which
+# imports ray (~0.7 CPU-s) to apply the env and exec the worker's interpreter. A test cluster's raylet runs
+# SETUP_WORKER_STAND_IN in its place: it has the same script run, forked from a server that imported ray once.
+RAY_SETUP_SCRIPT = os.path.join("ray", "_private", "workers", "setup_worker.py")
+SETUP_WORKER_STAND_IN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_setup_worker.py")
 # What a server imports before it forks, per kind of request (see _request_kind).
 PRELOADS = {
     "module": SERVED_MODULES,
     "ray-worker": ("ray", "ray._private.worker", "torch", "torch.distributed", "transformers", "tensordict"),
+    "ray-setup": ("ray._private.ray_logging", "ray._private.runtime_env.context", "ray.core.generated.common_pb2"),
 }
 # A trainer run's Ray workers (task runner, FSDP workers, rollout and reward servers) each import the task runner's
 # module and verl with it, ~3 s on top of torch: their server imports it first. The runtime env hook marks a trainer
@@ -60,7 +66,7 @@ IMPORT_TIME_PREFIXES = (
 )  # fmt: skip
 # Seconds a server without children waits for a request. A Ray worker server holds ~400 MB and serves one cluster
 # (it also ends with the cluster's raylet), so it ends sooner.
-IDLE_S = {"module": 600.0, "ray-worker": 180.0}
+IDLE_S = {"module": 600.0, "ray-worker": 180.0, "ray-setup": 180.0}
 _SHIM = """#!/bin/sh
 exec {python} -S {client} "$@"
 """
@@ -109,11 +115,34 @@ def ray_runtime_env_hook(runtime_env: dict | None) -> dict:
     workers are marked for a server that has imported its task runner (:data:`TRAINER_MODULE`)."""
     runtime_env = dict(runtime_env or {})
     shim = os.environ.get("FSPO_WARM_PYTHON")
-    if shim and os.environ.get("FSPO_WARM_OWNER") and runtime_env.get("py_executable") is None:
-        runtime_env["py_executable"] = shim
-        if _driver_runs_the_trainer():
-            runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), PRELOAD_ENV: TRAINER_MODULE}
+    if shim and os.environ.get("FSPO_WARM_OWNER"):
+        _setup_workers_forked()
+        if runtime_env.get("py_executable") is None:
+            runtime_env["py_executable"] = shim
+            if _driver_runs_the_trainer():
+                runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), PRELOAD_ENV: TRAINER_MODULE}
     return runtime_env
+
+
+def _setup_workers_forked() -> None:
+    """Clusters this process starts from now on run :data:`SETUP_WORKER_STAND_IN` in place of Ray's setup_worker.py.
+
+    The hook runs in ``ray.init`` before it starts a cluster; Ray takes the script's path from ``RayParams``, which
+    ``ray.init`` builds without one (Ray's default fills it in)."""
+    from ray._private import parameter
+
+    init = parameter.RayParams.__init__
+    if getattr(init, "setup_worker_stand_in", False):
+        return
+
+    @functools.wraps(init)
+    def with_stand_in(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if self.setup_worker_path is None:
+            self.setup_worker_path = SETUP_WORKER_STAND_IN
+
+    with_stand_in.setup_worker_stand_in = True
+    parameter.RayParams.__init__ = with_stand_in
 
 
 def _driver_runs_the_trainer() -> bool:
@@ -142,12 +171,15 @@ def _connect(path: Path, deadline: float) -> socket.socket | None:
 
 
 def _request_kind(argv: list[str]) -> str | None:
-    """``module`` for ``-m`` one of :data:`SERVED_MODULES`, ``ray-worker`` for Ray's worker script, else None (cold)."""
+    """``module`` for ``-m`` one of :data:`SERVED_MODULES`, ``ray-worker`` for Ray's worker script, ``ray-setup`` for
+    its setup script, else None (cold)."""
     if len(argv) >= 2 and argv[0] == "-m" and argv[1] in SERVED_MODULES:
         return "module"
     script = argv[1:2] if argv[:1] == ["-u"] else argv[:1]  # Ray runs `py_executable default_worker.py ...`
     if script and script[0].endswith(RAY_WORKER_SCRIPT):
         return "ray-worker"
+    if script and script[0].endswith(RAY_SETUP_SCRIPT):
+        return "ray-setup"
     return None
 
 

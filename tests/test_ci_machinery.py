@@ -265,7 +265,8 @@ class Probe:
                 "thread_task": thread_task[0], "numpy": int(numpy.random.randint(2**31)),
                 "torch_seed": torch.initial_seed(), "verl_before": verl_before,
                 "random_id": ray.ActorClassID.from_random().hex(),
-                "argv0": sys.argv[0], "path0": sys.path[0], "cwd": os.getcwd(), "env": env}
+                "argv0": sys.argv[0], "path0": sys.path[0], "cwd": os.getcwd(), "env": env,
+                "parent": " ".join(psutil.Process(os.getppid()).cmdline())}
 
     def die(self):
         os._exit(3)
@@ -314,7 +315,7 @@ print("RESULT", json.dumps({
 
 def test_ray_workers_forked_warm_start_as_cold_ones_and_go_with_the_process_ray_started(tmp_path, monkeypatch):
     """A worker forked from the warm server (tests/conftest.py sets the hook), one that imported verl before forking
-    as a trainer run's does, sees what a cold one sees and draws its own random ids, is in a
+    as a trainer run's does, after Ray's setup step forked from a server of its own, sees what a cold one sees and draws its own random ids, is in a
     process group of its own (Ray kills a dead worker's group: the server and its other workers survive), is
     counted by the ledger, and dies with the process Ray started for it; the next cluster gets a server of its own."""
     monkeypatch.setenv("RAY_TMPDIR", str(Path(tempfile.mkdtemp(prefix="fspo-ray-", dir="/tmp"))))
@@ -325,6 +326,9 @@ def test_ray_workers_forked_warm_start_as_cold_ones_and_go_with_the_process_ray_
     facts = json.loads(process.stdout.split("RESULT ", 1)[1].splitlines()[0])
     cold, first, second = facts["cold"], facts["first"], facts["second"]
     assert first["ppid"] == second["ppid"] != cold["ppid"]  # one server forked both; it outlived the first's death
+    # Ray's setup step (setup_worker.py, which execs the worker's interpreter) ran forked for the cold one too.
+    assert "--serve" in cold["parent"] and "ray-setup-" in cold["parent"], cold["parent"]
+    assert "--serve" in first["parent"] and "ray-worker-" in first["parent"], first["parent"]
     assert first["own_group"] and second["own_group"]
     for key in ("argv0", "path0", "cwd", "env"):
         assert first[key] == cold[key], key
