@@ -344,3 +344,13 @@ def test_ray_workers_forked_warm_start_as_cold_ones_and_go_with_the_process_ray_
     # The next cluster's worker comes from a server of its own: one started under the first cluster would hand it
     # that cluster's raylet, and the worker would exit at once.
     assert facts["next"]["ppid"] != first["ppid"] and facts["next"]["env"]["FSPO_PROBE"] == "1"
+
+
+def test_the_installed_libraries_come_with_their_bytecode():
+    """scripts/setup.sh compiles bytecode as it installs (uv's --compile-bytecode): under PYTHONDONTWRITEBYTECODE,
+    which CI's machines set, a library without it is compiled afresh in every process that imports it."""
+    import importlib.util
+
+    for name in ("transformers", "verl", "ray"):
+        origin = importlib.util.find_spec(name).origin
+        assert Path(importlib.util.cache_from_source(origin)).is_file(), f"{name} was installed without bytecode"
