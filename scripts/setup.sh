@@ -47,10 +47,10 @@ python -m pip install --quiet --upgrade pip
 # uv installs what pip resolves to, fetching and unpacking in parallel: a fresh `setup.sh test` took 98 s, against
 # 153 s with pip alone. It compiles the bytecode, as pip does: an environment with PYTHONDONTWRITEBYTECODE would
 # otherwise compile every module at every start. It reads no pip configuration (a private index in pip.conf, say);
-# where it fails, pip installs.
-[ -n "$dry_run" ] || python -m pip install --quiet uv || true
+# where it fails, pip installs. A GPU install stays with pip: the GPU dry run (below) checks what pip resolves.
+[ -n "$dry_run" ] || [ "$target_set" != cpu ] || python -m pip install --quiet uv || true
 
-# pip install (through uv where it works), or in a dry run pip's resolution only, reported to
+# pip install (on a CPU machine through uv where it works), or in a dry run pip's resolution only, reported to
 # $dry_run/<step>.json. fast-deps reads a wheel's metadata with HTTP range requests where the index does not
 # serve it apart (PEP 658), so the dry run does not download the CUDA wheels (gigabytes). The CPU torch step
 # stays with pip: pip's configuration may name where that build lies.
@@ -59,7 +59,8 @@ pip_install() {
   shift
   if [ -n "$dry_run" ]; then
     python -m pip install --quiet --dry-run --report "$dry_run/$step.json" --use-feature=fast-deps "$@"
-  elif [ "$step" != cpu-torch ] && [ -x "$venv/bin/uv" ] && "$venv/bin/uv" pip install --quiet --compile-bytecode --python "$venv/bin/python" "$@"; then
+  elif [ "$target_set" = cpu ] && [ "$step" != cpu-torch ] && [ -x "$venv/bin/uv" ] \
+      && "$venv/bin/uv" pip install --quiet --compile-bytecode --python "$venv/bin/python" "$@"; then
     :
   else
     python -m pip install --quiet "$@"

@@ -286,8 +286,10 @@ with _TreeCPU() as tree:
     time.sleep(2)
     second, second_facts, second_s = start()
 raylet = next(p for p in psutil.Process().children(recursive=True) if p.name() == "raylet")
-shims = [p for p in raylet.children(recursive=True) if any("warm_python" in part for part in p.cmdline())]
-for shim in shims:  # as Ray kills a worker's process: its forked child must go too
+# The processes Ray started (the setup step's stand-in, which became the worker's shim's caller): killing them, as
+# Ray kills a worker's process, must take the forked setup step, its shim and the forked worker with them.
+shims = [p for p in raylet.children() if any("warm_" in part for part in p.cmdline())]
+for shim in shims:
     shim.kill()
 def alive(pid):
     try:
