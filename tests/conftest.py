@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fspo.training.run_ledger import LEDGER_ENV
+from fspo_testing.allocator import reuse_freed_memory
 from fspo_testing.scheduling import ordered_by_cost, read_durations, share_the_cores, shared_fixture_groups
 from fspo_testing.warm_python import warm_python, warm_ray_workers
 
@@ -22,6 +23,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Each xdist worker, and all it starts, computes on its share of the cores (fspo_testing/scheduling.py).
 share_the_cores()
+# Large blocks freed are kept for the next step, here and in every process the suite starts (fspo_testing/allocator.py).
+reuse_freed_memory()
 
 # Each xdist worker keeps its Ray clusters in a temp folder of its own (the controller's, which the workers
 # inherit, is replaced). `ray.init()` without an address joins the cluster named by

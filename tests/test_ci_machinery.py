@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from fspo.training.run_ledger import LEDGER_ENV, ledger_entry
 from fspo_testing import build_cache
+from fspo_testing.allocator import ALLOCATOR_VARIABLES, reuse_freed_memory
 from fspo_testing.scheduling import (
     THREAD_VARIABLES,
     ordered_by_cost,
@@ -133,6 +134,41 @@ def test_an_xdist_worker_and_what_it_starts_compute_on_its_share_and_a_users_set
         check=True,
     )
     assert int(child.stdout) == max(1, cores // 2)
+
+
+# A child that page-faults: a 256 MB block malloc'ed, written and freed twice (glibc's own policy), then, with
+# "torch" as its argument, a fresh 64 MB torch tensor. It prints the page faults of each.
+_FAULTS_PROBE = """
+import ctypes, json, resource, sys
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+found = {}
+if sys.argv[1:] == ["torch"]:
+    import torch
+    before = faults(); tensor = torch.ones(16 << 20); found["torch"] = faults() - before
+for cycle in ("first", "second"):
+    before = faults(); block = libc.malloc(256 << 20); ctypes.memset(block, 1, 256 << 20); libc.free(block)
+    found[cycle] = faults() - before
+print(json.dumps(found))
+"""
+
+
+def _faults(env: dict[str, str], *args: str) -> dict[str, int]:
+    child = subprocess.run([sys.executable, "-c", _FAULTS_PROBE, *args], env=env, capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr
+    return json.loads(child.stdout)
+
+
+def test_what_the_suite_starts_reuses_freed_memory_and_puts_torchs_blocks_on_huge_pages():
+    pages = (256 << 20) // 4096
+    assert {name: os.environ[name] for name in ALLOCATOR_VARIABLES} == reuse_freed_memory(dict(os.environ))
+    suite = _faults(dict(os.environ), "torch")
+    assert suite["first"] >= pages // 2  # a block's first use faults its pages in
+    assert suite["second"] < pages // 100  # ... and its reuse does not: free() kept it
+    assert suite["torch"] < (64 << 20) // 4096 // 10  # 2 MB pages: ~600 faults here, where 4 KiB pages take 16,400
+    glibcs_own = _faults({k: v for k, v in os.environ.items() if k not in ALLOCATOR_VARIABLES})
+    assert glibcs_own["second"] >= pages // 2  # the probe sees the difference: by default the block went back
 
 
 def test_cached_build_builds_once_per_key_and_copies_with_paths_moved(tmp_path, monkeypatch):
