@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fspo.training.run_ledger import LEDGER_ENV
+from fspo_testing import background
 from fspo_testing.allocator import reuse_freed_memory
 from fspo_testing.scheduling import ordered_by_cost, read_durations, share_the_cores, shared_fixture_groups
 from fspo_testing.warm_python import warm_python, warm_ray_workers
@@ -189,6 +190,7 @@ def pytest_configure(config):
         handle, path = tempfile.mkstemp(prefix="fspo-run-ledger-", suffix=".jsonl")
         os.close(handle)
         os.environ[LEDGER_ENV] = path  # the xdist workers, started after this, inherit it
+        os.environ[background.ROOT_ENV] = tempfile.mkdtemp(prefix="fspo-background-")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist renames grouped tests
@@ -197,7 +199,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid in groups:
             item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
-    items[:] = ordered_by_cost(items, groups, read_durations(DURATIONS))
+    # A test that reads a background command's result goes last, when the command has had the suite's time to run.
+    waiting = {item.nodeid: 0.0 for item in items if item.get_closest_marker("background")}
+    items[:] = ordered_by_cost(items, groups, {**read_durations(DURATIONS), **waiting})
+
+
+def pytest_collection_finish(session):
+    # After deselection (-m, -k): only a command whose test will run is started.
+    if session.config.option.collectonly:
+        return
+    for item in session.items:
+        for marker in item.iter_markers("background"):
+            for builder in marker.args:
+                background.start(builder)
 
 
 _SECONDS: dict[str, float] = {}  # per test, setup + call + teardown (the controller's, from every worker)
@@ -223,6 +237,7 @@ def pytest_sessionfinish(session, exitstatus):
     record = os.environ.get("FSPO_RECORD_DURATIONS")
     if record and _SECONDS:
         Path(record).write_text(json.dumps({k: round(v, 1) for k, v in sorted(_SECONDS.items())}, indent=0) + "\n")
+    background.stop_all(os.environ[background.ROOT_ENV], keep_output=exitstatus != 0)
     runs = _ledger()
     if len(runs) > TRAINER_RUN_BUDGET:
         config._fspo_over_budget = True

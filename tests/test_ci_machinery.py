@@ -3,6 +3,7 @@ the trainer-run ledger (fspo_testing/scheduling.py, build_cache.py, warm_python.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -13,12 +14,13 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fspo.training.run_ledger import LEDGER_ENV, ledger_entry
-from fspo_testing import build_cache
+from fspo_testing import background, build_cache
 from fspo_testing.allocator import ALLOCATOR_VARIABLES, reuse_freed_memory
 from fspo_testing.scheduling import (
     THREAD_VARIABLES,
@@ -196,6 +198,49 @@ def test_concurrent_builders_of_one_key_build_once(tmp_path, monkeypatch):
         paths = list(pool.map(_build_in_a_process, [str(tmp_path / f"out{i}") for i in range(4)]))
     assert all(Path(path).read_text() == "xxx" for path in paths)
     assert (tmp_path / "count").read_text().count("built") == 1
+
+
+# --- commands run beside the suite ----------------------------------------------------------------------------------
+
+
+def _counted_command(folder: Path):
+    (folder / "input").write_text("made by the builder\n")
+    script = 'echo run >> "$COUNT"; cat "$1"; echo to-stderr >&2; exit 3'
+    return ["bash", "-c", script, "counted", str(folder / "input")], {
+        **os.environ,
+        "COUNT": str(folder.parent / "count"),
+    }
+
+
+def _sleeping_command(folder: Path):
+    return ["sleep", "600"], dict(os.environ)
+
+
+def _unbuildable_command(folder: Path):
+    raise RuntimeError("no such tool")
+
+
+def test_a_background_command_runs_once_for_every_process_that_claims_it_and_stops_with_the_session(tmp_path):
+    with ProcessPoolExecutor(2) as pool:  # two "workers" collect the same test at once
+        started = list(pool.map(background.start, [_counted_command] * 4, [tmp_path] * 4))
+    assert started.count(True) == 1
+    done = background.result(_counted_command, timeout_s=60, root=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "made by the builder\n", "to-stderr\n")
+    assert (tmp_path / "count").read_text() == "run\n"
+
+    failed = background.result(_unbuildable_command, timeout_s=5, root=tmp_path)
+    assert failed.returncode == 1 and "no such tool" in failed.stderr
+
+    background.start(_sleeping_command, tmp_path)
+    pid = int((background.folder(_sleeping_command, tmp_path) / "pid").read_text())
+    background.stop_all(tmp_path, keep_output=True)
+    with pytest.raises(TimeoutError):
+        background.result(_sleeping_command, timeout_s=2, root=tmp_path)
+    with contextlib.suppress(ChildProcessError):  # this process started it: reap it (unless subprocess has)
+        os.waitpid(pid, 0)
+    assert not psutil.pid_exists(pid)
+    background.stop_all(tmp_path, keep_output=False)
+    assert not tmp_path.exists()
 
 
 # --- the warm interpreter -------------------------------------------------------------------------------------------

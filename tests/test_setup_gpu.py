@@ -31,6 +31,7 @@ from fspo.cli.flash_attn_wheel import (
     wheel_machine,
     wheel_python_tag,
 )
+from fspo_testing import background
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -170,26 +171,31 @@ def test_an_unknown_setup_target_is_refused_in_one_line_before_anything_is_insta
     assert not out.exists()
 
 
-@pytest.mark.network
-def test_the_gpu_install_resolves_to_wheels_without_a_gpu(tmp_path):
-    """setup.sh's GPU branch needs no compiler: every requirement is a wheel on the index, or a source
-    package that builds into a pure-Python wheel in seconds; verl[vllm]'s pins hold; flash-attn is never
-    built, only picked as a prebuilt wheel for this Python or left out."""
-    stand_in = tmp_path / "bin"
+def gpu_install_dry_run(folder: Path) -> tuple[list[str], dict[str, str]]:
+    """setup.sh's GPU branch as on a GPU cluster's head node without a GPU: a stand-in ``nvidia-smi`` that fails, and
+    ``FSPO_SETUP_DRY_RUN`` (pip resolves, writes its reports under ``folder/dry-run`` and installs nothing)."""
+    stand_in = folder / "bin"
     stand_in.mkdir()
-    (stand_in / "nvidia-smi").write_text("#!/bin/sh\nexit 9\n")  # no GPU here: the head node of a GPU cluster
+    (stand_in / "nvidia-smi").write_text("#!/bin/sh\nexit 9\n")
     (stand_in / "nvidia-smi").chmod(0o755)
-    out = tmp_path / "dry-run"
     env = {
         **os.environ,
         "PATH": f"{stand_in}{os.pathsep}{os.environ['PATH']}",
         "PYTHON": sys.executable,
-        "FSPO_SETUP_DRY_RUN": str(out),
+        "FSPO_SETUP_DRY_RUN": str(folder / "dry-run"),
         "FSPO_SETUP_TARGET": "gpu",
     }
-    process = subprocess.run(
-        ["bash", str(REPO / "scripts" / "setup.sh"), "test"], env=env, capture_output=True, text=True, timeout=900
-    )
+    return ["timeout", "900", "bash", str(REPO / "scripts" / "setup.sh"), "test"], env
+
+
+@pytest.mark.network
+@pytest.mark.background.with_args(gpu_install_dry_run)  # it mostly waits on the index: it runs from collection on
+def test_the_gpu_install_resolves_to_wheels_without_a_gpu(tmp_path):
+    """setup.sh's GPU branch needs no compiler: every requirement is a wheel on the index, or a source
+    package that builds into a pure-Python wheel in seconds; verl[vllm]'s pins hold; flash-attn is never
+    built, only picked as a prebuilt wheel for this Python or left out."""
+    process = background.result(gpu_install_dry_run, timeout_s=960)
+    out = background.folder(gpu_install_dry_run) / "dry-run"
     assert process.returncode == 0, process.stderr[-3000:]
     flash_lines = [line for line in process.stderr.splitlines() if line.startswith("fspo: flash-attn:")]
     assert len(flash_lines) == 1, process.stderr[-3000:]
