@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import hashlib
 import json
 import os
@@ -340,6 +341,10 @@ def serve(path: Path, kind: str) -> None:
     with _actor_class_ids_from_urandom():
         for module in (*PRELOADS[kind], *((TRAINER_MODULE,) if trainer else ())):
             __import__(module)
+    # A forked child shares the server's pages until it writes to them, and a collection writes to every tracked
+    # object's header: frozen, the imported objects stay out of the children's collections and their pages shared.
+    gc.collect()
+    gc.freeze()
     import_changes = {k: v for k, v in os.environ.items() if before.get(k) != v}
     import_changes.update({k: None for k in before if k not in os.environ})
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -317,7 +317,7 @@ def test_no_ledger_no_file(tmp_path, monkeypatch):
 
 
 _RAY_DRIVER = """
-import json, os, sys, threading, time
+import gc, json, os, sys, threading, time
 import numpy, psutil, ray, torch
 from fspo.training.run_ledger import _TreeCPU
 
@@ -347,7 +347,7 @@ class Probe:
                 "torch_seed": torch.initial_seed(), "verl_before": verl_before,
                 "random_id": ray.ActorClassID.from_random().hex(),
                 "argv0": sys.argv[0], "path0": sys.path[0], "cwd": os.getcwd(), "env": env,
-                "parent": " ".join(psutil.Process(os.getppid()).cmdline())}
+                "parent": " ".join(psutil.Process(os.getppid()).cmdline()), "frozen": gc.get_freeze_count()}
 
     def die(self):
         os._exit(3)
@@ -421,6 +421,9 @@ def test_ray_workers_forked_warm_start_as_cold_ones_and_go_with_the_process_ray_
         assert first[key] != sibling[key], key
     assert first["env"]["FSPO_PROBE"] == "1"
     assert first["verl_before"] and not cold["verl_before"]  # the server had imported it; siblings' ids still differ
+    # What the server imported is out of the garbage collector's sight: a collection in a worker would write to every
+    # object's header and copy the server's pages into the worker (one twin: 97 -> 86 CPU-s without that).
+    assert first["frozen"] > 10_000 and cold["frozen"] == 0
     assert facts["second_s"] < 10, f"a warm worker took {facts['second_s']:.1f} s to answer"
     assert second["pid"] in facts["counted"]  # alive at the ledger's last sample (the first may die between two)
     assert facts["shims"] >= 1 and not facts["second_alive"]
