@@ -309,6 +309,47 @@ def test_the_ledger_records_a_run_with_the_cpu_of_its_children(tmp_path, monkeyp
     assert second["outcome"] == "error"
 
 
+_BURN_BEFORE_AND_DURING = """
+import sys, time, pathlib
+def burn(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end: pass
+burn(2)
+folder = pathlib.Path(sys.argv[1])
+(folder / "burnt").touch()
+while not (folder / "go").exists(): time.sleep(0.05)
+burn(2)
+"""
+
+
+def test_a_run_that_joins_a_cluster_counts_its_workers_from_the_run_s_start(tmp_path, monkeypatch):
+    """A run that joins a cluster (RAY_ADDRESS) counts the CPU that cluster's workers on this machine spend while it
+    runs: found through the raylet whose GCS is at that address, each from its CPU time when the run started."""
+    ledger, address = tmp_path / "ledger.jsonl", "10.9.8.7:6379"
+    raylet_exe = tmp_path / "raylet"  # a process named as Ray's raylet is, with its --gcs-address
+    raylet_exe.symlink_to(sys.executable)
+    raylet = subprocess.Popen([str(raylet_exe), "-c", "import time; time.sleep(120)", f"--gcs-address={address}"])
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _BURN_BEFORE_AND_DURING, str(tmp_path)],
+        env={**os.environ, "RAY_RAYLET_PID": str(raylet.pid)},
+        start_new_session=True,  # outside this process's tree, as a joined cluster's workers are
+    )
+    try:
+        while not (tmp_path / "burnt").exists():
+            time.sleep(0.05)
+        monkeypatch.setenv(LEDGER_ENV, str(ledger))
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        with ledger_entry("project/joined"):
+            (tmp_path / "go").touch()
+            worker.wait(60)
+    finally:
+        for process in (raylet, worker):
+            process.kill()
+            process.wait()
+    [record] = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert 1.5 <= record["cpu_s"] < 3.5, record  # its 2 s during the run, not the 2 s before
+
+
 def test_no_ledger_no_file(tmp_path, monkeypatch):
     monkeypatch.delenv(LEDGER_ENV, raising=False)
     with ledger_entry("project/run"):

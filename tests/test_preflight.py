@@ -330,6 +330,28 @@ def test_a_run_that_joins_a_cluster_is_told_from_one_that_starts_its_own(monkeyp
     assert "their node's (HF_TOKEN where `ray start` ran" in describe({}, True, "10.0.0.2:6379")[0]
 
 
+def test_a_run_that_joins_a_cluster_leaves_its_size_to_the_cluster(monkeypatch, capsys):
+    """ray.init refuses num_cpus and num_gpus when it joins a cluster: the CPU preset's (and a SLURM user's
+    num_cpus) are dropped there, and kept for a Ray the run starts. The suite's trainer runs join a cluster
+    (fspo_testing/shared_ray.py) with the CPU preset, so ray.init itself checks the joined case end to end."""
+    from fspo.training.main import CLUSTER_SIZE_KEYS, sized_by_the_cluster_it_joins
+
+    def preset():
+        return OmegaConf.create({"ray_kwargs": {"ray_init": {"address": None, "num_cpus": 16, "num_gpus": 1}}})
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    config = preset()
+    sized_by_the_cluster_it_joins(config)
+    assert config == preset() and capsys.readouterr().err == ""
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    sized_by_the_cluster_it_joins(config)
+    assert all(config.ray_kwargs.ray_init.get(key) is None for key in CLUSTER_SIZE_KEYS)
+    assert capsys.readouterr().err == (
+        "fspo: joining the Ray cluster at 10.0.0.1:6379: its own resources count, not "
+        "ray_kwargs.ray_init.num_cpus, ray_kwargs.ray_init.num_gpus\n"
+    )
+
+
 def test_a_token_never_travels_in_a_runtime_env():
     from fspo.launch.hub_env import with_env_vars
     from fspo.training.main import FSPOTaskRunner

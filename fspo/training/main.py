@@ -82,8 +82,9 @@ class FSPOTaskRunner(TaskRunnerV1.__ray_actor_class__):  # main_ppo exports it a
 
 def run(config: DictConfig) -> None:
     """Validate ``config`` and train. Raises :class:`fspo.config.vocabulary.ConfigError` on bad input."""
+    sized_by_the_cluster_it_joins(config)
     validate(config)
-    env = forwarded_hub_env(joined_cluster(config))
+    env = forwarded_env(joined_cluster(config))
     with ledger_entry(f"{config.trainer.project_name}/{config.trainer.experiment_name}"):
         run_ppo(config, task_runner_class=with_env_vars(FSPOTaskRunner, env))
 
@@ -95,10 +96,39 @@ def joined_cluster(config: DictConfig) -> str | None:
     return str(address) if address not in (None, "", "null", "None") else os.environ.get("RAY_ADDRESS") or None
 
 
-def forwarded_hub_env(cluster: str | None = None) -> dict[str, str]:
-    """The Hugging Face variables every Ray process gets (:mod:`fspo.launch.hub_env`), named on stderr with where
-    the token comes from (it never travels through Ray)."""
+# ray.init's arguments that size a cluster it starts; joining a cluster, it refuses them ("When connecting to an
+# existing cluster, num_cpus and num_gpus must not be provided"): the cluster's own resources count.
+CLUSTER_SIZE_KEYS = ("num_cpus", "num_gpus", "resources", "object_store_memory", "labels")
+
+
+def sized_by_the_cluster_it_joins(config: DictConfig) -> None:
+    """A run that joins a Ray cluster leaves its size to the cluster: :data:`CLUSTER_SIZE_KEYS` in
+    ``ray_kwargs.ray_init`` (the CPU preset's logical CPUs and GPU among them) become null."""
+    cluster = joined_cluster(config)
+    if cluster is None:
+        return
+    ray_init = config.ray_kwargs.ray_init
+    given = [key for key in CLUSTER_SIZE_KEYS if ray_init.get(key) is not None]
+    for key in given:
+        ray_init[key] = None
+    if given:
+        names = ", ".join(f"ray_kwargs.ray_init.{key}" for key in given)
+        print(f"fspo: joining the Ray cluster at {cluster}: its own resources count, not {names}", file=sys.stderr)
+
+
+# The driver's variables that verl's processes read besides the Hugging Face ones: the file logger's path (the task
+# runner writes the metrics). A Ray the run starts inherits them; the processes of a cluster it joins do not.
+RUN_ENV_NAMES = ("VERL_FILE_LOGGER_PATH",)
+
+
+def forwarded_env(cluster: str | None = None) -> dict[str, str]:
+    """The variables every Ray process of the run gets: the Hugging Face ones (:mod:`fspo.launch.hub_env`) and
+    :data:`RUN_ENV_NAMES` (a path made absolute), named on stderr with where the token comes from (it never
+    travels through Ray)."""
     env = hub_env_vars()
+    for name in RUN_ENV_NAMES:
+        if os.environ.get(name):
+            env[name] = os.path.abspath(os.environ[name])
     for line in describe(env, driver_has_token(), cluster):
         print(line, file=sys.stderr, flush=True)
     return env
@@ -118,9 +148,10 @@ def _hydra_main(config: DictConfig) -> None:
         if dry_run_requested():
             # Recipes: resolve and validate the full config, print it, start nothing. Files need
             # not exist yet (data is often built on the cluster), everything else is checked.
+            sized_by_the_cluster_it_joins(config)
             validate(config, check_files=False)
             print(OmegaConf.to_yaml(config))
-            forwarded_hub_env(joined_cluster(config))
+            forwarded_env(joined_cluster(config))
             print("fspo: dry run OK (FSPO_DRY_RUN=1): the config resolves and validates", file=sys.stderr)
             return
         run(config)

@@ -1,9 +1,10 @@
 """``FSPO_RUN_LEDGER=FILE``: every trainer run appends one JSON line with its wall and CPU seconds.
 
 The test suite sets it (tests/conftest.py) to count the trainer runs a CI run starts and what each costs; a
-user can set it to keep the same account of their own runs. CPU seconds are the run's process tree (the driver,
-Ray's daemons and workers), sampled every :data:`SAMPLE_S` seconds: a process that ends between two samples loses
-at most that interval of its CPU time, so the figure errs low.
+user can set it to keep the same account of their own runs. CPU seconds are those the run's processes spent while it
+ran: the driver's process tree (with the Ray it starts: daemons and workers) and, for a run that joins a cluster on
+this machine (``RAY_ADDRESS``), that cluster's workers, other jobs' included. They are sampled every
+:data:`SAMPLE_S` seconds: a process that ends between two samples loses at most that interval of its CPU time.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ SAMPLE_S = 1.0
 
 
 class _TreeCPU:
-    """The CPU seconds of this process and every descendant seen, each at its last sample."""
+    """The CPU seconds the run's processes spent since it started, each process at its last sample."""
 
     def __init__(self) -> None:
         self._root = psutil.Process()
+        self._started = time.time()
+        self._joined = os.environ.get("RAY_ADDRESS", "").removeprefix("ray://")
         self._seen: dict[tuple[int, float], float] = {}  # (pid, create time) -> user + system seconds
+        self._before: dict[tuple[int, float], float] = {}  # the same, at first sight, of a process older than the run
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fspo-run-ledger", daemon=True)
 
@@ -34,17 +38,21 @@ class _TreeCPU:
             processes = [self._root, *self._root.children(recursive=True)]
         except psutil.Error:
             return
-        processes += _workers_of_raylets({p.pid for p in processes if _name(p) == "raylet"}, processes)
+        raylets = {p.pid for p in processes if _name(p) == "raylet"} | _raylets_of(self._joined)
+        processes += _workers_of_raylets(raylets, processes)
         for process in processes:
             with contextlib.suppress(psutil.Error):
-                times = process.cpu_times()
-                self._seen[(process.pid, process.create_time())] = times.user + times.system
+                times, key = process.cpu_times(), (process.pid, process.create_time())
+                self._seen[key] = times.user + times.system
+                if key[1] < self._started:
+                    self._before.setdefault(key, self._seen[key])
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_S):
             self._sample()
 
     def __enter__(self) -> _TreeCPU:
+        self._sample()
         self._thread.start()
         return self
 
@@ -55,7 +63,18 @@ class _TreeCPU:
 
     @property
     def seconds(self) -> float:
-        return sum(self._seen.values())
+        return sum(cpu - self._before.get(key, 0.0) for key, cpu in self._seen.items())
+
+
+def _raylets_of(address: str) -> set[int]:
+    """The raylets on this machine of the cluster whose GCS is at ``address`` (``ip:port``; none for ``auto``)."""
+    if ":" not in address:
+        return set()
+    found = set()
+    for process in psutil.process_iter(["name", "cmdline"]):
+        if process.info["name"] == "raylet" and f"--gcs-address={address}" in (process.info["cmdline"] or ()):
+            found.add(process.pid)
+    return found
 
 
 def _name(process: psutil.Process) -> str:
