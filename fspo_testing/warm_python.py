@@ -117,7 +117,7 @@ def ray_runtime_env_hook(runtime_env: dict | None) -> dict:
     runtime_env = dict(runtime_env or {})
     shim = os.environ.get("FSPO_WARM_PYTHON")
     if shim and os.environ.get("FSPO_WARM_OWNER"):
-        _setup_workers_forked()
+        setup_workers_forked()
         if runtime_env.get("py_executable") is None:
             runtime_env["py_executable"] = shim
             if _driver_runs_the_trainer():
@@ -125,7 +125,7 @@ def ray_runtime_env_hook(runtime_env: dict | None) -> dict:
     return runtime_env
 
 
-def _setup_workers_forked() -> None:
+def setup_workers_forked() -> None:
     """Clusters this process starts from now on run :data:`SETUP_WORKER_STAND_IN` in place of Ray's setup_worker.py.
 
     The hook runs in ``ray.init`` before it starts a cluster; Ray takes the script's path from ``RayParams``, which

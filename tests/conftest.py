@@ -15,7 +15,7 @@ from fspo.training.run_ledger import LEDGER_ENV
 from fspo_testing import background
 from fspo_testing.allocator import reuse_freed_memory
 from fspo_testing.scheduling import ordered_by_cost, read_durations, share_the_cores, shared_fixture_groups
-from fspo_testing.warm_python import warm_python, warm_ray_workers
+from fspo_testing.warm_python import warm_ray_workers
 
 # Nothing may reach the Hugging Face hub from a test: every model and tokenizer is built locally.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -65,13 +65,14 @@ def tiny_reasoner(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def grpo_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
-    """The real trainer, FSPO with GRPO: 2 steps saving a checkpoint, then a resumed third step.
+    """The real trainer, FSPO with GRPO: 2 steps saving a checkpoint, then a resumed third step, each run joining
+    the test process's Ray cluster (fspo_testing/shared_ray.py).
 
     Shared by the end-to-end tests (one launch pair per session; each launch takes minutes on CPU). The first
     run keeps its rollouts and validation answers: test_e2e_reproducible runs its overrides again
     (``first_overrides(folder)``) and compares the two.
     """
-    from fspo.quickstart.launch import launch
+    from fspo_testing.shared_ray import launch_joined
     from fspo_testing.tiny_run import tiny_run_overrides
 
     def base(out: Path, steps: int) -> list[str]:
@@ -93,8 +94,8 @@ def grpo_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
         ]
 
     out = tmp_path_factory.mktemp("grpo_run")
-    first = launch(first_overrides(out), out / "first.log", out / "first.jsonl", python=warm_python())
-    resumed = launch(
+    first = launch_joined(first_overrides(out), out / "first.log", out / "first.jsonl")
+    resumed = launch_joined(
         [
             *base(out, steps=2),
             "trainer.total_training_steps=3",
@@ -103,7 +104,6 @@ def grpo_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
         ],
         out / "resumed.log",
         out / "resumed.jsonl",
-        python=warm_python(),
     )
     return {
         "out": out,

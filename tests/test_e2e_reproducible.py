@@ -19,13 +19,10 @@ STEPS = 2  # grpo_run's first run
 @pytest.fixture(scope="module")
 def seeded_runs(grpo_run, tmp_path_factory):
     """``grpo_run``'s first run and a second launch of its overrides (one more Ray start and tiny run)."""
-    from fspo.quickstart.launch import launch
-    from fspo_testing.warm_python import warm_python
+    from fspo_testing.shared_ray import launch_joined
 
     again = tmp_path_factory.mktemp("reproducible")
-    records = launch(
-        grpo_run["first_overrides"](again), again / "first.log", again / "first.jsonl", python=warm_python()
-    )
+    records = launch_joined(grpo_run["first_overrides"](again), again / "first.log", again / "first.jsonl")
     return {
         "first": {"records": grpo_run["first"], "out": grpo_run["out"]},
         "again": {"records": records, "out": again},
@@ -105,3 +102,11 @@ def test_another_seed_samples_other_rollouts(seeded_runs, servers_gone_run):
     ]
     outputs = [{json.loads(row)["output"] for row in rows} for rows in rollouts]
     assert outputs[0] != outputs[1]
+
+
+def test_the_runs_leave_the_cluster_they_joined_free(seeded_runs):
+    """The three runs joined this process's Ray cluster (fspo_testing/shared_ray.py), one after another: Ray freed
+    each job's placement groups and actors when its driver exited, so the next run found every logical CPU and GPU."""
+    from fspo_testing.shared_ray import leftovers
+
+    assert leftovers() == {}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fspo_testing.shared_ray import JOIN_OVERRIDES, joining_env
 from fspo_testing.tiny_run import prompt_length_override, run_logged
 from fspo_testing.twins import (
     FULL_FT_TWIN_LEARNING_RATE,
@@ -71,7 +72,9 @@ def train_twin(recipe: str, out: Path, model: Path, inputs: dict, *extra: str, *
         **env_vars,
     }
     prompt_length = prompt_length_override(model, inputs["train"], inputs["val"])
-    process = _run(twin_command(recipe, out, prompt_length, *extra), env, out / "train.log", timeout=1200)
+    # It joins the test process's Ray cluster, as a GPU run joins one started with `ray start`.
+    command = twin_command(recipe, out, prompt_length, *JOIN_OVERRIDES, *extra)
+    process = _run(command, joining_env(env), out / "train.log", timeout=1200)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     # Step 0 holds the validation before training (the recipes' val_before_train), merged into step 1's
     # record when the logger writes both under one step.
