@@ -2,10 +2,10 @@
 started with ``ray start``.
 
 A run that starts its own Ray waits ~7 s for it, and its daemons (GCS, raylet, dashboard agent, log and autoscaler
-monitors, runtime env agent) cost ~8 CPU-s to start; the warm server that forks the run's workers
-(fspo_testing/warm_python.py) serves one cluster and imports torch, transformers and verl anew, ~12 CPU-s. Runs
-that join this cluster pay for these once per test process. Each run is still a job of its own: Ray ends its
-actors and placement groups when its driver exits (:func:`leftovers`).
+monitors, runtime env agent) cost ~8 CPU-s to start; runs that join this cluster pay for these once per test
+process. Each run is still a job of its own: Ray ends its actors and placement groups when its driver exits
+(:func:`leftovers`), and its workers fork from a warm server of their own (fspo_testing/warm_python.py keys servers
+by ``RAY_JOB_ID``: a server shared by two jobs registered the second's workers under the first's id).
 
 The cluster has the CPU preset's logical resources (``fspo/config/platform/cpu.yaml``), a temp folder of its own
 (a ``ray.init()`` without an address in this process would otherwise join it), and Ray's token authentication off

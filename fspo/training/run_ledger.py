@@ -27,7 +27,8 @@ class _TreeCPU:
     def __init__(self) -> None:
         self._root = psutil.Process()
         self._started = time.time()
-        self._joined = os.environ.get("RAY_ADDRESS", "").removeprefix("ray://")
+        # A cluster the run joins is there before it starts: its raylets are looked up once.
+        self._joined_raylets = _raylets_of(os.environ.get("RAY_ADDRESS", "").removeprefix("ray://"))
         self._seen: dict[tuple[int, float], float] = {}  # (pid, create time) -> user + system seconds
         self._before: dict[tuple[int, float], float] = {}  # the same, at first sight, of a process older than the run
         self._stop = threading.Event()
@@ -38,7 +39,7 @@ class _TreeCPU:
             processes = [self._root, *self._root.children(recursive=True)]
         except psutil.Error:
             return
-        raylets = {p.pid for p in processes if _name(p) == "raylet"} | _raylets_of(self._joined)
+        raylets = {p.pid for p in processes if _name(p) == "raylet"} | self._joined_raylets
         processes += _workers_of_raylets(raylets, processes)
         for process in processes:
             with contextlib.suppress(psutil.Error):
