@@ -315,12 +315,19 @@ def test_a_rebuilt_data_file_regenerates_only_the_rows_that_changed(tiny_dir, tm
     assert sorted(r["index"] for r in records) == [0, 1, 2]  # the stale row 1 is gone, not duplicated
 
 
-def test_results_accumulate_and_rebuild_from_the_predictions(tiny_dir, bench, tmp_path):
+def test_results_accumulate_and_rebuild_from_the_predictions(tiny_dir, bench, tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
     from fspo.evaluation.report import results_from_predictions
 
+    loads = []
+    load = AutoTokenizer.from_pretrained
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda *a, **k: loads.append(a) or load(*a, **k))
     out = tmp_path / "out"
     for name in ("a", "b"):
         main(["--model", f"{name}={tiny_dir}", "--data", str(bench), "--output-dir", str(out), "--limit", "1", *FAST])
+    # One tokenizer load per evaluation: the prompts' check and the generator share it (seconds each, for Qwen's).
+    assert len(loads) == 2, loads
     results = json.loads((out / "results.json").read_text())
     assert set(results) == {"a", "b"}
     with open(out / "results.csv", newline="") as handle:

@@ -278,12 +278,14 @@ def read_benchmarks(args: argparse.Namespace) -> dict[str, list[dict]]:
     return benchmarks
 
 
-def check_prompts_render(args: argparse.Namespace, benchmarks: dict[str, list[dict]]) -> None:
-    """Every row renders with each model's tokenizer (its chat template, or ``--prompt-format``): tokenizers
-    load in a second, a model does not."""
+def check_prompts_render(args: argparse.Namespace, benchmarks: dict[str, list[dict]]) -> dict[str, object]:
+    """Every row renders with each model's tokenizer (its chat template, or ``--prompt-format``), checked before
+    any model loads. Returns the tokenizers by model folder: the transformers backend generates with them (a Qwen
+    tokenizer takes seconds to load in transformers 5)."""
     from transformers import AutoTokenizer
     from transformers.utils import logging as transformers_logging
 
+    tokenizers = {}
     for model_name, model_dir in args.model:
         # Its warnings come again when the model loads; here they would bury a refusal's one line.
         verbosity = transformers_logging.get_verbosity()
@@ -299,6 +301,8 @@ def check_prompts_render(args: argparse.Namespace, benchmarks: dict[str, list[di
                 render_prompts(tokenizer, rows, args.prompt_format)
             except Exception as error:  # noqa: BLE001 - a row the template cannot render
                 raise UsageError(f"benchmark {bench_name} does not render for model {model_name}: {error}") from None
+        tokenizers[str(model_dir)] = tokenizer
+    return tokenizers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -308,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = check_arguments(args)
         benchmarks = read_benchmarks(args)
-        check_prompts_render(args, benchmarks)
+        tokenizers = check_prompts_render(args, benchmarks)
         verifier = None
         if args.verifier:
             # Lazy: the verifier's config and backends import verl (seconds), after the arguments are checked.
@@ -320,18 +324,27 @@ def main(argv: list[str] | None = None) -> int:
                 verifier = build_verifier(verifier_config({"name": args.verifier, **options}))
             except ValueError as error:
                 raise UsageError(str(error)) from None
-        return evaluate(args, settings, benchmarks, verifier, judge)
+        return evaluate(args, settings, benchmarks, verifier, judge, tokenizers)
     except (UsageError, ProvenanceError) as error:
         return refuse(PROG, error)
 
 
-def evaluate(args: argparse.Namespace, settings: GenerationSettings, benchmarks: dict, verifier, judge) -> int:
-    """Generate, score and tabulate every model on every benchmark (the arguments are checked)."""
+def evaluate(
+    args: argparse.Namespace, settings: GenerationSettings, benchmarks: dict, verifier, judge, tokenizers: dict
+) -> int:
+    """Generate, score and tabulate every model on every benchmark (the arguments are checked; ``tokenizers``:
+    each model's, as :func:`check_prompts_render` loaded it)."""
     results: dict[str, dict[str, dict]] = {}
     args.output_dir = check_output_paths("--output-dir", args.output_dir, output_paths(args), PROG)
     predictions_dir = args.output_dir / "predictions"
     for model_name, model_dir in args.model:
-        generator = build_generator(model_dir, settings, args.backend, tensor_parallel_size=args.tensor_parallel_size)
+        generator = build_generator(
+            model_dir,
+            settings,
+            args.backend,
+            tensor_parallel_size=args.tensor_parallel_size,
+            tokenizer=tokenizers.get(str(model_dir)),
+        )
         for bench_name, rows in benchmarks.items():
             metrics = evaluate_model(
                 model_dir,

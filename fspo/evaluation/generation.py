@@ -157,13 +157,14 @@ class VLLMGenerator:
 class HFGenerator:
     """Batched generation with transformers (CPU or a single GPU), prompts left-padded."""
 
-    def __init__(self, model_dir: str | Path, settings: GenerationSettings, device: str | None = None):
+    def __init__(self, model_dir: str | Path, settings: GenerationSettings, device: str | None = None, tokenizer=None):
+        """``tokenizer``: the model's, already loaded (it is set to pad on the left); None loads it."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.settings = settings
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(str(model_dir))
         self.tokenizer.padding_side = "left"  # generation continues from the right edge of every prompt
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -198,7 +199,9 @@ class HFGenerator:
 
 
 def build_generator(model_dir: str | Path, settings: GenerationSettings, backend: str = "auto", **kwargs) -> Generator:
-    """A generator for `model_dir`: ``vllm``, ``hf``, or ``auto`` (vLLM when importable, else transformers)."""
+    """A generator for `model_dir`: ``vllm``, ``hf``, or ``auto`` (vLLM when importable, else transformers).
+
+    ``kwargs``: ``tensor_parallel_size`` (vLLM); ``device`` and an already loaded ``tokenizer`` (transformers)."""
     if not Path(model_dir).is_dir():
         raise FileNotFoundError(f"model directory {model_dir} does not exist")
     if backend == "auto":
@@ -208,5 +211,5 @@ def build_generator(model_dir: str | Path, settings: GenerationSettings, backend
             raise ImportError("backend 'vllm' asked for but vllm is not installed; use --backend hf")
         return VLLMGenerator(model_dir, settings, tensor_parallel_size=kwargs.get("tensor_parallel_size", 1))
     if backend == "hf":
-        return HFGenerator(model_dir, settings, device=kwargs.get("device"))
+        return HFGenerator(model_dir, settings, device=kwargs.get("device"), tokenizer=kwargs.get("tokenizer"))
     raise ValueError(f"unknown backend {backend!r}; choose auto, vllm or hf")
