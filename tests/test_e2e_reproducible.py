@@ -107,6 +107,16 @@ def test_another_seed_samples_other_rollouts(seeded_runs, servers_gone_run):
 def test_the_runs_leave_the_cluster_they_joined_free(seeded_runs):
     """The three runs joined this process's Ray cluster (fspo_testing/shared_ray.py), one after another: Ray freed
     each job's placement groups and actors when its driver exited, so the next run found every logical CPU and GPU."""
-    from fspo_testing.shared_ray import leftovers
+    import psutil
+
+    from fspo_testing.shared_ray import QUIETER_LOG_MONITOR, leftovers, shared_cluster
 
     assert leftovers() == {}
+    # Its log monitor lists the logs folder at the pace set for a long-lived cluster.
+    [monitor] = [
+        process
+        for process in psutil.process_iter(["cmdline"])
+        if any(part.endswith("log_monitor.py") for part in process.info["cmdline"] or ())
+        and f"--gcs-address={shared_cluster()}" in process.info["cmdline"]
+    ]
+    assert QUIETER_LOG_MONITOR.items() <= monitor.environ().items()
