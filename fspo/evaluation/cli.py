@@ -287,7 +287,7 @@ def check_prompts_render(args: argparse.Namespace, benchmarks: dict[str, list[di
 
     tokenizers = {}
     for model_name, model_dir in args.model:
-        # Its warnings come again when the model loads; here they would bury a refusal's one line.
+        # Quiet: its warnings would bury a refusal's one line (the model's own come when it loads).
         verbosity = transformers_logging.get_verbosity()
         transformers_logging.set_verbosity_error()
         try:
