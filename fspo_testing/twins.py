@@ -159,6 +159,8 @@ def twin_env(model: str | Path, train: str | Path, val: str | Path, hub_cache: s
         **os.environ,
         "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHON": warm_python(),
+        # What scripts/merge_checkpoint.sh sets: the merge's interpreters then share the trainer's warm servers.
+        "PYTHONPATH": str(REPO),
         "PYTHONUNBUFFERED": "1",
         "MODEL_PATH": str(model),
         "TRAIN_FILES": str(train),

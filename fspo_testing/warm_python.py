@@ -1,4 +1,5 @@
-"""A stand-in for ``sys.executable`` that runs ``-m fspo.training.main`` from a warm, forked interpreter.
+"""A stand-in for ``sys.executable`` that runs ``-m fspo.training.main`` (and the other :data:`SERVED_MODULES`) from a
+warm, forked interpreter.
 
 A config check (``FSPO_DRY_RUN=1``, a recipe's dry run, a refused override) spends ~7 s importing verl and
 under a second on the check. :func:`warm_python` returns the path of an executable that tests use as their
@@ -20,7 +21,10 @@ each worker, and with :func:`ray_runtime_env_hook` (``RAY_RUNTIME_ENV_HOOK``) th
 server has imported the libraries every worker imports (:data:`PRELOADS`), and for a trainer run's workers the task
 runner's module with verl and its plugins, Ray's random ids kept unseeded (:func:`_actor_class_ids_from_urandom`).
 Ray tracks the worker by the pid it registers (the forked child); a caller that goes away (Ray killed the process it
-started) takes its child with it.
+started) takes its child with it. A worker server serves one Ray job; every job brings one.
+
+Servers are themselves forked: a base server, keyed without Ray's variables, imports the :data:`LIBRARIES` (torch,
+transformers, ...; ~9 CPU-s) once, and each module or worker server is its child, which adds Ray, verl and fspo.
 """
 
 from __future__ import annotations
@@ -42,17 +46,33 @@ import tempfile
 import time
 from pathlib import Path
 
-SERVED_MODULES = ("fspo.training.main", "fspo.cli")
+# The modules a test or a script it runs starts with `python -m` and that import verl (~9 CPU-s): the trainer, the
+# CLI, and verl's merger and the LoRA fold of scripts/merge_checkpoint.sh.
+SERVED_MODULES = ("fspo.training.main", "fspo.cli", "verl.model_merger", "fspo.training.lora_fold")
 RAY_WORKER_SCRIPT = os.path.join("ray", "_private", "workers", "default_worker.py")
 # Ray starts every worker of a job with a runtime env (verl's jobs have one) as `python setup_worker.py ...`, which
 # imports ray (~0.7 CPU-s) to apply the env and exec the worker's interpreter. A test cluster's raylet runs
 # SETUP_WORKER_STAND_IN in its place: it has the same script run, forked from a server that imported ray once.
 RAY_SETUP_SCRIPT = os.path.join("ray", "_private", "workers", "setup_worker.py")
 SETUP_WORKER_STAND_IN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_setup_worker.py")
+# The libraries that verl, the CLI and every Ray worker of a test import, Ray aside (~9 CPU-s): the base server
+# (BASE) imports them once, and the module and Ray worker servers are forked from it. Ray stays out: what Ray fixes
+# at import belongs to one job, so a Ray worker server serves one job, and Ray and verl are what it adds (~2 CPU-s).
+LIBRARIES = (
+    "torch", "torch.distributed", "transformers", "transformers.modeling_utils", "tensordict", "peft", "accelerate",
+    "datasets", "pandas", "pyarrow", "aiohttp", "fastapi", "uvicorn", "hydra", "omegaconf", "torchdata", "zmq",
+)  # fmt: skip
+BASE = "base"
 # What a server imports before it forks, per kind of request (see _request_kind).
 PRELOADS = {
-    "module": SERVED_MODULES,
-    "ray-worker": ("ray", "ray._private.worker", "torch", "torch.distributed", "transformers", "tensordict"),
+    BASE: LIBRARIES,
+    "module": (
+        *LIBRARIES,
+        *SERVED_MODULES,
+        "verl.model_merger.base_model_merger",
+        "verl.model_merger.fsdp_model_merger",
+    ),
+    "ray-worker": (*LIBRARIES, "ray", "ray._private.worker"),
     "ray-setup": ("ray._private.ray_logging", "ray._private.runtime_env.context", "ray.core.generated.common_pb2"),
 }
 # A trainer run's Ray workers (task runner, FSDP workers, rollout and reward servers) each import the task runner's
@@ -67,15 +87,16 @@ IMPORT_TIME_PREFIXES = (
 )  # fmt: skip
 # Seconds a server without children waits for a request. A Ray worker server holds ~400 MB and serves one cluster
 # (it also ends with the cluster's raylet), so it ends sooner.
-IDLE_S = {"module": 600.0, "ray-worker": 180.0, "ray-setup": 180.0}
+IDLE_S = {BASE: 600.0, "module": 600.0, "ray-worker": 180.0, "ray-setup": 180.0}
 _SHIM = """#!/bin/sh
 exec {python} -S {client} "$@"
 """
 
 
-# Read only when called (verl's file logger reads its path as a run starts its tracker), so runs that log to different
-# files share a server.
-READ_WHEN_CALLED = ("VERL_FILE_LOGGER_PATH",)
+# Read only when called (verl's file logger reads its path as a run starts its tracker; breakpoint() reads its hook,
+# which ray.init sets in the driver), so runs that log to different files share a server, and so do clusters
+# started before and after another one.
+READ_WHEN_CALLED = ("VERL_FILE_LOGGER_PATH", "PYTHONBREAKPOINT")
 # Set by verl per worker of a group and read only when the worker runs, so the workers of a group share a server.
 # RAY_RAYLET_PID and RAY_JOB_ID stay in the key: a worker forked from a server started under another cluster took
 # that cluster's raylet for its own ("the local raylet failed. Raylet pid: <the old one>") and exited at once.
@@ -91,6 +112,12 @@ def environment_key(env: dict[str, str]) -> str:
         or k == PRELOAD_ENV
     )
     return hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:20]
+
+
+def base_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` as the base server sees it: without Ray's variables (it does not import Ray; they name one cluster
+    and job) and without :data:`PRELOAD_ENV` (it does not import the trainer), so servers of every job share it."""
+    return {k: v for k, v in env.items() if not k.upper().startswith("RAY_") and k != PRELOAD_ENV}
 
 
 @functools.cache
@@ -184,15 +211,60 @@ def _request_kind(argv: list[str]) -> str | None:
     return None
 
 
-def _start_server(path: Path, kind: str) -> None:
+def _server(folder: Path, kind: str, env: dict[str, str]) -> socket.socket | None:
+    """A connection to the server of ``kind`` for ``env``, started if there is none (one caller starts it, the others
+    wait for its socket); None if it did not come up."""
+    path = folder / f"{kind}-{environment_key(env)}.sock"
+    lock = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR)
+    import fcntl
+
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        connection = _connect(path, time.monotonic() + 0.2)
+        if connection is None:
+            path.unlink(missing_ok=True)
+            _start_server(folder, path, kind, env)
+            connection = _connect(path, time.monotonic() + 120)
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        os.close(lock)
+    return connection
+
+
+def _start_server(folder: Path, path: Path, kind: str, env: dict[str, str]) -> None:
+    """A module or Ray worker server is forked from the base server (started first if need be); a base or Ray setup
+    server, or one whose base did not answer, is a fresh interpreter."""
+    if kind in ("module", "ray-worker"):
+        base = _server(folder, BASE, base_environment(env))
+        if base is not None:
+            base.sendall(_framed({"serve": str(path), "kind": kind, "env": env}))
+            if _exit_code(base) == 0:
+                return
     subprocess.Popen(
         [sys.executable, "-m", "fspo_testing.warm_python", "--serve", str(path), kind],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=open(f"{path}.log", "ab"),  # noqa: SIM115 - the server's own log, for a failure to start
         start_new_session=True,
-        cwd=path.parent,
+        cwd=folder,
+        env={**base_environment(env), ENVIRONMENT_ROOM[0]: "." * ENVIRONMENT_ROOM[1]} if kind == BASE else env,
     )
+
+
+def _framed(request: dict) -> bytes:
+    data = json.dumps(request).encode()
+    return len(data).to_bytes(8, "big") + data
+
+
+def _exit_code(connection: socket.socket) -> int | None:
+    """The exit status the server sends when its child ends; None if the server went away first."""
+    reply = b""
+    while len(reply) < 4:
+        chunk = connection.recv(4 - len(reply))
+        if not chunk:
+            return None
+        reply += chunk
+    return int.from_bytes(reply, "big", signed=True)
 
 
 def client_main(argv: list[str]) -> None:
@@ -203,32 +275,15 @@ def client_main(argv: list[str]) -> None:
     # The servers' own folder is also their working folder: `-m` puts it first on sys.path, and it holds no module.
     folder = Path(tempfile.gettempdir()) / f"fspo-warm-{env['FSPO_WARM_OWNER']}"
     folder.mkdir(mode=0o700, exist_ok=True)
-    path = folder / f"{kind}-{environment_key(env)}.sock"
-    lock = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR)
-    import fcntl
-
-    fcntl.flock(lock, fcntl.LOCK_EX)  # one caller starts the server; the others wait for its socket
-    try:
-        connection = _connect(path, time.monotonic() + 0.2)
-        if connection is None:
-            path.unlink(missing_ok=True)
-            _start_server(path, kind)
-            connection = _connect(path, time.monotonic() + 120)
-    finally:
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        os.close(lock)
+    connection = _server(folder, kind, env)
     if connection is None:
         _exec_cold(argv)
-    request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode()
-    socket.send_fds(connection, [len(request).to_bytes(8, "big") + request], [0, 1, 2])
-    reply = b""
-    while len(reply) < 4:
-        chunk = connection.recv(4 - len(reply))
-        if not chunk:  # the server went away mid-request: say so, as an interpreter that crashed would
-            print("fspo warm python: the server closed the connection", file=sys.stderr)
-            sys.exit(70)
-        reply += chunk
-    sys.exit(int.from_bytes(reply, "big", signed=True))
+    socket.send_fds(connection, [_framed({"argv": argv, "env": env, "cwd": os.getcwd()})], [0, 1, 2])
+    code = _exit_code(connection)
+    if code is None:  # the server went away mid-request: say so, as an interpreter that crashed would
+        print("fspo warm python: the server closed the connection", file=sys.stderr)
+        sys.exit(70)
+    sys.exit(code)
 
 
 # --- the server -------------------------------------------------------------------------------------------------
@@ -258,6 +313,7 @@ def _run_child(request: dict, fds: list[int], import_changes: dict[str, str | No
     code = 1
     argv = request["argv"]
     try:
+        _name_process(os.path.basename(sys.executable))  # the server's name is not the caller's
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -273,13 +329,7 @@ def _run_child(request: dict, fds: list[int], import_changes: dict[str, str | No
             setattr(sys, name, stream)
         _fresh_random_state()
         os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        for name, value in import_changes.items():  # as importing would have changed the caller's environment
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _take_environment(request["env"], import_changes)
         try:
             if argv[0] == "-m":
                 sys.path[0] = request["cwd"]  # what `python -m` puts first
@@ -309,6 +359,75 @@ def _run_child(request: dict, fds: list[int], import_changes: dict[str, str | No
         os._exit(code)
 
 
+def _name_process(name: str) -> None:
+    """Set the process's name (``/proc/PID/comm``, what ``ps`` and process accounting show; 15 bytes at most): a
+    server forked from the base has the base's command line, and its name tells them apart."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+
+
+def _take_environment(env: dict[str, str], import_changes: dict[str, str | None]) -> None:
+    """``env`` as this process's environment, with what importing would have changed in it (``import_changes``)."""
+    os.environ.clear()
+    os.environ.update(env)
+    for name, value in import_changes.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+# The base server starts with this much room in its environment block, which /proc/PID/environ shows: a server forked
+# from it writes the environment it serves there (see _show_environment).
+ENVIRONMENT_ROOM = ("FSPO_WARM_ENVIRONMENT_ROOM", 32768)
+
+
+def _show_environment(env: dict[str, str]) -> None:
+    """Make ``/proc/PID/environ`` of this process and of the children it forks show ``env``.
+
+    The kernel shows the block a process was started with; a server forked from the base would show the base's, and
+    the trainer-run ledger finds a run's Ray workers by the raylet named there (``RAY_RAYLET_PID``). The block is
+    rewritten in place, as setproctitle rewrites argv, after the caller's environment was taken
+    (:func:`_take_environment` unset every variable it held, so nothing points into it)."""
+    import ctypes
+
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    start, end = int(fields[47]), int(fields[48])  # env_start, env_end: fields 50 and 51 of proc(5)'s stat
+    block = b"".join(f"{name}={value}".encode() + b"\0" for name, value in env.items())
+    if len(block) >= end - start:  # the ledger would not find this server's workers: say so in the server's log
+        print(
+            f"fspo warm python: {len(block)} bytes of environment do not fit the base's {end - start}", file=sys.stderr
+        )
+        return
+    ctypes.memmove(start, block.ljust(end - start, b"\0"), end - start)
+
+
+def _become_server(request: dict, import_changes: dict[str, str | None]) -> None:
+    """In the base server's forked child: leave a grandchild that serves ``request["kind"]`` at ``request["serve"]``
+    in the caller's environment, as a fresh ``--serve`` interpreter would (its own session, its log on stderr), and
+    exit, so that the base answers the caller at once."""
+    if os.fork():
+        os._exit(0)
+    code = 1
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        log = os.open(f"{request['serve']}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        for target, fd in enumerate((null, null, log)):
+            os.dup2(fd, target)
+        _take_environment(request["env"], import_changes)
+        _show_environment(request["env"])
+        serve(Path(request["serve"]), request["kind"], import_changes)
+        code = 0
+    except BaseException:  # noqa: BLE001 - into the server's log, as a fresh interpreter's traceback would go
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
 @contextlib.contextmanager
 def _actor_class_ids_from_urandom():
     """Within the block, ``ray.remote`` on a class draws its id from ``os.urandom``, not from Ray's C++ generator.
@@ -333,19 +452,24 @@ def _actor_class_ids_from_urandom():
         ray.actor.ActorClassID = real
 
 
-def serve(path: Path, kind: str) -> None:
+def serve(path: Path, kind: str, inherited_changes: dict[str, str | None] | None = None) -> None:
+    """Import :data:`PRELOADS` for ``kind``, then fork a child per request on ``path``'s socket. A server forked from
+    the base passes what the base's imports changed in the environment (``inherited_changes``)."""
+    _name_process(f"fspo-{kind}")
     owner = int(os.environ["FSPO_WARM_OWNER"])
     raylet = int(os.environ.get("RAY_RAYLET_PID", "0"))  # a Ray worker server serves one cluster: it ends with it
     before = dict(os.environ)
     trainer = kind == "ray-worker" and os.environ.get(PRELOAD_ENV) == TRAINER_MODULE
-    with _actor_class_ids_from_urandom():
-        for module in (*PRELOADS[kind], *((TRAINER_MODULE,) if trainer else ())):
+    modules = (*PRELOADS[kind], *((TRAINER_MODULE,) if trainer else ()))
+    with contextlib.nullcontext() if kind == BASE else _actor_class_ids_from_urandom():
+        for module in modules:
             __import__(module)
     # A forked child shares the server's pages until it writes to them, and a collection writes to every tracked
     # object's header: frozen, the imported objects stay out of the children's collections and their pages shared.
     gc.collect()
     gc.freeze()
-    import_changes = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    import_changes = dict(inherited_changes or {})
+    import_changes.update({k: v for k, v in os.environ.items() if before.get(k) != v})
     import_changes.update({k: None for k in before if k not in os.environ})
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
@@ -372,6 +496,8 @@ def serve(path: Path, kind: str) -> None:
                 listener.close()
                 for other in [connection, *children.values()]:
                     other.close()
+                if kind == BASE:
+                    _become_server(request, import_changes)
                 _run_child(request, fds, import_changes)
             for fd in fds:
                 os.close(fd)

@@ -35,8 +35,11 @@ fail() {
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv_python="$repo_root/.venv/bin/python"
-# This checkout's fspo (its output-folder rule), whichever interpreter runs it.
-export PYTHONPATH="$repo_root${PYTHONPATH:+:$PYTHONPATH}"
+# This checkout's fspo (its output-folder rule), whichever interpreter runs it; once, when the script runs itself
+# again under the folder's lock.
+if [[ "${PYTHONPATH:-}" != "$repo_root" && "${PYTHONPATH:-}" != "$repo_root:"* ]]; then
+    export PYTHONPATH="$repo_root${PYTHONPATH:+:$PYTHONPATH}"
+fi
 if [[ -z "${PYTHON:-}" && -x "$venv_python" ]]; then PYTHON="$venv_python"; fi
 PYTHON=${PYTHON:-python}
 arguments=("$@")

@@ -391,7 +391,9 @@ class Probe:
                 "torch_seed": torch.initial_seed(), "verl_before": verl_before,
                 "random_id": ray.ActorClassID.from_random().hex(),
                 "argv0": sys.argv[0], "path0": sys.path[0], "cwd": os.getcwd(), "env": env,
-                "parent": " ".join(psutil.Process(os.getppid()).cmdline()), "frozen": gc.get_freeze_count()}
+                "parent": " ".join(psutil.Process(os.getppid()).cmdline()), "frozen": gc.get_freeze_count(),
+                "parent_name": open(f"/proc/{os.getppid()}/comm").read().strip(),
+                "name": open("/proc/self/comm").read().strip()}
 
     def die(self):
         os._exit(3)
@@ -444,7 +446,8 @@ def test_ray_workers_forked_warm_start_as_cold_ones_and_go_with_the_process_ray_
     """A worker forked from the warm server (tests/conftest.py sets the hook), one that imported verl before forking
     as a trainer run's does, after Ray's setup step forked from a server of its own, sees what a cold one sees and draws its own random ids, is in a
     process group of its own (Ray kills a dead worker's group: the server and its other workers survive), is
-    counted by the ledger, and dies with the process Ray started for it; the next cluster gets a server of its own."""
+    counted by the ledger, and dies with the process Ray started for it; the next cluster gets a server of its own,
+    forked, as the first, from the base server that imported the libraries once."""
     monkeypatch.setenv("RAY_TMPDIR", str(Path(tempfile.mkdtemp(prefix="fspo-ray-", dir="/tmp"))))
     process = subprocess.run(
         [sys.executable, "-c", _RAY_DRIVER], capture_output=True, text=True, cwd=tmp_path, timeout=300
@@ -455,7 +458,9 @@ def test_ray_workers_forked_warm_start_as_cold_ones_and_go_with_the_process_ray_
     assert first["ppid"] == second["ppid"] != cold["ppid"]  # one server forked both; it outlived the first's death
     # Ray's setup step (setup_worker.py, which execs the worker's interpreter) ran forked for the cold one too.
     assert "--serve" in cold["parent"] and "ray-setup-" in cold["parent"], cold["parent"]
-    assert "--serve" in first["parent"] and "ray-worker-" in first["parent"], first["parent"]
+    # The worker's server was forked from the base server, which had imported torch and the other libraries.
+    assert first["parent_name"] == "fspo-ray-worker" and " base" in first["parent"], first
+    assert first["name"] == cold["name"], (first["name"], cold["name"])  # not the server's
     assert first["own_group"] and second["own_group"]
     for key in ("argv0", "path0", "cwd", "env"):
         assert first[key] == cold[key], key
@@ -474,6 +479,7 @@ def test_ray_workers_forked_warm_start_as_cold_ones_and_go_with_the_process_ray_
     # The next cluster's worker comes from a server of its own: one started under the first cluster would hand it
     # that cluster's raylet, and the worker would exit at once.
     assert facts["next"]["ppid"] != first["ppid"] and facts["next"]["env"]["FSPO_PROBE"] == "1"
+    assert facts["next"]["parent"] == first["parent"]  # both servers forked from the one base server
 
 
 def test_the_installed_libraries_come_with_their_bytecode():
