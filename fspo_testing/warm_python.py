@@ -1,5 +1,5 @@
-"""A stand-in for ``sys.executable`` that runs ``-m fspo.training.main`` (and the other :data:`SERVED_MODULES`) from a
-warm, forked interpreter.
+"""A stand-in for ``sys.executable`` that runs ``-m fspo.training.main`` (and the other :data:`SERVED_MODULES`, and a
+program on stdin) from a warm, forked interpreter.
 
 A config check (``FSPO_DRY_RUN=1``, a recipe's dry run, a refused override) spends ~7 s importing verl and
 under a second on the check. :func:`warm_python` returns the path of an executable that tests use as their
@@ -47,7 +47,8 @@ import time
 from pathlib import Path
 
 # The modules a test or a script it runs starts with `python -m` and that import verl (~9 CPU-s): the trainer, the
-# CLI, and verl's merger and the LoRA fold of scripts/merge_checkpoint.sh.
+# CLI, and verl's merger and the LoRA fold of scripts/merge_checkpoint.sh. A program on stdin (`python -`: the merge
+# script's checks, one of which loads the merged model with transformers, ~11 CPU-s cold) is served too.
 SERVED_MODULES = ("fspo.training.main", "fspo.cli", "verl.model_merger", "fspo.training.lora_fold")
 RAY_WORKER_SCRIPT = os.path.join("ray", "_private", "workers", "default_worker.py")
 # Ray starts every worker of a job with a runtime env (verl's jobs have one) as `python setup_worker.py ...`, which
@@ -199,9 +200,9 @@ def _connect(path: Path, deadline: float) -> socket.socket | None:
 
 
 def _request_kind(argv: list[str]) -> str | None:
-    """``module`` for ``-m`` one of :data:`SERVED_MODULES`, ``ray-worker`` for Ray's worker script, ``ray-setup`` for
-    its setup script, else None (cold)."""
-    if len(argv) >= 2 and argv[0] == "-m" and argv[1] in SERVED_MODULES:
+    """``module`` for ``-m`` one of :data:`SERVED_MODULES` or a program on stdin (``-``), ``ray-worker`` for Ray's
+    worker script, ``ray-setup`` for its setup script, else None (cold)."""
+    if (len(argv) >= 2 and argv[0] == "-m" and argv[1] in SERVED_MODULES) or argv[:1] == ["-"]:
         return "module"
     script = argv[1:2] if argv[:1] == ["-u"] else argv[:1]  # Ray runs `py_executable default_worker.py ...`
     if script and script[0].endswith(RAY_WORKER_SCRIPT):
@@ -335,6 +336,11 @@ def _run_child(request: dict, fds: list[int], import_changes: dict[str, str | No
                 sys.path[0] = request["cwd"]  # what `python -m` puts first
                 sys.argv = [argv[1], *argv[2:]]
                 runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+            elif argv[0] == "-":
+                sys.path[0] = ""  # what `python -` puts first
+                sys.argv = argv
+                main = sys.modules["__main__"] = type(sys)("__main__")
+                exec(compile(sys.stdin.read(), "<stdin>", "exec"), main.__dict__)  # noqa: S102 - as `python -` runs it
             else:
                 script_argv = argv[1:] if argv[0] == "-u" else argv
                 sys.path[0] = os.path.dirname(os.path.realpath(script_argv[0]))  # what `python SCRIPT` puts first

@@ -270,6 +270,23 @@ def test_a_warm_dry_run_answers_as_a_cold_interpreter_does(tmp_path):
     assert served_s < 30, f"a served dry run took {served_s:.1f} s"
 
 
+def test_a_warm_program_on_stdin_runs_as_python_dash_runs_it(tmp_path):
+    """`python - ARGS` (scripts/merge_checkpoint.sh's checks): the same name, argv, path, environment and exit; the
+    warm one ran in a server that had imported torch."""
+    program = (
+        "import os, sys\nprint(__name__, sys.argv, repr(sys.path[0]), os.environ['PROBE'])\n"
+        "print('torch' in sys.modules, file=sys.stderr)\nsys.exit(3)\n"
+    )
+    env = {**os.environ, "PROBE": "given"}
+    runs = [
+        subprocess.run([python, "-", "a b", "c"], input=program, env=env, capture_output=True, text=True, cwd=tmp_path)
+        for python in (sys.executable, warm_python())
+    ]
+    assert runs[0].returncode == runs[1].returncode == 3, runs[1].stderr[-2000:]
+    assert runs[0].stdout == runs[1].stdout == "__main__ ['-', 'a b', 'c'] '' given\n"
+    assert (runs[0].stderr, runs[1].stderr) == ("False\n", "True\n")
+
+
 def test_only_a_trainer_runs_workers_are_marked_for_a_server_that_imported_verl(monkeypatch):
     import importlib.machinery
     import types

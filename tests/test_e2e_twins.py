@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,6 @@ from fspo_testing.twins import (
 
 pytestmark = pytest.mark.e2e
 
-VENV_BIN = Path(sys.executable).parent
 LR = float(FULL_FT_TWIN_LEARNING_RATE.split("=")[1])  # a full fine-tuning twin's learning rate
 LORA_RECIPE = "run_qwen3_4b_lora_1gpu.sh"
 
@@ -98,7 +96,9 @@ def merge_and_evaluate(twin: dict, base: Path, inputs: dict, out: Path) -> dict:
     merged = Path(merge.stdout.strip().splitlines()[-1])
     _run(
         [
-            str(VENV_BIN / "fspo"),
+            twin["env"]["PYTHON"],  # the warm interpreter: `python -m fspo.cli` is the `fspo` command
+            "-m",
+            "fspo.cli",
             "evaluate",
             "--model",
             f"trained={merged}",
