@@ -84,7 +84,7 @@ PRELOAD_ENV = "FSPO_WARM_PRELOAD"
 IMPORT_TIME_PREFIXES = (
     "HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "DATASETS", "SAFETENSORS", "TORCH", "PYTORCH", "CUDA", "NCCL",
     "NVIDIA", "OMP_", "MKL", "KMP_", "OPENBLAS", "GOTO", "VERL", "VLLM", "RAY_", "HYDRA", "WANDB", "PYTHON", "LD_",
-    "PATH", "HOME", "XDG_", "TMP", "TEMP", "LANG", "LC_", "TZ", "USER", "NO_PROXY", "HTTP", "ACCELERATE",
+    "PATH", "HOME", "XDG_", "TMP", "TEMP", "LANG", "LC_", "TZ", "USER", "NO_PROXY", "HTTP", "ACCELERATE", "MALLOC",
 )  # fmt: skip
 # Seconds a server without children waits for a request. A Ray worker server holds ~400 MB and serves one cluster
 # (it also ends with the cluster's raylet), so it ends sooner.

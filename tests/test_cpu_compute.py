@@ -8,6 +8,7 @@ import subprocess
 import pytest
 import yaml
 
+from fspo.cpu.allocator import jemalloc_path
 from fspo.cpu.compute import (
     BFLOAT16,
     FLOAT32,
@@ -98,6 +99,9 @@ def test_the_cpu_preset_gives_every_fsdp_worker_and_the_rollout_the_choice(tmp_p
     assert actor_rollout_ref["ref"]["fsdp_config"]["mixed_precision"]["param_dtype"] == BFLOAT16
     assert config["critic"]["fsdp"]["mixed_precision"]["param_dtype"] == BFLOAT16
     assert actor_rollout_ref["rollout"]["dtype"] == BFLOAT16
+    # ... and its Ray workers allocate with jemalloc (fspo.cpu.allocator; tests/test_cpu_allocator.py).
+    worker_env = config["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    assert worker_env["LD_PRELOAD"].split()[0] == jemalloc_path() and worker_env["MALLOC_CONF"]
 
 
 @pytest.mark.parametrize(

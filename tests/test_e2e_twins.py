@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fspo.cpu.allocator import jemalloc_path
 from fspo_testing.shared_ray import JOIN_OVERRIDES, joining_env
 from fspo_testing.tiny_run import prompt_length_override, run_logged
 from fspo_testing.twins import (
@@ -319,6 +320,8 @@ def test_twin_trains_one_step(recipe, inputs, tmp_path):
     assert record["step"] == 1
     assert record["data"]["actor/grad_norm"] > 0
     assert (twin["run_dir"] / "global_step_1" / "actor").is_dir()
+    # The CPU preset's allocator reached ray.init resolved (fspo.cpu.allocator; verl prints the arguments).
+    assert f"'LD_PRELOAD': '{jemalloc_path()}'" in twin["log"]
     if recipe.startswith("run_baseline_"):
         # KnowRL's and FAPO's modes change the reward, not the advantages; FAPO's metrics are logged in every mode.
         assert record["data"]["fspo/flipped_frac"] == 0.0

@@ -22,6 +22,7 @@ from verl.trainer.ppo.v1 import trainer_base
 from fspo.cli.arguments import UsageError, check_override_keys, check_overrides, refuse
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
 from fspo.cpu import cpu_mode_requested
+from fspo.cpu.allocator import register_preload_resolver
 from fspo.cpu.compute import register_dtype_resolver
 from fspo.cpu.plugin import STATE as cpu_plugin_state
 from fspo.data.templates import register_chat_template_resolver
@@ -85,6 +86,7 @@ def run(config: DictConfig) -> None:
     sized_by_the_cluster_it_joins(config)
     validate(config)
     env = forwarded_env(joined_cluster(config))
+    OmegaConf.resolve(config.ray_kwargs)  # ray.init's arguments: verl passes them to Ray as they are, unresolved
     with ledger_entry(f"{config.trainer.project_name}/{config.trainer.experiment_name}"):
         run_ppo(config, task_runner_class=with_env_vars(FSPOTaskRunner, env))
 
@@ -270,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry point; ``argv`` are Hydra overrides (``key=value``)."""
     register_chat_template_resolver()  # ${fspo_chat_template:qwen-base} in configs
     register_dtype_resolver()  # ${fspo_cpu_dtype:} in the CPU preset
+    register_preload_resolver()  # ${fspo_cpu_preload:} in the CPU preset
     register_threshold_resolver()  # ${fspo_calibrated_threshold:...} in the CPU preset
     args = list(sys.argv[1:] if argv is None else argv)
     try:
