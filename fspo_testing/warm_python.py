@@ -23,8 +23,11 @@ runner's module with verl and its plugins, Ray's random ids kept unseeded (:func
 Ray tracks the worker by the pid it registers (the forked child); a caller that goes away (Ray killed the process it
 started) takes its child with it. A worker server serves one Ray job; every job brings one.
 
-Servers are themselves forked: a base server, keyed without Ray's variables, imports the :data:`LIBRARIES` (torch,
-transformers, ...; ~9 CPU-s) once, and each module or worker server is its child, which adds Ray, verl and fspo.
+Servers are themselves forked. A core server, keyed without Ray's and Hugging Face's variables, imports torch and the
+other :data:`CORE_LIBRARIES` (~7 CPU-s); a base server, its child keyed without Ray's, adds the :data:`HUB_LIBRARIES`
+(transformers, datasets, ...; ~3 CPU-s), which read Hugging Face's variables at import; each module or worker server
+is a base's child, which adds Ray, verl and fspo. Tests differ mostly in their Hugging Face caches, hubs and tokens:
+the 31 base environments of a CI run had 13 core environments.
 """
 
 from __future__ import annotations
@@ -56,16 +59,23 @@ RAY_WORKER_SCRIPT = os.path.join("ray", "_private", "workers", "default_worker.p
 # SETUP_WORKER_STAND_IN in its place: it has the same script run, forked from a server that imported ray once.
 RAY_SETUP_SCRIPT = os.path.join("ray", "_private", "workers", "setup_worker.py")
 SETUP_WORKER_STAND_IN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_setup_worker.py")
-# The libraries that verl, the CLI and every Ray worker of a test import, Ray aside (~9 CPU-s): the base server
-# (BASE) imports them once, and the module and Ray worker servers are forked from it. Ray stays out: what Ray fixes
+# The libraries that verl, the CLI and every Ray worker of a test import, Ray aside (~10 CPU-s): the base server
+# (BASE) has imported them, and the module and Ray worker servers are forked from it. Ray stays out: what Ray fixes
 # at import belongs to one job, so a Ray worker server serves one job, and Ray and verl are what it adds (~2 CPU-s).
-LIBRARIES = (
-    "torch", "torch.distributed", "transformers", "transformers.modeling_utils", "tensordict", "peft", "accelerate",
-    "datasets", "pandas", "pyarrow", "aiohttp", "fastapi", "uvicorn", "hydra", "omegaconf", "torchdata", "zmq",
+# The core server (CORE), the base's parent, imports those that read no Hugging Face variable (HUB_PREFIXES).
+CORE_LIBRARIES = (
+    "torch", "torch.distributed", "tensordict", "pandas", "pyarrow", "aiohttp", "fastapi", "uvicorn", "hydra",
+    "omegaconf", "torchdata", "zmq",
 )  # fmt: skip
+HUB_LIBRARIES = ("transformers", "transformers.modeling_utils", "peft", "accelerate", "datasets")
+LIBRARIES = (*CORE_LIBRARIES, *HUB_LIBRARIES)
+CORE = "core"
 BASE = "base"
+# The server each kind of server is forked from; a server that is a parent serves only the servers it forks.
+PARENTS = {"module": BASE, "ray-worker": BASE, BASE: CORE}
 # What a server imports before it forks, per kind of request (see _request_kind).
 PRELOADS = {
+    CORE: CORE_LIBRARIES,
     BASE: LIBRARIES,
     "module": (
         *LIBRARIES,
@@ -81,14 +91,16 @@ PRELOADS = {
 # run's workers (a driver that imported the module), so a cluster of verifier actors alone does not pay for it.
 TRAINER_MODULE = "fspo.training.main"
 PRELOAD_ENV = "FSPO_WARM_PRELOAD"
+# The Hugging Face libraries' variables (caches, hub, tokens, offline switches), read at import by HUB_LIBRARIES only.
+HUB_PREFIXES = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "DATASETS", "SAFETENSORS", "ACCELERATE")
 IMPORT_TIME_PREFIXES = (
-    "HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "DATASETS", "SAFETENSORS", "TORCH", "PYTORCH", "CUDA", "NCCL",
+    *HUB_PREFIXES, "TORCH", "PYTORCH", "CUDA", "NCCL",
     "NVIDIA", "OMP_", "MKL", "KMP_", "OPENBLAS", "GOTO", "VERL", "VLLM", "RAY_", "HYDRA", "WANDB", "PYTHON", "LD_",
-    "PATH", "HOME", "XDG_", "TMP", "TEMP", "LANG", "LC_", "TZ", "USER", "NO_PROXY", "HTTP", "ACCELERATE", "MALLOC",
+    "PATH", "HOME", "XDG_", "TMP", "TEMP", "LANG", "LC_", "TZ", "USER", "NO_PROXY", "HTTP", "MALLOC",
 )  # fmt: skip
 # Seconds a server without children waits for a request. A Ray worker server holds ~400 MB and serves one cluster
 # (it also ends with the cluster's raylet), so it ends sooner.
-IDLE_S = {BASE: 600.0, "module": 600.0, "ray-worker": 180.0, "ray-setup": 180.0}
+IDLE_S = {CORE: 600.0, BASE: 600.0, "module": 600.0, "ray-worker": 180.0, "ray-setup": 180.0}
 _SHIM = """#!/bin/sh
 exec {python} -S {client} "$@"
 """
@@ -119,6 +131,15 @@ def base_environment(env: dict[str, str]) -> dict[str, str]:
     """``env`` as the base server sees it: without Ray's variables (it does not import Ray; they name one cluster
     and job) and without :data:`PRELOAD_ENV` (it does not import the trainer), so servers of every job share it."""
     return {k: v for k, v in env.items() if not k.upper().startswith("RAY_") and k != PRELOAD_ENV}
+
+
+def core_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` as the core server sees it: the base's, without Hugging Face's variables (:data:`HUB_PREFIXES`)."""
+    return {k: v for k, v in base_environment(env).items() if not k.upper().startswith(HUB_PREFIXES)}
+
+
+# The environment a parent server is keyed by, from its child's.
+PARENT_ENVIRONMENT = {BASE: base_environment, CORE: core_environment}
 
 
 @functools.cache
@@ -233,14 +254,16 @@ def _server(folder: Path, kind: str, env: dict[str, str]) -> socket.socket | Non
 
 
 def _start_server(folder: Path, path: Path, kind: str, env: dict[str, str]) -> None:
-    """A module or Ray worker server is forked from the base server (started first if need be); a base or Ray setup
-    server, or one whose base did not answer, is a fresh interpreter."""
-    if kind in ("module", "ray-worker"):
-        base = _server(folder, BASE, base_environment(env))
-        if base is not None:
-            base.sendall(_framed({"serve": str(path), "kind": kind, "env": env}))
-            if _exit_code(base) == 0:
-                return
+    """A server is forked from its parent (:data:`PARENTS`, started first if need be); a core or Ray setup server,
+    or one whose parent did not answer, is a fresh interpreter."""
+    if kind in PARENTS:
+        parent = PARENTS[kind]
+        connection = _server(folder, parent, PARENT_ENVIRONMENT[parent](env))
+        if connection is not None:
+            with connection:
+                connection.sendall(_framed({"serve": str(path), "kind": kind, "env": env}))
+                if _exit_code(connection) == 0:
+                    return
     subprocess.Popen(
         [sys.executable, "-m", "fspo_testing.warm_python", "--serve", str(path), kind],
         stdin=subprocess.DEVNULL,
@@ -248,7 +271,7 @@ def _start_server(folder: Path, path: Path, kind: str, env: dict[str, str]) -> N
         stderr=open(f"{path}.log", "ab"),  # noqa: SIM115 - the server's own log, for a failure to start
         start_new_session=True,
         cwd=folder,
-        env={**base_environment(env), ENVIRONMENT_ROOM[0]: "." * ENVIRONMENT_ROOM[1]} if kind == BASE else env,
+        env={**env, ENVIRONMENT_ROOM[0]: "." * ENVIRONMENT_ROOM[1]} if kind in PARENT_ENVIRONMENT else env,
     )
 
 
@@ -367,7 +390,7 @@ def _run_child(request: dict, fds: list[int], import_changes: dict[str, str | No
 
 def _name_process(name: str) -> None:
     """Set the process's name (``/proc/PID/comm``, what ``ps`` and process accounting show; 15 bytes at most): a
-    server forked from the base has the base's command line, and its name tells them apart."""
+    server forked from its parent has the parent's command line, and its name tells them apart."""
     import ctypes
 
     ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
@@ -384,15 +407,15 @@ def _take_environment(env: dict[str, str], import_changes: dict[str, str | None]
             os.environ[name] = value
 
 
-# The base server starts with this much room in its environment block, which /proc/PID/environ shows: a server forked
-# from it writes the environment it serves there (see _show_environment).
+# A parent server started afresh gets this much room in its environment block, which /proc/PID/environ shows: a server
+# forked from it writes the environment it serves there (see _show_environment).
 ENVIRONMENT_ROOM = ("FSPO_WARM_ENVIRONMENT_ROOM", 32768)
 
 
 def _show_environment(env: dict[str, str]) -> None:
     """Make ``/proc/PID/environ`` of this process and of the children it forks show ``env``.
 
-    The kernel shows the block a process was started with; a server forked from the base would show the base's, and
+    The kernel shows the block a process was started with; a server forked from its parent would show the parent's, and
     the trainer-run ledger finds a run's Ray workers by the raylet named there (``RAY_RAYLET_PID``). The block is
     rewritten in place, as setproctitle rewrites argv, after the caller's environment was taken
     (:func:`_take_environment` unset every variable it held, so nothing points into it)."""
@@ -403,16 +426,16 @@ def _show_environment(env: dict[str, str]) -> None:
     block = b"".join(f"{name}={value}".encode() + b"\0" for name, value in env.items())
     if len(block) >= end - start:  # the ledger would not find this server's workers: say so in the server's log
         print(
-            f"fspo warm python: {len(block)} bytes of environment do not fit the base's {end - start}", file=sys.stderr
+            f"fspo warm python: {len(block)} bytes of environment do not fit the {end - start} given", file=sys.stderr
         )
         return
     ctypes.memmove(start, block.ljust(end - start, b"\0"), end - start)
 
 
 def _become_server(request: dict, import_changes: dict[str, str | None]) -> None:
-    """In the base server's forked child: leave a grandchild that serves ``request["kind"]`` at ``request["serve"]``
+    """In a parent server's forked child: leave a grandchild that serves ``request["kind"]`` at ``request["serve"]``
     in the caller's environment, as a fresh ``--serve`` interpreter would (its own session, its log on stderr), and
-    exit, so that the base answers the caller at once."""
+    exit, so that the parent answers the caller at once."""
     if os.fork():
         os._exit(0)
     code = 1
@@ -460,16 +483,19 @@ def _actor_class_ids_from_urandom():
 
 def serve(path: Path, kind: str, inherited_changes: dict[str, str | None] | None = None) -> None:
     """Import :data:`PRELOADS` for ``kind``, then fork a child per request on ``path``'s socket. A server forked from
-    the base passes what the base's imports changed in the environment (``inherited_changes``)."""
+    a parent passes what the parent's imports changed in the environment (``inherited_changes``)."""
     _name_process(f"fspo-{kind}")
     owner = int(os.environ["FSPO_WARM_OWNER"])
     raylet = int(os.environ.get("RAY_RAYLET_PID", "0"))  # a Ray worker server serves one cluster: it ends with it
     before = dict(os.environ)
     trainer = kind == "ray-worker" and os.environ.get(PRELOAD_ENV) == TRAINER_MODULE
     modules = (*PRELOADS[kind], *((TRAINER_MODULE,) if trainer else ()))
-    with contextlib.nullcontext() if kind == BASE else _actor_class_ids_from_urandom():
+    with contextlib.nullcontext() if kind in PARENT_ENVIRONMENT else _actor_class_ids_from_urandom():
         for module in modules:
             __import__(module)
+    hub_modules = [name for name in ("huggingface_hub", *HUB_LIBRARIES) if kind == CORE and name in sys.modules]
+    if hub_modules:  # they would keep the core's Hugging Face variables for every base forked from it
+        raise SystemExit(f"fspo warm python: the core libraries imported {', '.join(hub_modules)}")
     # A forked child shares the server's pages until it writes to them, and a collection writes to every tracked
     # object's header: frozen, the imported objects stay out of the children's collections and their pages shared.
     gc.collect()
@@ -502,7 +528,7 @@ def serve(path: Path, kind: str, inherited_changes: dict[str, str | None] | None
                 listener.close()
                 for other in [connection, *children.values()]:
                     other.close()
-                if kind == BASE:
+                if kind in PARENT_ENVIRONMENT:
                     _become_server(request, import_changes)
                 _run_child(request, fds, import_changes)
             for fd in fds:

@@ -30,8 +30,12 @@ from fspo_testing.scheduling import (
     threads_per_worker,
 )
 from fspo_testing.warm_python import (
+    BASE,
+    CORE,
     PRELOAD_ENV,
     TRAINER_MODULE,
+    base_environment,
+    core_environment,
     environment_key,
     ray_runtime_env_hook,
     warm_python,
@@ -287,6 +291,25 @@ def test_a_warm_program_on_stdin_runs_as_python_dash_runs_it(tmp_path):
     assert (runs[0].stderr, runs[1].stderr) == ("False\n", "True\n")
 
 
+def test_callers_that_differ_in_hugging_face_variables_share_a_core_and_each_import_with_their_own(tmp_path):
+    """Two callers with their own hub caches: each warm program sees its cache where huggingface_hub read it at
+    import; their base servers are two, forked from one core server (which imported no Hugging Face library)."""
+    program = "import huggingface_hub.constants as c, sys\nprint(c.HF_HUB_CACHE, 'torch' in sys.modules)\n"
+    envs = [{**os.environ, "HF_HUB_CACHE": str(tmp_path / name)} for name in ("a", "b")]
+    runs = [
+        subprocess.run([warm_python(), "-"], input=program, env=env, capture_output=True, text=True, cwd=tmp_path)
+        for env in envs
+    ]
+    for run, env in zip(runs, envs, strict=True):
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout == f"{env['HF_HUB_CACHE']} True\n"
+    folder = Path(tempfile.gettempdir()) / f"fspo-warm-{os.environ['FSPO_WARM_OWNER']}"
+    bases = {folder / f"{BASE}-{environment_key(base_environment(env))}.sock" for env in envs}
+    cores = {folder / f"{CORE}-{environment_key(core_environment(env))}.sock" for env in envs}
+    assert len(bases) == 2 and len(cores) == 1
+    assert all(path.exists() for path in (*bases, *cores))
+
+
 def test_only_a_trainer_runs_workers_are_marked_for_a_server_that_imported_verl(monkeypatch):
     import importlib.machinery
     import types
@@ -475,8 +498,8 @@ def test_ray_workers_forked_warm_start_as_cold_ones_and_go_with_the_process_ray_
     assert first["ppid"] == second["ppid"] != cold["ppid"]  # one server forked both; it outlived the first's death
     # Ray's setup step (setup_worker.py, which execs the worker's interpreter) ran forked for the cold one too.
     assert "--serve" in cold["parent"] and "ray-setup-" in cold["parent"], cold["parent"]
-    # The worker's server was forked from the base server, which had imported torch and the other libraries.
-    assert first["parent_name"] == "fspo-ray-worker" and " base" in first["parent"], first
+    # The worker's server was forked from a base server, itself forked from the core server that imported torch.
+    assert first["parent_name"] == "fspo-ray-worker" and " core" in first["parent"], first
     assert first["name"] == cold["name"], (first["name"], cold["name"])  # not the server's
     assert first["own_group"] and second["own_group"]
     for key in ("argv0", "path0", "cwd", "env"):
