@@ -134,3 +134,26 @@ def test_the_verl_import_for_a_verl_named_source_does_not_count_against_the_limi
         assert result["acc"] == 1.0 and limited.timeouts == 0
     finally:
         limited.close()
+
+
+def test_a_scorer_that_prepares_itself_imports_math_verify_only_for_a_math_source(tmp_path):
+    """fspo's scorer prepares each source's imports (fspo.training.outcome.prepare): a worker that scores spans only
+    never imports sympy (~1.2 CPU-s); a scorer without a `prepare` gets WARM_MODULES before its first call."""
+    module = tmp_path / "probe.py"
+    module.write_text(
+        "import sys\n"
+        "from fspo.training.outcome import prepare\n"
+        "def imported(**kwargs):\n"
+        "    return 'math_verify' in sys.modules\n"
+        "def prepared(**kwargs):\n"
+        "    return 'math_verify' in sys.modules\n"
+        "prepared.prepare = prepare\n"
+    )
+    seen = {}
+    for name in ("prepared", "imported"):
+        limited = TimeLimitedScorer(functools.partial(custom_scorer, str(module), name), timeout_s=5)
+        try:
+            seen[name] = [limited(data_source=source) for source in ("hotpotqa", "HotpotQA", "math500")]
+        finally:
+            limited.close()
+    assert seen == {"prepared": [False, False, True], "imported": [True, True, True]}

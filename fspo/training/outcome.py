@@ -373,13 +373,20 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
 
 
 def prepare(data_source=None, **_kwargs) -> None:
-    """Import what scoring ``data_source`` needs: verl's scorers (~5 s) for a name fspo does not own.
+    """Import what scoring ``data_source`` needs: verl's scorers (~5 s) for a name fspo does not own, math_verify
+    (~1 s) for a math source or one that may reach verl's scorers.
 
     :class:`fspo.training.time_limit.TimeLimitedScorer` calls it before a call's time limit starts, so the first
-    ``openai/gsm8k`` row of a run is not scored 0 for the import (and the import is paid once per worker).
+    ``openai/gsm8k`` row of a run is not scored 0 for the import (and the import is paid once per worker), and a
+    worker that scores spans only never imports sympy.
     """
-    if isinstance(data_source, str) and own_scorer_name(data_source, exact=True) is None:
+    if not isinstance(data_source, str):
+        return
+    name = own_scorer_name(data_source, exact=True)
+    if name is None:
         import verl.utils.reward_score  # noqa: F401
+    if name is None or SCORERS[name] is score_math:
+        import math_verify  # noqa: F401
 
 
 compute_score.prepare = prepare

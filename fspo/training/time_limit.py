@@ -36,7 +36,9 @@ from fspo.training.outcome import compute_score
 
 logger = logging.getLogger(__name__)
 
-# Modules the worker imports before it reports ready, so the first call's time limit is not spent importing.
+# Modules the worker imports before it reports ready, so the first call's time limit is not spent importing, for a
+# scorer without a ``prepare`` of its own (fspo's prepares each source's imports: math_verify, ~1.2 CPU-s, only for
+# a math source).
 WARM_MODULES = ("math_verify",)
 
 
@@ -159,7 +161,7 @@ class TimeLimitedScorer:
         timeout_s: Seconds one call may take.
         start_timeout_s: Seconds the worker may take to start and import the scorer, and a scorer's
             ``prepare(**kwargs)`` (if it has one) before each call.
-        warm_modules: Modules the worker imports before it takes calls.
+        warm_modules: Modules the worker imports before it takes calls, for a scorer without a ``prepare``.
 
     Raises (from a call):
         ScorerTimeout: The limit passed (the worker is killed; the next call gets a fresh one) or the worker died.
@@ -236,7 +238,8 @@ def _serve() -> None:
     signal.signal(signal.SIGVTALRM, signal.SIG_DFL)
     try:
         scorer = factory()
-        for name in warm_modules:
+        prepare = getattr(scorer, "prepare", None)
+        for name in warm_modules if prepare is None else ():
             try:
                 importlib.import_module(name)
             except ImportError:
@@ -247,7 +250,6 @@ def _serve() -> None:
     reply("ready", None)
     # A scorer may name a `prepare(**kwargs)` that imports what a call needs (verl's scorers for a source
     # fspo does not own take seconds to import): it runs before the call's time limit starts.
-    prepare = getattr(scorer, "prepare", None)
     while True:
         try:
             kind, kwargs = pickle.load(requests)
