@@ -23,8 +23,9 @@ runner's module with verl and its plugins, Ray's random ids kept unseeded (:func
 Ray tracks the worker by the pid it registers (the forked child); a caller that goes away (Ray killed the process it
 started) takes its child with it. A worker server serves one Ray job; every job brings one.
 
-Servers are themselves forked. A core server, keyed without Ray's and Hugging Face's variables, imports torch and the
-other :data:`CORE_LIBRARIES` (~7 CPU-s); a base server, its child keyed without Ray's, adds the :data:`HUB_LIBRARIES`
+Servers are themselves forked. A core server, keyed without Ray's, Hugging Face's and the other variables its
+libraries do not read (:data:`NOT_READ_BY_CORE_PREFIXES`), imports torch and the other :data:`CORE_LIBRARIES` (~7
+CPU-s); a base server, its child keyed without Ray's, adds the :data:`HUB_LIBRARIES`
 (transformers, datasets, ...; ~3 CPU-s), which read Hugging Face's variables at import; each module or worker server
 is a base's child, which adds Ray, verl and fspo. Tests differ mostly in their Hugging Face caches, hubs and tokens:
 in a CI run, 16 core servers (median 7.7 CPU-s) served 35 base servers (3.1 CPU-s each).
@@ -109,7 +110,7 @@ exec {python} -S {client} "$@"
 # Read only when called (verl's file logger reads its path as a run starts its tracker; breakpoint() reads its hook,
 # which ray.init sets in the driver), so runs that log to different files share a server, and so do clusters
 # started before and after another one.
-READ_WHEN_CALLED = ("VERL_FILE_LOGGER_PATH", "PYTHONBREAKPOINT")
+READ_WHEN_CALLED = ("VERL_FILE_LOGGER_PATH", "PYTHONBREAKPOINT", "PYTHON")  # PYTHON: the recipes' interpreter
 # Set by verl per worker of a group and read only when the worker runs, so the workers of a group share a server.
 # RAY_RAYLET_PID and RAY_JOB_ID stay in the key: a worker forked from a server started under another cluster took
 # that cluster's raylet for its own ("the local raylet failed. Raylet pid: <the old one>") and exited at once.
@@ -133,9 +134,16 @@ def base_environment(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.upper().startswith("RAY_") and k != PRELOAD_ENV}
 
 
+# What the core's libraries do not read at import, nor the interpreter at its start: Hugging Face's variables; verl's,
+# vLLM's and NCCL's (a trainer run's workers get them from its runtime env, the driver not); PATH (tests put the
+# venv or a stand-in's folder first); proxies and the tracker's.
+NOT_READ_BY_CORE_PREFIXES = (*HUB_PREFIXES, "VERL", "VLLM", "NCCL", "WANDB", "PATH", "HTTP", "NO_PROXY")
+
+
 def core_environment(env: dict[str, str]) -> dict[str, str]:
-    """``env`` as the core server sees it: the base's, without Hugging Face's variables (:data:`HUB_PREFIXES`)."""
-    return {k: v for k, v in base_environment(env).items() if not k.upper().startswith(HUB_PREFIXES)}
+    """``env`` as the core server sees it: the base's, without what the core libraries do not read at import
+    (:data:`NOT_READ_BY_CORE_PREFIXES`)."""
+    return {k: v for k, v in base_environment(env).items() if not k.upper().startswith(NOT_READ_BY_CORE_PREFIXES)}
 
 
 # The environment a parent server is keyed by, from its child's.

@@ -291,18 +291,29 @@ def test_a_warm_program_on_stdin_runs_as_python_dash_runs_it(tmp_path):
     assert (runs[0].stderr, runs[1].stderr) == ("False\n", "True\n")
 
 
-def test_callers_that_differ_in_hugging_face_variables_share_a_core_and_each_import_with_their_own(tmp_path):
-    """Two callers with their own hub caches: each warm program sees its cache where huggingface_hub read it at
-    import; their base servers are two, forked from one core server (which imported no Hugging Face library)."""
-    program = "import huggingface_hub.constants as c, sys\nprint(c.HF_HUB_CACHE, 'torch' in sys.modules)\n"
-    envs = [{**os.environ, "HF_HUB_CACHE": str(tmp_path / name)} for name in ("a", "b")]
+def test_callers_that_differ_in_variables_the_core_does_not_read_share_a_core_and_each_see_their_own(tmp_path):
+    """Two callers with their own hub caches, PATH and vLLM variable: each warm program sees its cache where
+    huggingface_hub read it at import, and its own PATH and variable; their base servers are two, forked from one
+    core server (which imported no Hugging Face library)."""
+    program = (
+        "import huggingface_hub.constants as c, os, shutil, sys\n"
+        "print(c.HF_HUB_CACHE, shutil.which('probe'), os.environ['VLLM_LOGGING_LEVEL'], 'torch' in sys.modules)\n"
+    )
+    envs = []
+    for name in ("a", "b"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "probe").write_text("#!/bin/sh\n")
+        (folder / "probe").chmod(0o755)
+        path = f"{folder}{os.pathsep}{os.environ['PATH']}"
+        envs.append({**os.environ, "HF_HUB_CACHE": str(folder), "PATH": path, "VLLM_LOGGING_LEVEL": name})
     runs = [
         subprocess.run([warm_python(), "-"], input=program, env=env, capture_output=True, text=True, cwd=tmp_path)
         for env in envs
     ]
-    for run, env in zip(runs, envs, strict=True):
+    for run, env, name in zip(runs, envs, ("a", "b"), strict=True):
         assert run.returncode == 0, run.stderr[-2000:]
-        assert run.stdout == f"{env['HF_HUB_CACHE']} True\n"
+        assert run.stdout == f"{env['HF_HUB_CACHE']} {tmp_path / name / 'probe'} {name} True\n"
     folder = Path(tempfile.gettempdir()) / f"fspo-warm-{os.environ['FSPO_WARM_OWNER']}"
     bases = {folder / f"{BASE}-{environment_key(base_environment(env))}.sock" for env in envs}
     cores = {folder / f"{CORE}-{environment_key(core_environment(env))}.sock" for env in envs}
