@@ -43,6 +43,7 @@ from fspo_testing.command_guard import (
     tampered_folder,
     undo_read_only,
 )
+from fspo_testing.warm_python import warm_python
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = int(os.environ.get("FSPO_GUARD_EXAMPLES", "120"))
@@ -218,6 +219,7 @@ def test_recipe_dry_run_refuses_bad_inputs_without_a_traceback(guarded, tmp_path
         env={
             **os.environ,
             "PYTHONPATH": str(REPO),
+            "PYTHON": warm_python(),  # the dry run forks from an interpreter that imported verl once
             "FSPO_DRY_RUN": "1",
             "FSPO_PREFLIGHT": "0",
             "MODEL_PATH": str(inputs[model]),

@@ -260,7 +260,8 @@ def test_recipes_use_the_projects_venv_without_activating_it():
 
 
 def run_merge(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHON": sys.executable}
+    # Its interpreters (verl's merger, the checks on stdin) fork from one that imported verl once.
+    env = {**os.environ, "PYTHON": warm_python()}
     return subprocess.run(["bash", str(MERGE), *args], env=env, capture_output=True, text=True, timeout=300)
 
 
