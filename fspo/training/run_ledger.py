@@ -30,6 +30,7 @@ class _TreeCPU:
         # A cluster the run joins is there before it starts: its raylets are looked up once.
         self._joined_raylets = _raylets_of(os.environ.get("RAY_ADDRESS", "").removeprefix("ray://"))
         self._seen: dict[tuple[int, float], float] = {}  # (pid, create time) -> user + system seconds
+        self._raylet_of: dict[tuple, int] = {}  # (pid, create time, name) -> the RAY_RAYLET_PID it was started with
         self._before: dict[tuple[int, float], float] = {}  # the same, at first sight, of a process older than the run
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fspo-run-ledger", daemon=True)
@@ -40,7 +41,7 @@ class _TreeCPU:
         except psutil.Error:
             return
         raylets = {p.pid for p in processes if _name(p) == "raylet"} | self._joined_raylets
-        processes += _workers_of_raylets(raylets, processes)
+        processes += _workers_of_raylets(raylets, processes, self._raylet_of)
         for process in processes:
             with contextlib.suppress(psutil.Error):
                 times, key = process.cpu_times(), (process.pid, process.create_time())
@@ -85,18 +86,28 @@ def _name(process: psutil.Process) -> str:
         return ""
 
 
-def _workers_of_raylets(raylets: set[int], known: list[psutil.Process]) -> list[psutil.Process]:
+def _workers_of_raylets(
+    raylets: set[int], known: list[psutil.Process], raylet_of: dict[tuple, int] | None = None
+) -> list[psutil.Process]:
     """Ray workers of these raylets outside the tree: a worker is started by a command Ray runs
-    (``py_executable``), which may hand it to a process of its own (the test suite forks them from a warm one)."""
+    (``py_executable``), which may hand it to a process of its own (the test suite forks them from a warm one).
+
+    A process's environment is read once (``raylet_of`` keeps what it named, by pid, start time and name): the
+    suite's processes carry ~40 KB of it each, and reading every process's every second cost a run's driver ~1.5 of
+    its ~5 CPU-s. A new name (an exec, or Ray naming its worker ``ray::...``) reads it again."""
     if not raylets:
         return []
+    raylet_of = {} if raylet_of is None else raylet_of
     known_pids = {p.pid for p in known}
     found = []
-    for process in psutil.process_iter():
+    for process in psutil.process_iter(["name"]):
         if process.pid in known_pids:
             continue
         with contextlib.suppress(psutil.Error, ValueError):
-            if int(process.environ().get("RAY_RAYLET_PID", "0")) in raylets:
+            key = (process.pid, process.create_time(), process.info["name"])
+            if key not in raylet_of:
+                raylet_of[key] = int(process.environ().get("RAY_RAYLET_PID", "0"))
+            if raylet_of[key] in raylets:
                 found.append(process)
     return found
 
