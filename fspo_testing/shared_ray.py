@@ -15,6 +15,7 @@ The cluster has the CPU preset's logical resources (``fspo/config/platform/cpu.y
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import functools
 import os
@@ -34,11 +35,23 @@ LOGICAL_GPUS = 1
 # GPUs, and this one's logical GPU would pick the GPU preset.
 JOIN_OVERRIDES = ["platform=cpu"]
 START_TIMEOUT_S = 120
-# Ray's log monitor lists the logs folder every 0.1 s until it holds 1,000 files, then every 0.5 s. A cluster that
-# lives through a test session collects a few hundred (each worker's .out/.err): its monitor was the costliest of
-# its daemons (126 CPU-s of the two clusters in a CI run). Listing every 0.5 s from the start: with 198 files, 2.05
-# -> 0.92 CPU-s a minute. A new worker's output reaches the driver up to 0.5 s later (its file is read from the start).
-QUIETER_LOG_MONITOR = {"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0"}
+# The daemons of a cluster that lives through a test session (~30 min, ~10 runs each leaving ~20 worker log files)
+# cost 4.1 CPU-s a minute with Ray's defaults and 160 dead workers' files, 2.1 with these and the dead workers' files
+# retired before each run (:func:`retire_dead_workers_logs`; benchmarks/ray_daemons.py). GPU clusters keep Ray's.
+QUIET_DAEMONS = {
+    # The log monitor lists the folder every 0.5 s from the start (Ray: every 0.1 s below 1,000 files); a new worker's
+    # output reaches the driver up to 0.5 s later, read from the file's start.
+    "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
+    # It reads the size of every file it tracks every 0.1 s; with few held open it closes them all often, which
+    # drops those of dead workers. Log monitor alone: 2.04 -> 0.55 CPU-s a minute, with the retiring.
+    "RAY_LOG_MONITOR_MAX_OPEN_FILES": "16",
+    # The dashboard agent's node stats (psutil over every worker) every 60 s, not 5, and no metrics export from the
+    # raylet, GCS and workers, which nothing here reads: agent 1.00 -> 0.46, raylet and GCS 1.21 -> 0.94 a minute.
+    "REPORTER_UPDATE_INTERVAL_MS": "60000",
+    "RAY_enable_metrics_collection": "0",
+}
+# A worker's log file: worker-<worker id>-<job id>-<pid>.out|.err (Ray's log_monitor.WORKER_LOG_PATTERN).
+WORKER_LOG = re.compile(r"worker-[0-9a-f]+-[0-9a-f]+-(\d+)\.(?:out|err)$")
 _PR_SET_PDEATHSIG = 1
 
 
@@ -47,12 +60,17 @@ def _stop_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-@functools.cache
 def shared_cluster() -> str:
     """The address (``ip:port``) of this process's shared cluster, started at the first call."""
+    return _start_shared()[0]
+
+
+@functools.cache
+def _start_shared() -> tuple[str, str]:
+    """The shared cluster's address and temp folder."""
     folder = tempfile.mkdtemp(prefix="ray-s-", dir="/tmp")  # short: Ray's socket paths fit 107 bytes
     log_path = Path(folder) / "head.log"
-    env = {**os.environ, "RAY_TMPDIR": folder, "RAY_AUTH_MODE": "disabled", **QUIETER_LOG_MONITOR}
+    env = {**os.environ, "RAY_TMPDIR": folder, "RAY_AUTH_MODE": "disabled", **QUIET_DAEMONS}
     env.pop("RAY_ADDRESS", None)
     command = [
         sys.executable, "-m", __name__, "start", "--head", "--block", "--port=0", "--disable-usage-stats",
@@ -68,7 +86,7 @@ def shared_cluster() -> str:
     while time.monotonic() < deadline:
         found = re.search(r"ray start --address='([\d.]+:\d+)'", log_path.read_text(errors="replace"))
         if found:
-            return found.group(1)
+            return found.group(1), folder
         if head.poll() is not None:
             break
         time.sleep(0.2)
@@ -88,9 +106,33 @@ def _stop(head: subprocess.Popen, folder: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def logs_folder() -> Path:
+    """The shared cluster's logs folder."""
+    return Path(_start_shared()[1]) / "ray" / "session_latest" / "logs"
+
+
+def retire_dead_workers_logs() -> int:
+    """Move the log files of the shared cluster's dead workers to ``logs/old``, as Ray's log monitor does with the
+    files it holds open; returns how many. The monitor drops a file that is gone from its list: those of the runs
+    before the next one are not read again every 0.1 s. Their drivers are gone, and with them whoever read them."""
+    folder = logs_folder()
+    moved = 0
+    for path in folder.glob("worker-*"):
+        found = WORKER_LOG.match(path.name)
+        if found and not Path(f"/proc/{found.group(1)}").exists():
+            (folder / "old").mkdir(exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):  # the monitor moved it first
+                path.rename(folder / "old" / path.name)
+                moved += 1
+    return moved
+
+
 def joining_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """``env`` (default: this process's) with ``RAY_ADDRESS`` naming the shared cluster."""
-    return {**(os.environ if env is None else env), "RAY_ADDRESS": shared_cluster()}
+    """``env`` (default: this process's) with ``RAY_ADDRESS`` naming the shared cluster; the logs of the runs that
+    joined it before are retired."""
+    address = shared_cluster()
+    retire_dead_workers_logs()
+    return {**(os.environ if env is None else env), "RAY_ADDRESS": address}
 
 
 def launch_joined(overrides: list[str], log_path: Path, metrics_path: Path, **kwargs) -> list[dict]:
@@ -101,7 +143,7 @@ def launch_joined(overrides: list[str], log_path: Path, metrics_path: Path, **kw
     from fspo_testing.warm_python import warm_python
 
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("RAY_ADDRESS", shared_cluster())
+        env.setenv("RAY_ADDRESS", joining_env()["RAY_ADDRESS"])
         return launch([*overrides, *JOIN_OVERRIDES], log_path, metrics_path, python=warm_python(), **kwargs)
 
 
