@@ -6,7 +6,10 @@ CPU-s in a CI run (process accounting), the log monitor and dashboard agent most
 runs JOBS jobs of WORKERS actors each (actors forked from the warm server, as in the suite), and reads each daemon's
 CPU time over IDLE_S seconds with no job running and over one more job.
 
-    python benchmarks/ray_daemons.py [--jobs 12] [--workers 10] [--idle 60]
+    python benchmarks/ray_daemons.py [--jobs 12] [--workers 10] [--idle 60] [--retire] [--ray-env NAME=VALUE ...]
+
+--ray-env overrides the suite's settings (fspo_testing.shared_ray.QUIET_DAEMONS) to compare with Ray's defaults, e.g.
+``--ray-env RAY_LOG_MONITOR_MAX_OPEN_FILES=200 REPORTER_UPDATE_INTERVAL_MS=5000 RAY_enable_metrics_collection=1``.
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DAEMONS = {
     "log monitor": "log_monitor.py",
-    "dashboard agent": "dashboard/agent.py",
+    "dashboard agent": "dashboard/agent.py",  # found as the raylet's child (its process renames itself)
     "raylet": "raylet/raylet",
     "gcs": "gcs/gcs_server",
     "autoscaler monitor": "autoscaler/_private/monitor.py",
-    "runtime env agent": "runtime_env/agent/main.py",
+    "runtime env agent": "runtime_env/agent/main.py",  # likewise
 }
 JOB = textwrap.dedent(
     """
