@@ -188,7 +188,7 @@ def test_merge_checkpoint_refuses_a_broken_checkpoint_in_one_line(tmp_path, brok
         capture_output=True,
         text=True,
         timeout=LIMIT_S * 3,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO), "PYTHON": warm_python()},
     )
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.returncode != 0

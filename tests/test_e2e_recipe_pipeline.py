@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from fspo_testing.tiny_run import run_logged
+from fspo_testing.warm_python import warm_python
 
 pytestmark = pytest.mark.e2e
 
@@ -88,7 +89,9 @@ def pipeline(tiny_reasoner, released_schema, tmp_path_factory):
         TRAIN_FILES=str(released_train),
         VAL_FILES=str(released_val),
         STEPS="1",
-        PYTHON=sys.executable,
+        # The recipe's driver and the merge script's interpreters fork from one that imported verl once; the
+        # evaluation below runs the installed `fspo` command.
+        PYTHON=warm_python(),
         EXPERIMENT="recipe_pipeline",
         LOGGER="[console,file]",
         VERL_FILE_LOGGER_PATH=str(out / "metrics.jsonl"),

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 
 import pytest
 import torch
+
+from fspo_testing.warm_python import warm_python
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +57,7 @@ def test_merged_checkpoint_loads_and_generates(grpo_run, tmp_path):
     target = tmp_path / "merged"
     subprocess.run(
         [
-            sys.executable,
+            warm_python(),  # forks from an interpreter that imported verl once
             "-m",
             "verl.model_merger",
             "merge",
