@@ -50,8 +50,6 @@ QUIET_DAEMONS = {
     "REPORTER_UPDATE_INTERVAL_MS": "60000",
     "RAY_enable_metrics_collection": "0",
 }
-# A worker's log file: worker-<worker id>-<job id>-<pid>.out|.err (Ray's log_monitor.WORKER_LOG_PATTERN).
-WORKER_LOG = re.compile(r"worker-[0-9a-f]+-[0-9a-f]+-(\d+)\.(?:out|err)$")
 _PR_SET_PDEATHSIG = 1
 
 
@@ -115,11 +113,13 @@ def retire_dead_workers_logs() -> int:
     """Move the log files of the shared cluster's dead workers to ``logs/old``, as Ray's log monitor does with the
     files it holds open; returns how many. The monitor drops a file that is gone from its list: those of the runs
     before the next one are not read again every 0.1 s. Their drivers are gone, and with them whoever read them."""
+    from ray._private.log_monitor import WORKER_LOG_PATTERN  # worker-<worker id>-<job id>-<pid>.out|.err
+
     folder = logs_folder()
     moved = 0
     for path in folder.glob("worker-*"):
-        found = WORKER_LOG.match(path.name)
-        if found and not Path(f"/proc/{found.group(1)}").exists():
+        found = WORKER_LOG_PATTERN.match(path.name)
+        if found and not Path(f"/proc/{found.group(2)}").exists():
             (folder / "old").mkdir(exist_ok=True)
             with contextlib.suppress(FileNotFoundError):  # the monitor moved it first
                 path.rename(folder / "old" / path.name)

@@ -111,7 +111,6 @@ def test_the_runs_leave_the_cluster_they_joined_free(seeded_runs):
 
     from fspo_testing.shared_ray import (
         QUIET_DAEMONS,
-        WORKER_LOG,
         leftovers,
         logs_folder,
         retire_dead_workers_logs,
@@ -121,9 +120,11 @@ def test_the_runs_leave_the_cluster_they_joined_free(seeded_runs):
     assert leftovers() == {}
 
     # The dead workers' log files leave the folder the log monitor reads every 0.1 s.
+    from ray._private.log_monitor import WORKER_LOG_PATTERN
+
     def dead(path):
-        found = WORKER_LOG.match(path.name)
-        return found is not None and not Path(f"/proc/{found.group(1)}").exists()
+        found = WORKER_LOG_PATTERN.match(path.name)
+        return found is not None and not Path(f"/proc/{found.group(2)}").exists()
 
     dead_before = [path.name for path in logs_folder().glob("worker-*") if dead(path)]
     retire_dead_workers_logs()
