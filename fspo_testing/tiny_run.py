@@ -82,8 +82,10 @@ def tiny_run_overrides(setup: dict, out: str | Path, steps: int) -> list[str]:
         "data.max_response_length=40",
         "actor_rollout_ref.rollout.n=4",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+        # 4 as the recipes (recipes/common.sh): a micro-batch's float32 logits over Qwen's 151k vocabulary are
+        # ~0.5 GB; at 8 an FSDP worker peaked at 4.0 GB, and two runs at once brought Ray's memory monitor close.
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.actor.optim.lr=1e-4",
         # A random tiny model never gets the answer right; the step reward makes rewards differ
         # within a group, so advantages and the update are non-zero.

@@ -53,16 +53,15 @@ CPU_REPLACEMENTS = [
     "actor_rollout_ref.model.use_remove_padding=false",
 ]
 
-# Sizes of a twin: one step of 2 prompts on a tiny model. The recipes' sizes fit 4-8B models on 80 GB GPUs.
+# Sizes of a twin: one step of 2 prompts on a tiny model. The recipes' sizes fit 4-8B models on 80 GB GPUs. The
+# micro-batches stay the recipe's own (2-4 of the mini-batch's 8 rollouts), so a twin accumulates gradients over
+# micro-batches as its GPU run does.
 TWIN_SIZES = [
     "data.train_batch_size=2",
     "data.max_prompt_length=192",  # the end-to-end twins append their data's own (tiny_run.prompt_length_override)
     "data.max_response_length=40",
     "actor_rollout_ref.rollout.n=4",
     "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
     "trainer.total_training_steps=1",
     "trainer.save_freq=1",
     "trainer.test_freq=-1",

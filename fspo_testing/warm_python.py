@@ -102,6 +102,11 @@ IMPORT_TIME_PREFIXES = (
 # Seconds a server without children waits for a request. A Ray worker server holds ~400 MB and serves one cluster
 # (it also ends with the cluster's raylet), so it ends sooner.
 IDLE_S = {CORE: 600.0, BASE: 600.0, "module": 600.0, "ray-worker": 180.0, "ray-setup": 180.0}
+# Ray kills a test cluster's workers when 95% of the machine's memory is in use, and two trainer runs at once take
+# ~12 of this machine's 24 GB. Idle servers held ~4 GB (PSS) at a CI run's peak of 20.4 GB: while less than
+# KEEP_AVAILABLE of the memory is available, a server ends once it has been idle for SHORT_MEMORY_IDLE_S.
+KEEP_AVAILABLE = 1 / 3
+SHORT_MEMORY_IDLE_S = 10.0
 _SHIM = """#!/bin/sh
 exec {python} -S {client} "$@"
 """
@@ -557,11 +562,29 @@ def serve(path: Path, kind: str, inherited_changes: dict[str, str | None] | None
                 pass  # the caller is gone (killed at its timeout): nobody to tell
             finally:
                 connection.close()
-        idle = time.monotonic() - last > IDLE_S[kind]
-        if not children and (idle or not _alive(owner) or (raylet and not _alive(raylet))):
+        if not children and (
+            _idle_long_enough(kind, time.monotonic() - last) or not _alive(owner) or (raylet and not _alive(raylet))
+        ):
             listener.close()
             path.unlink(missing_ok=True)
             return
+
+
+def _idle_long_enough(kind: str, idle_s: float) -> bool:
+    """Whether a server of ``kind`` without children, idle for ``idle_s``, should end (:data:`IDLE_S`, sooner while
+    memory is short)."""
+    if idle_s > IDLE_S[kind]:
+        return True
+    return idle_s > SHORT_MEMORY_IDLE_S and available_memory_fraction() < KEEP_AVAILABLE
+
+
+def available_memory_fraction(meminfo: str | None = None) -> float:
+    """``MemAvailable / MemTotal`` of ``/proc/meminfo`` (or of its text ``meminfo``)."""
+    if meminfo is None:
+        with open("/proc/meminfo") as file:
+            meminfo = file.read()
+    fields = dict(line.split(":", 1) for line in meminfo.splitlines() if ":" in line)
+    return int(fields["MemAvailable"].split()[0]) / int(fields["MemTotal"].split()[0])
 
 
 def _alive(pid: int) -> bool:

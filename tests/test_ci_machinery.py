@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
+from unittest import mock
 
 import psutil
 import pytest
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 from fspo.training.run_ledger import LEDGER_ENV, ledger_entry
 from fspo_testing import background, build_cache
+from fspo_testing import warm_python as warm
 from fspo_testing.allocator import ALLOCATOR_VARIABLES, reuse_freed_memory
 from fspo_testing.scheduling import (
     THREAD_VARIABLES,
@@ -256,6 +258,34 @@ def test_the_servers_key_follows_only_what_imports_may_read():
     assert environment_key(base) == environment_key({**base, "VERL_FILE_LOGGER_PATH": "/run/metrics.jsonl"})
     assert environment_key(base) != environment_key({**base, "HF_HUB_CACHE": "/b"})
     assert environment_key(base) != environment_key({**base, "VERL_PLATFORM": "cpu"})
+
+
+@given(
+    kind=st.sampled_from(sorted(warm.IDLE_S)),
+    idle_s=st.floats(0, 1000),
+    later_s=st.floats(0, 1000),
+    available=st.floats(0, 1),
+    less=st.floats(0, 1),
+)
+def test_an_idle_server_ends_sooner_only_while_memory_is_short(kind, idle_s, later_s, available, less):
+    def ends(idle, fraction):
+        with mock.patch.object(warm, "available_memory_fraction", return_value=fraction):
+            return warm._idle_long_enough(kind, idle)
+
+    if idle_s <= warm.SHORT_MEMORY_IDLE_S:  # a caller's next request a few seconds later finds it
+        assert not ends(idle_s, available)
+    if idle_s > warm.IDLE_S[kind]:
+        assert ends(idle_s, available)
+    if available >= warm.KEEP_AVAILABLE:  # memory to spare: the full idle time
+        assert ends(idle_s, available) == (idle_s > warm.IDLE_S[kind])
+    if ends(idle_s, available):  # idle longer, or less memory available: ends too
+        assert ends(idle_s + later_s, available * less)
+
+
+def test_available_memory_is_read_from_meminfo():
+    assert 0 < warm.available_memory_fraction() <= 1
+    text = "MemTotal:       24683520 kB\nMemFree:         1000000 kB\nMemAvailable:    6170880 kB\n"
+    assert warm.available_memory_fraction(text) == 0.25
 
 
 def test_a_warm_dry_run_answers_as_a_cold_interpreter_does(tmp_path):
