@@ -578,13 +578,12 @@ def _idle_long_enough(kind: str, idle_s: float) -> bool:
     return idle_s > SHORT_MEMORY_IDLE_S and available_memory_fraction() < KEEP_AVAILABLE
 
 
-def available_memory_fraction(meminfo: str | None = None) -> float:
-    """``MemAvailable / MemTotal`` of ``/proc/meminfo`` (or of its text ``meminfo``)."""
-    if meminfo is None:
-        with open("/proc/meminfo") as file:
-            meminfo = file.read()
-    fields = dict(line.split(":", 1) for line in meminfo.splitlines() if ":" in line)
-    return int(fields["MemAvailable"].split()[0]) / int(fields["MemTotal"].split()[0])
+def available_memory_fraction() -> float:
+    """The share of the machine's memory available to new allocations (``MemAvailable / MemTotal``)."""
+    import psutil  # in the servers only: the shim's client, run per call, does without it
+
+    memory = psutil.virtual_memory()
+    return memory.available / memory.total
 
 
 def _alive(pid: int) -> bool:
