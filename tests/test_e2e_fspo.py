@@ -16,6 +16,7 @@ import torch
 from fspo.quickstart.launch import launch
 from fspo_testing.tiny_run import tiny_run_overrides
 from fspo_testing.warm_python import warm_python
+from fspo_testing.worker_memory import RSSByStep
 
 pytestmark = pytest.mark.e2e
 
@@ -82,10 +83,13 @@ def test_colocate_async_reinforce_plus_plus_on_two_logical_gpus_with_colocated_v
         "fspo.verifier.name=embedding",
         "fspo.verifier.placement=colocated",
     ]
-    records = launch(overrides, tmp_path / "run.log", tmp_path / "run.jsonl", python=warm_python())
+    rss = RSSByStep(tmp_path / "run.log")
+    records = launch(overrides, tmp_path / "run.log", tmp_path / "run.jsonl", python=warm_python(), on_step=rss)
     log = (tmp_path / "run.log").read_text()
     assert "fspo: trainer FSPOPPOTrainerColocateAsync (trainer.v1.trainer_mode=colocate_async)" in log
     assert [record["step"] for record in records] == [1, 2]
+    # Both workers at the end of each step, measured: 1,709 -> 1,672 MB; with jemalloc's decay off 5,149 -> 5,534.
+    assert rss.mb[1] > 0 and rss.mb[2] - rss.mb[1] < 200, f"FSDP workers' RSS by step (MB): {rss.mb}"
     # One dump per actor update: none overwrote another.
     names = [f"step_{step}_{update}.pt" for step in (1, 2) for update in (0, 1)]
     assert sorted(p.name for p in (tmp_path / "dump").iterdir()) == names
