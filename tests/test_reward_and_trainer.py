@@ -173,6 +173,26 @@ def test_every_trainer_mode_gets_the_fspo_advantage_step():
         fspo_trainer_class("fully_async")
 
 
+@pytest.mark.parametrize(
+    "overrides, poll_s", [([], 2.0), (["platform=cpu"], 0.25), (["platform=cpu", "fspo.rollout_poll_s=0.5"], 0.5)]
+)
+def test_verls_replay_buffer_checks_for_finished_rollouts_every_fspo_rollout_poll_s(overrides, poll_s):
+    """verl 0.9.1 builds its replay buffer with a fixed 2-s poll; the trainer sets fspo.rollout_poll_s on it."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from fspo.training.main import register_config_resolvers
+
+    register_config_resolvers()
+    with initialize_config_module("fspo.config", version_base=None):
+        config = compose("fspo_trainer", overrides=overrides)
+    OmegaConf.resolve(config)  # as verl's task runner does before it builds the trainer
+    # verl's __init__ would start the TransferQueue and the workers; only the buffer is built here, as __init__ does.
+    trainer = FSPOTrainer.__new__(FSPOTrainer)
+    trainer.config, trainer.trainer_mode, trainer._add_prompts_to_generate = config, "sync", None
+    assert trainer._build_replay_buffer().poll_interval == poll_s
+
+
 def test_verls_task_runner_builds_the_fspo_trainer_of_each_mode_only_inside_fspo_s_runner():
     """FSPOTaskRunner runs verl's own TaskRunnerV1.run; only the registry it takes its trainer from differs."""
     from verl.trainer.main_ppo import TaskRunnerV1

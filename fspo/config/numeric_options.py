@@ -127,6 +127,7 @@ FSPO_NUMBERS = {
     "knowrl_length_gamma": REWARD_TERM,
     "fapo_penalty": REWARD_TERM,
     "scorer_timeout_s": Number("a number of seconds >= 0 (0 = no limit)", float, 0.0, MAX_SECONDS),
+    "rollout_poll_s": SECONDS,
 }
 # The ``fspo.verifier`` block's numbers (fspo.config.verifier.VerifierConfig), by field; ``fspo verify``'s flags
 # of the same name take them from here too.

@@ -268,12 +268,17 @@ def with_platform_default(argv: list[str]) -> list[str]:
     return [*argv, "platform=cpu"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Console entry point; ``argv`` are Hydra overrides (``key=value``)."""
+def register_config_resolvers() -> None:
+    """The OmegaConf resolvers fspo's configs use, registered in this process."""
     register_chat_template_resolver()  # ${fspo_chat_template:qwen-base} in configs
     register_dtype_resolver()  # ${fspo_cpu_dtype:} in the CPU preset
     register_preload_resolver()  # ${fspo_cpu_preload:} in the CPU preset
     register_threshold_resolver()  # ${fspo_calibrated_threshold:...} in the CPU preset
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point; ``argv`` are Hydra overrides (``key=value``)."""
+    register_config_resolvers()
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         # Hydra's own flags (--help, --cfg job, ...) are its to read; the overrides are checked here.

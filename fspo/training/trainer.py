@@ -104,6 +104,12 @@ class FSPOAdvantageMixin:
         verifier = self.fspo.verifier
         self.fspo_verifier_loss = VerifierLossGuard(verifier.max_failed_share, verifier.max_failed_steps)
 
+    def _build_replay_buffer(self):
+        # verl's base __init__ builds the buffer before this class's __init__ has read the fspo block.
+        buffer = super()._build_replay_buffer()
+        buffer.poll_interval = fspo_config(self.config).rollout_poll_s
+        return buffer
+
     def _setup(self):
         super()._setup()
         # After verl placed its workers: the servers go into the actor pool's placement groups.
