@@ -45,7 +45,7 @@ fi
 . "$venv/bin/activate"
 python -m pip install --quiet --upgrade pip
 # uv resolves on its own (here to the same 157 packages and versions as pip), fetching and unpacking in parallel:
-# a fresh `setup.sh test` took 98 s, against
+# a fresh `setup.sh test` took 93 s, against
 # 153 s with pip alone. It compiles the bytecode, as pip does: an environment with PYTHONDONTWRITEBYTECODE would
 # otherwise compile every module at every start. It reads no pip configuration (a private index in pip.conf, say);
 # where it fails, pip installs. A GPU install stays with pip: the GPU dry run (below) checks what pip resolves.
@@ -53,19 +53,35 @@ python -m pip install --quiet --upgrade pip
 
 # pip install (on a CPU machine through uv where it works), or in a dry run pip's resolution only, reported to
 # $dry_run/<step>.json. fast-deps reads a wheel's metadata with HTTP range requests where the index does not
-# serve it apart (PEP 658), so the dry run does not download the CUDA wheels (gigabytes). The CPU torch step
-# stays with pip: pip's configuration may name where that build lies.
+# serve it apart (PEP 658), so the dry run does not download the CUDA wheels (gigabytes). The CPU torch build
+# is found by pip, whose configuration may name where it lies, and installed by uv (uv_install_what_pip_finds).
 pip_install() {
   local step="$1"
   shift
   if [ -n "$dry_run" ]; then
     python -m pip install --quiet --dry-run --report "$dry_run/$step.json" --use-feature=fast-deps "$@"
-  elif [ "$target_set" = cpu ] && [ "$step" != cpu-torch ] && [ -x "$venv/bin/uv" ] \
-      && "$venv/bin/uv" pip install --quiet --compile-bytecode --python "$venv/bin/python" "$@"; then
+  elif [ "$target_set" = cpu ] && [ -x "$venv/bin/uv" ] && if [ "$step" = cpu-torch ]; then
+      uv_install_what_pip_finds "$@"
+    else
+      "$venv/bin/uv" pip install --quiet --compile-bytecode --python "$venv/bin/python" "$@"
+    fi; then
     :
   else
     python -m pip install --quiet "$@"
   fi
+}
+
+# pip downloads the wheels of the given requirements, without their dependencies, from where its configuration says;
+# uv installs those files and the dependencies. For torch's CPU build (190 MB, 2,285 modules to compile) that took
+# 20 s here, against 63 s for pip alone.
+uv_install_what_pip_finds() {
+  local wheels status
+  wheels="$(mktemp -d)"
+  python -m pip download --quiet --no-deps --dest "$wheels" "$@" \
+    && "$venv/bin/uv" pip install --quiet --compile-bytecode --python "$venv/bin/python" "$wheels"/*.whl
+  status=$?
+  rm -rf "$wheels"
+  return "$status"
 }
 
 # Read [tool.fspo] from pyproject.toml (the one place dependencies are declared).

@@ -566,6 +566,6 @@ def test_the_installed_libraries_come_with_their_bytecode():
     which CI's machines set, a library without it is compiled afresh in every process that imports it."""
     import importlib.util
 
-    for name in ("transformers", "verl", "ray"):
+    for name in ("torch", "transformers", "verl", "ray"):
         origin = importlib.util.find_spec(name).origin
         assert Path(importlib.util.cache_from_source(origin)).is_file(), f"{name} was installed without bytecode"
