@@ -119,13 +119,14 @@ def _config_keys(node, prefix: str = "") -> set[str]:
 
 
 def known_config_keys(config_dir: Path) -> set[str]:
-    """Every key of verl's PPO trainer config (its generated, flattened file) and of the YAML files in
-    ``config_dir`` (fspo_trainer.yaml and its platform presets)."""
+    """Every key of verl's PPO trainer config (its generated, flattened file), of the YAML files in
+    ``config_dir`` (fspo_trainer.yaml and its platform presets), and of Hydra's own ``hydra.`` config."""
+    from hydra.conf import HydraConf
     from omegaconf import OmegaConf
     from verl.trainer import config as verl_config
 
     files = [Path(verl_config.__file__).with_name("_generated_ppo_trainer.yaml"), *config_dir.rglob("*.yaml")]
-    keys = set()
+    keys = _config_keys(OmegaConf.structured(HydraConf), "hydra.")
     for path in files:
         node = OmegaConf.load(path)
         keys |= _config_keys(node)
