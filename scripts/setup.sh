@@ -44,38 +44,37 @@ fi
 # shellcheck disable=SC1091
 . "$venv/bin/activate"
 python -m pip install --quiet --upgrade pip
-# uv resolves on its own (here to the same 157 packages and versions as pip), fetching and unpacking in parallel:
-# a fresh `setup.sh test` took 93 s, against
-# 153 s with pip alone. It compiles the bytecode, as pip does: an environment with PYTHONDONTWRITEBYTECODE would
-# otherwise compile every module at every start. It reads no pip configuration (a private index in pip.conf, say);
+# uv resolves on its own (here to the same 157 packages and versions as pip), fetching and unpacking in parallel
+# (docs/install.md has the timings). It compiles the bytecode, as pip does: an environment with
+# PYTHONDONTWRITEBYTECODE would otherwise compile every module at every start. It reads no pip configuration (a private index in pip.conf, say);
 # where it fails, pip installs. A GPU install stays with pip: the GPU dry run (below) checks what pip resolves.
 [ -n "$dry_run" ] || [ "$target_set" != cpu ] || python -m pip install --quiet uv || true
 
 # pip install (on a CPU machine through uv where it works), or in a dry run pip's resolution only, reported to
 # $dry_run/<step>.json. fast-deps reads a wheel's metadata with HTTP range requests where the index does not
 # serve it apart (PEP 658), so the dry run does not download the CUDA wheels (gigabytes). The CPU torch build
-# is found by pip, whose configuration may name where it lies, and installed by uv (uv_install_what_pip_finds).
+# is found by pip, whose configuration may name where it lies, and installed by uv (uv_install).
 pip_install() {
   local step="$1"
   shift
   if [ -n "$dry_run" ]; then
     python -m pip install --quiet --dry-run --report "$dry_run/$step.json" --use-feature=fast-deps "$@"
-  elif [ "$target_set" = cpu ] && [ -x "$venv/bin/uv" ] && if [ "$step" = cpu-torch ]; then
-      uv_install_what_pip_finds "$@"
-    else
-      "$venv/bin/uv" pip install --quiet --compile-bytecode --python "$venv/bin/python" "$@"
-    fi; then
+  elif [ "$target_set" = cpu ] && [ -x "$venv/bin/uv" ] && uv_install "$step" "$@"; then
     :
   else
     python -m pip install --quiet "$@"
   fi
 }
 
-# pip downloads the wheels of the given requirements, without their dependencies, from where its configuration says;
-# uv installs those files and the dependencies. For torch's CPU build (190 MB, 2,285 modules to compile) that took
-# 20 s here, against 63 s for pip alone.
-uv_install_what_pip_finds() {
-  local wheels status
+uv_install() {
+  local step="$1" wheels status
+  shift
+  if [ "$step" != cpu-torch ]; then
+    "$venv/bin/uv" pip install --quiet --compile-bytecode --python "$venv/bin/python" "$@"
+    return
+  fi
+  # The CPU torch wheel: pip downloads it (not its dependencies) from where its configuration says; uv installs that
+  # file and the dependencies (docs/install.md has the timings).
   wheels="$(mktemp -d)"
   python -m pip download --quiet --no-deps --dest "$wheels" "$@" \
     && "$venv/bin/uv" pip install --quiet --compile-bytecode --python "$venv/bin/python" "$wheels"/*.whl
