@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import math
 import pickle
+import uuid
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from transfer_queue import KVBatchMeta
 
 from fspo.evidence import evidence_text
 from fspo.steps import reasoning_steps
 from fspo.token_labels import step_labels_for_response, verdicts_from_scores
 from fspo.training.batch_dump import dump_file_name, save_atomically
 from fspo.training.reward_extra_info import encode_labels, rows_labels_and_stats, step_metrics
-from fspo.training.trainer import FSPOTrainer, canonical_row_order, fspo_trainer_class, labels_tensor
+from fspo.training.trainer import (
+    FSPOAdvantageMixin,
+    FSPOTrainer,
+    canonical_row_order,
+    fspo_trainer_class,
+    labels_tensor,
+)
 
 
 def test_evidence_text_accepts_strings_lists_and_rejects_missing():
@@ -56,6 +64,52 @@ def test_canonical_row_order_puts_unknown_prompts_last_by_uid():
     keys = ["zz_0_0", "b_1_0", "aa_0_0", "b_0_0", "b_10_0", "b_2_0"]
     order = canonical_row_order(keys, {"b": 0})
     assert [keys[i] for i in order] == ["b_0_0", "b_1_0", "b_2_0", "b_10_0", "aa_0_0", "zz_0_0"]
+
+
+class _StoringBuffer:
+    """A replay buffer that hands back each batch's rollouts in the order they were stored (given)."""
+
+    def __init__(self, storage_orders):
+        self.storage_orders = storage_orders
+
+    def sample(self, global_steps, partition_id, batch_size):
+        keys = next(self.storage_orders)
+        return KVBatchMeta(partition_id=partition_id, keys=keys, tags=[{} for _ in keys]), {}
+
+
+class _Validator:
+    """The steps of verl's ``RayPPOTrainer._validate`` (verl/trainer/ppo/v1/trainer_base.py, from line 1031) that
+    decide its rows' order: draw a batch, name its prompts by fresh uuids, read its rollouts back from the buffer."""
+
+    def _validate(self):
+        read = []
+        for batch in self.val_dataloader:
+            batch["uid"] = np.array([f"{uuid.uuid4()}" for _ in batch["prompt"]], dtype=object)
+            keys, _ = self.replay_buffer.sample(global_steps=1, partition_id="val", batch_size=len(batch["uid"]))
+            names = dict(zip(batch["uid"], batch["prompt"]))
+            read += [(names[key.split("_")[0]], int(key.split("_")[1])) for key in keys.keys]
+        return read
+
+
+@given(st.data())
+def test_validation_reads_rollouts_in_the_order_their_prompts_were_drawn(data):
+    batches = [{"prompt": [f"p{b}{i}" for i in range(data.draw(st.integers(1, 3)))]} for b in range(2)]
+    rollouts = data.draw(st.integers(1, 3))
+
+    class Trainer(FSPOAdvantageMixin, _Validator):
+        def __init__(self):  # the mixin's own __init__ reads a config; this test needs none of it
+            self.val_dataloader = batches
+
+    def stored_orders():  # each batch's rollouts, stored in an order hypothesis picks, once verl named its prompts
+        for _ in batches:
+            uids = trainer.val_dataloader.last["uid"]
+            yield data.draw(st.permutations([f"{uid}_{rollout}_0" for uid in uids for rollout in range(rollouts)]))
+
+    trainer = Trainer()
+    trainer.replay_buffer = _StoringBuffer(stored_orders())
+    read = trainer._validate()
+    assert read == [(prompt, r) for batch in batches for prompt in batch["prompt"] for r in range(rollouts)]
+    assert trainer.val_dataloader is batches and trainer.replay_buffer.sample.__func__ is _StoringBuffer.sample
 
 
 def test_verdicts_from_scores():

@@ -54,6 +54,27 @@ def canonical_row_order(keys: Sequence[str], prompt_order: dict[str, int]) -> li
     return sorted(range(len(keys)), key=position)
 
 
+class DrawnBatches:
+    """A data loader that remembers the batch it last handed out (a dict, which its reader may add to)."""
+
+    def __init__(self, loader):
+        self.loader = loader
+        self.last: Optional[dict] = None
+
+    def __iter__(self):
+        for batch in self.loader:
+            self.last = batch
+            yield batch
+
+    def __len__(self):
+        return len(self.loader)
+
+    def prompt_order(self) -> dict[str, int]:
+        """uid -> position in the last batch, once its reader has named its prompts (``batch["uid"]``)."""
+        uids = [] if self.last is None else self.last.get("uid", [])
+        return {uid: position for position, uid in enumerate(uids)}
+
+
 def labels_tensor(encoded: Sequence[str], lengths: Sequence[int]) -> tuple[torch.Tensor, int]:
     """Decode each sample's run-length labels into a ``(batch, max(lengths))`` int tensor.
 
@@ -130,6 +151,26 @@ class FSPOAdvantageMixin:
         for uid in {key.partition("_")[0] for key in batch.keys}:
             self._fspo_prompt_order.pop(uid, None)
         return super()._balance_batch(batch, metrics, *args, **kwargs)
+
+    def _validate(self, *args, **kwargs):
+        # Same seed, same run, for the val-* metrics too: verl draws each validation batch, names its prompts by
+        # fresh uuids ("uid") and reads their rollouts back from the replay buffer in the order they were stored,
+        # which timing decides; its metrics are float sums in that order. While it validates, every batch the
+        # buffer hands out is put in the order its prompts were drawn (canonical_row_order).
+        loader, buffer = self.val_dataloader, self.replay_buffer
+        drawn = DrawnBatches(loader)
+        sample = buffer.sample
+
+        def sample_in_draw_order(*sample_args, **sample_kwargs):
+            batch, metrics = sample(*sample_args, **sample_kwargs)
+            batch.reorder(canonical_row_order(batch.keys, drawn.prompt_order()))
+            return batch, metrics
+
+        self.val_dataloader, buffer.sample = drawn, sample_in_draw_order
+        try:
+            return super()._validate(*args, **kwargs)
+        finally:
+            self.val_dataloader, buffer.sample = loader, sample
 
     def on_validate_begin(self):
         # verl's V1 trainers validate silently for minutes on a CPU; this line in the log is what
