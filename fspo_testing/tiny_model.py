@@ -7,6 +7,7 @@ layers and random weights. It trains, generates, checkpoints and merges like the
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from fspo_testing.build_cache import cached_build
@@ -269,6 +270,39 @@ def reasoning_response(row: dict) -> str:
     return f" {facts} </think> <answer> {row['reward_model']['ground_truth']} </answer>"
 
 
+def reasoning_examples(tokenizer, rows: list[dict], eos: int) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, response ids) per row: the prompt as the tokenizer's chat template renders it, the
+    response :func:`reasoning_response` and ``eos``."""
+    examples = []
+    for row in rows:
+        prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        response_ids = tokenizer(reasoning_response(row), add_special_tokens=False)["input_ids"] + [eos]
+        examples.append((prompt_ids, response_ids))
+    return examples
+
+
+def reasoning_batches(examples: list, pad_id: int, steps: int, batch_size: int, seed: int):
+    """``steps`` batches of ``batch_size`` examples drawn with replacement: right-padded input ids, attention
+    mask, and labels that are -100 except on the response."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        picks = torch.randint(len(examples), (batch_size,), generator=generator).tolist()
+        batch = [examples[i] for i in picks]
+        width = max(len(p) + len(r) for p, r in batch)
+        input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        labels = torch.full((len(batch), width), -100, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, (prompt_ids, response_ids) in enumerate(batch):
+            ids = prompt_ids + response_ids
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention[row, : len(ids)] = 1
+            labels[row, len(prompt_ids) : len(ids)] = torch.tensor(response_ids)
+        yield input_ids, attention, labels
+
+
 def teach_reasoning_format(
     model_dir: str | Path,
     rows: list[dict],
@@ -285,6 +319,13 @@ def teach_reasoning_format(
     ``</think>`` and writes fact-like steps, some supported by the evidence and some garbled: the
     mix FSPO's labels act on. The model directory's chat template is set to ``prompt_format``'s so
     that verl renders prompts exactly as here. Returns the first and last training loss.
+
+    Training is full-vocabulary training, at a fraction of its cost: the rows (the model ties its input and output
+    embeddings) of the tokens no example uses start equal, at zero. Nothing tells them apart, so each gets the same
+    gradient and they stay equal: the loop trains them as one shared row, whose logit enters the loss once, plus
+    log(#unused), and trains the other rows as a small table of their own. A step then costs what the model's
+    body costs, not a projection onto Qwen's 151k tokens and AdamW over their rows. ``tests/test_tiny_reasoner.py``
+    compares the result with plain full-vocabulary training.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -294,43 +335,47 @@ def teach_reasoning_format(
     model_dir = Path(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     tokenizer.chat_template = chat_template(prompt_format)
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     eos = model.generation_config.eos_token_id
     eos = eos[0] if isinstance(eos, (list, tuple)) else eos
-    examples = []
-    for row in rows:
-        prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
-        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        response_ids = tokenizer(reasoning_response(row), add_special_tokens=False)["input_ids"] + [eos]
-        examples.append((prompt_ids, response_ids))
+    pad = tokenizer.pad_token_id or 0
+    examples = reasoning_examples(tokenizer, rows, eos)
 
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+    embedding = model.get_output_embeddings().weight
+    if model.get_input_embeddings().weight is not embedding:
+        raise ValueError(f"teach_reasoning_format trains models with tied embeddings; {model_dir} unties them")
+    used = torch.tensor(sorted({pad}.union(*(prompt_ids + response_ids for prompt_ids, response_ids in examples))))
+    unused = torch.ones(len(embedding), dtype=torch.bool)
+    unused[used] = False
+    unused_count = int(unused.sum())
+    used_rows = torch.nn.Parameter(embedding[used].detach().clone())
+    shared_row = torch.nn.Parameter(torch.zeros(embedding.shape[1]))
+    # Its gradient sums the unused rows' equal ones; AdamW must see one row's (its epsilon is not scale-free).
+    shared_row.register_hook(lambda gradient: gradient / unused_count)
+    index_in_used = torch.full((len(embedding),), -1, dtype=torch.long)
+    index_in_used[used] = torch.arange(len(used))
+
+    body = [parameter for parameter in model.parameters() if parameter is not embedding]
+    optimizer = torch.optim.AdamW([*body, used_rows, shared_row], lr=learning_rate)
     model.train()
     losses = []
-    for _ in range(steps):
-        picks = torch.randint(len(examples), (batch_size,), generator=generator).tolist()
-        batch = [examples[i] for i in picks]
-        width = max(len(p) + len(r) for p, r in batch)
-        input_ids = torch.full((len(batch), width), tokenizer.pad_token_id or 0, dtype=torch.long)
-        labels = torch.full((len(batch), width), -100, dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, (prompt_ids, response_ids) in enumerate(batch):
-            ids = prompt_ids + response_ids
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            attention[row, : len(ids)] = 1
-            labels[row, len(prompt_ids) : len(ids)] = torch.tensor(response_ids)  # loss on the response only
-        # Project only the response positions onto the vocabulary: with a 151k-token vocabulary the
-        # full logits would dominate the step.
-        hidden = model.model(input_ids=input_ids, attention_mask=attention).last_hidden_state
+    for input_ids, attention, labels in reasoning_batches(examples, pad, steps, batch_size, seed):
+        inputs = used_rows[index_in_used[input_ids]]
+        hidden = model.model(inputs_embeds=inputs, attention_mask=attention).last_hidden_state
         targets = labels[:, 1:]
         keep = targets != -100
-        logits = model.lm_head(hidden[:, :-1][keep])
-        loss = torch.nn.functional.cross_entropy(logits, targets[keep])
+        response_hidden = hidden[:, :-1][keep]  # only response positions reach the vocabulary
+        logits = torch.cat(
+            [response_hidden @ used_rows.T, (response_hidden @ shared_row)[:, None] + math.log(unused_count)], dim=1
+        )
+        loss = torch.nn.functional.cross_entropy(logits, index_in_used[targets[keep]])
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
         losses.append(loss.item())
+    with torch.no_grad():
+        embedding[used] = used_rows
+        embedding[unused] = shared_row
     model.eval()
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)

@@ -15,7 +15,7 @@ from fspo_testing.build_cache import cached_build
 
 
 @cached_build
-def build_tiny_reasoner(root: str | Path, train_rows: int = 48, val_rows: int = 8, warmup_steps: int = 60) -> dict:
+def build_tiny_reasoner(root: str | Path, train_rows: int = 48, val_rows: int = 8, warmup_steps: int = 150) -> dict:
     """Write a tiny Qwen2 taught the ``<think>``/``<answer>`` format and synthetic QA parquet under ``root``.
 
     Returns ``{"model": dir, "train": parquet, "val": parquet}``.
