@@ -1,5 +1,6 @@
 """F-DPO: pair flipping and the factuality margin against hand-worked examples of the paper's definition,
-property tests of the pair builder, and `fspo fdpo build-pairs` -> `fspo fdpo train` on a tiny model."""
+the pair builder's mix against the authors' data construction (property tests), and `fspo fdpo build-pairs` ->
+`fspo fdpo train` on a tiny model."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from fspo.data.synthetic import make_example
 from fspo.methods.fdpo.cli import main as fdpo_main
 from fspo.methods.fdpo.loss import FDPO_BETA, FDPO_LAMBDA, fdpo_loss
 from fspo.methods.fdpo.pairs import (
+    FLIP_REAL_PAIRS_MIX,
     Sample,
     flip,
     hallucination_label,
@@ -59,20 +61,32 @@ def test_a_response_with_no_judged_step_pairs_by_score_only():
     assert (pair.chosen, pair.flipped, pair.margin_weight) == (silent_right, False, 0)
 
 
+def as_text(pairs):
+    return [(p.chosen.text, p.rejected.text, p.flipped, p.margin_weight) for p in pairs]
+
+
 def test_pairs_of_one_prompt_by_hand():
     a, b, c, d = Sample("a", 1.0, 1), Sample("b", 1.0, 0), Sample("c", 0.0, 0), Sample("d", 0.0, 0)
-    pairs = preference_pairs([a, b, c, d], max_pairs=10)
-    as_text = [(p.chosen.text, p.rejected.text, p.flipped, p.margin_weight) for p in pairs]
-    # Pairs with a factuality difference first, the larger score gap first: a-c and a-d (flipped), then a-b
-    # (a tie broken by factuality); then b-c, b-d (outcome only).
-    assert as_text == [
+    # The authors' mix: a over c and a over d are misordered (1, 0) and dropped; the right-over-wrong pairs b-c, b-d
+    # first, then b over a (a tie broken by factuality, margin 1).
+    assert as_text(preference_pairs([a, b, c, d], max_pairs=10)) == [
+        ("b", "c", False, 0),
+        ("b", "d", False, 0),
+        ("b", "a", False, 1),
+    ]
+    # The paper's rule (--flip-real-pairs): pairs with a factuality difference first, the larger score gap first:
+    # a-c and a-d (flipped), then a-b; then b-c, b-d (outcome only).
+    flipped = preference_pairs([a, b, c, d], max_pairs=10, mix=FLIP_REAL_PAIRS_MIX)
+    assert as_text(flipped) == [
         ("c", "a", True, 1),
         ("d", "a", True, 1),
         ("b", "a", False, 1),
         ("b", "c", False, 0),
         ("b", "d", False, 0),
     ]
-    assert len(preference_pairs([a, b, c, d], max_pairs=2)) == 2
+    # At a cap of 2 the paper's rule keeps no right-over-wrong pair; the authors' mix keeps both.
+    assert as_text(preference_pairs([a, b, c, d], max_pairs=2, mix=FLIP_REAL_PAIRS_MIX)) == as_text(flipped[:2])
+    assert as_text(preference_pairs([a, b, c, d], max_pairs=2)) == [("b", "c", False, 0), ("b", "d", False, 0)]
 
 
 samples = st.lists(
@@ -82,8 +96,8 @@ samples = st.lists(
 
 
 @given(samples, st.integers(1, 30))
-def test_a_chosen_response_is_never_less_factual(group, max_pairs):
-    pairs = preference_pairs(group, max_pairs)
+def test_a_chosen_response_is_never_less_factual_when_real_pairs_flip(group, max_pairs):
+    pairs = preference_pairs(group, max_pairs, mix=FLIP_REAL_PAIRS_MIX)
     assert len(pairs) <= max_pairs
     for pair in pairs:
         labelled = pair.chosen.hallucinated is not None and pair.rejected.hallucinated is not None
@@ -100,6 +114,63 @@ def test_a_chosen_response_is_never_less_factual(group, max_pairs):
             assert pair.chosen.score < pair.rejected.score and pair.margin_weight == 1
 
 
+# VectorInstitute/Factual-Preference-Alignment, src/aixpert/data_construction/utils/data_utils.py lines 101-117:
+# bucket_by_flags keeps (h_w, h_l) = (0, 0), (1, 1), (0, 1); stage_6_merging/data_merge_train.py lines 44-54 merges
+# the synthetic inversions with those three buckets only, so no real (1, 0) pair reaches training.
+AUTHORS_KEPT_BUCKETS = {(0, 0), (1, 1), (0, 1)}
+
+
+def bucket(chosen: Sample, rejected: Sample):
+    return (chosen.hallucinated, rejected.hallucinated)
+
+
+def preferred_pairs(group):
+    """This project's preference, restated: of two samples the higher score; at equal scores the factual one when
+    both are labelled; else no pair."""
+    out = []
+    for i, a in enumerate(group):
+        for b in group[i + 1 :]:
+            if a.score != b.score:
+                out.append((a, b) if a.score > b.score else (b, a))
+            elif None not in (a.hallucinated, b.hallucinated) and a.hallucinated != b.hallucinated:
+                out.append((a, b) if a.hallucinated < b.hallucinated else (b, a))
+    return out
+
+
+@given(samples, st.integers(1, 30))
+def test_the_default_mix_is_the_authors_buckets_and_cuts_the_smallest_score_gap(group, max_pairs):
+    """The default keeps exactly the preference pairs whose bucket the authors keep, unflipped (their flip,
+    data_utils.py lines 120-125, then meets only the synthetic (1, 0) inversions); a pair with an unlabelled
+    response has no bucket and stays, by score only. The cap cuts the smallest score gaps first, so no
+    right-over-wrong pair is cut while a pair at equal score is kept."""
+    expected = [
+        (a, b) for a, b in preferred_pairs(group) if None in bucket(a, b) or bucket(a, b) in AUTHORS_KEPT_BUCKETS
+    ]
+    uncapped = preference_pairs(group, max_pairs=len(group) ** 2 + 1)
+    assert sorted((id(p.chosen), id(p.rejected)) for p in uncapped) == sorted((id(a), id(b)) for a, b in expected)
+    assert not any(p.flipped for p in uncapped)
+    gaps = [p.chosen.score - p.rejected.score for p in uncapped]
+    assert gaps == sorted(gaps, reverse=True)
+    assert preference_pairs(group, max_pairs) == uncapped[:max_pairs]
+
+
+@given(samples, st.integers(1, 7))
+def test_the_default_variants_rewrite_chosen_responses_of_0_1_pairs(group, count):
+    """data_synthetic_train.py lines 67-68 pick the (h_w = 0, h_l = 1) pairs and line 40 rewrites their chosen
+    answer: a factual response preferred over no hallucinated one gets no variant; the best-scoring first."""
+    sources = variant_sources(group, count)
+    chosen_of_0_1 = {id(a) for a, b in preferred_pairs(group) if bucket(a, b) == (0, 1)}
+    assert all(id(source) in chosen_of_0_1 for source in sources)
+    assert len(sources) == min(count, len(chosen_of_0_1))
+    assert [s.score for s in sources] == sorted((s.score for s in sources), reverse=True)
+
+
+def test_only_factual_samples_make_no_variant_by_default():
+    both_factual = [Sample("a", 1.0, 0), Sample("b", 0.0, 0)]
+    assert variant_sources(both_factual, 1) == []
+    assert variant_sources(both_factual, 1, mix=FLIP_REAL_PAIRS_MIX) == [both_factual[0]]
+
+
 def test_a_variant_is_the_authors_inverted_pair_then_flipped():
     """VectorInstitute/Factual-Preference-Alignment, src/aixpert/data_construction/utils/synthetic_utils.py lines
     52-58: a synthetic variant enters as ``chosen = corrupted, rejected = factual, h_w = 1, h_l = 0``; data_utils.py
@@ -113,7 +184,10 @@ def test_a_variant_is_the_authors_inverted_pair_then_flipped():
         1,
     )
     assert pair_row("q", pair, "synthetic_inversion")["source"] == "synthetic_inversion"
-    assert variant_sources([Sample("a", 0.2, 0), Sample("b", 1.0, 1), Sample("c", 0.9, 0)], 1) == [Sample("c", 0.9, 0)]
+    # c and a are chosen over the hallucinated d, c scoring higher; without d, b beats both: no (0, 1) pair.
+    group = [Sample("a", 0.2, 0), Sample("b", 1.0, 1), Sample("c", 0.9, 0), Sample("d", 0.0, 1)]
+    assert variant_sources(group, 1) == [Sample("c", 0.9, 0)] == variant_sources(group[:3], 1, FLIP_REAL_PAIRS_MIX)
+    assert variant_sources(group[:3], 1) == []
     with pytest.raises(ValueError, match="rewrites a factual response"):
         variant_pair(Sample("h", 1.0, 1), "x")
 
@@ -188,9 +262,9 @@ def test_fdpo_train_at_its_defaults_computes_the_authors_loss(tiny_policy, tmp_p
     assert loss == pytest.approx(by_hand, abs=1e-5) and authors == pytest.approx(by_hand, abs=1e-12)
 
 
-def test_build_pairs_then_train_gives_a_model_evaluate_loads(tiny_policy, tmp_path, capsys):
-    from fspo.evaluation.generation import GenerationSettings, build_generator
-
+def build_pairs_of_one_prompt(tmp_path, *options):
+    """`fspo fdpo build-pairs` with the lexical verifier on one prompt's three samples: a hallucinated right answer,
+    a factual wrong one and a factual right one; its rows (chosen, rejected, flipped, margin, source) and output."""
     predictions = tmp_path / "predictions.jsonl"
     record = {
         "index": 0,
@@ -201,19 +275,45 @@ def test_build_pairs_then_train_gives_a_model_evaluate_loads(tiny_policy, tmp_pa
     }
     predictions.write_text(json.dumps(record) + "\n")
     pairs = tmp_path / "pairs.jsonl"
-    assert fdpo_main(["build-pairs", str(predictions), "--verifier", "lexical", "--pairs", str(pairs)]) == 0
+    assert fdpo_main(["build-pairs", str(predictions), "--verifier", "lexical", "--pairs", str(pairs), *options]) == 0
     rows = [json.loads(line) for line in pairs.read_text().splitlines()]
-    # The hallucinated right answer loses to both factual responses (to the wrong one by a flip); the best factual
-    # response gets a synthetic variant, its employer swapped for the other name the evidence gives.
-    variant = FACTUAL_RIGHT.replace("works for Vigio Shipping", "works for Piobrdell")
-    assert [(r["chosen"], r["rejected"], r["flipped"], r["fdpo_margin_weight"], r["source"]) for r in rows] == [
+    return [(r["chosen"], r["rejected"], r["flipped"], r["fdpo_margin_weight"], r["source"]) for r in rows], pairs
+
+
+# The best factual response's synthetic variant: its employer swapped for the other name the evidence gives.
+VARIANT = FACTUAL_RIGHT.replace("works for Vigio Shipping", "works for Piobrdell")
+
+
+def test_flip_real_pairs_flips_the_misordered_sampled_pair(tmp_path, capsys):
+    """--flip-real-pairs (the paper's rule, the committed F-DPO runs' pairs): the hallucinated right answer loses to
+    both factual responses, to the wrong one by a flip."""
+    rows, _ = build_pairs_of_one_prompt(tmp_path, "--flip-real-pairs")
+    assert rows == [
         (FACTUAL_WRONG, HALLUCINATED_RIGHT, True, 1, "sampled"),
         (FACTUAL_RIGHT, HALLUCINATED_RIGHT, False, 1, "sampled"),
         (FACTUAL_RIGHT, FACTUAL_WRONG, False, 0, "sampled"),
-        (FACTUAL_RIGHT, variant, True, 1, "synthetic_inversion"),
+        (FACTUAL_RIGHT, VARIANT, True, 1, "synthetic_inversion"),
     ]
     out = capsys.readouterr().out
-    assert "4 pairs from 1 prompts" in out and "2 pairs flipped, 3 with a factuality margin; 1 synthetic" in out
+    assert "4 pairs from 1 prompts" in out and "1 sampled pairs misordered (hallucinated over factual, flipped)" in out
+    assert "2 pairs flipped, 3 with a factuality margin; 1 synthetic" in out
+
+
+def test_build_pairs_then_train_gives_a_model_evaluate_loads(tiny_policy, tmp_path, capsys):
+    """The authors' mix: the hallucinated right answer over the factual wrong one is a (1, 0) pair and dropped;
+    the right-over-wrong pair first, the factual right answer over the hallucinated one (equal scores) next, and
+    the synthetic inversion the only flipped pair."""
+    from fspo.evaluation.generation import GenerationSettings, build_generator
+
+    rows, pairs = build_pairs_of_one_prompt(tmp_path)
+    assert rows == [
+        (FACTUAL_RIGHT, FACTUAL_WRONG, False, 0, "sampled"),
+        (FACTUAL_RIGHT, HALLUCINATED_RIGHT, False, 1, "sampled"),
+        (FACTUAL_RIGHT, VARIANT, True, 1, "synthetic_inversion"),
+    ]
+    out = capsys.readouterr().out
+    assert "3 pairs from 1 prompts" in out and "1 sampled pairs misordered (hallucinated over factual, dropped)" in out
+    assert "1 pairs flipped, 2 with a factuality margin; 1 synthetic" in out
     out = tmp_path / "model"
     args = [
         "train",

@@ -7,9 +7,10 @@
 
 ``build-pairs`` reads ``fspo evaluate``'s predictions (each row's rendered prompt, evidence, sampled responses
 and their outcome scores), labels every response factual or hallucinated with a step verifier (every judged
-step supported, or not; a response with no judged step stays unlabelled) and writes F-DPO's flipped pairs
-(:mod:`fspo.methods.fdpo.pairs`) and, from each prompt's best factual response, a synthetic hallucinated variant as an
-inverted pair (:mod:`fspo.methods.fdpo.variants`; ``--variants``). ``train`` trains them with TRL's DPOTrainer and F-DPO's margin
+step supported, or not; a response with no judged step stays unlabelled) and writes F-DPO's pairs in the mix of its
+authors' code (:mod:`fspo.methods.fdpo.pairs`: a misordered sampled pair is dropped; ``--flip-real-pairs`` flips it,
+the paper's rule) and, from each prompt's best factual chosen response, a synthetic hallucinated variant as an
+inverted pair, flipped (:mod:`fspo.methods.fdpo.variants`; ``--variants``). ``train`` trains them with TRL's DPOTrainer and F-DPO's margin
 (:mod:`fspo.methods.fdpo.trainer`; the ``fdpo`` extra) and saves a Hugging Face model that ``fspo evaluate`` takes.
 """
 
@@ -35,8 +36,12 @@ from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evaluation.records import read_records
 from fspo.methods.fdpo.loss import FDPO_BETA, FDPO_LAMBDA, FDPO_LAMBDA_SWEEP
 from fspo.methods.fdpo.pairs import (
+    AUTHORS_MIX,
+    FLIP_REAL_PAIRS_MIX,
     Sample,
+    candidate_pairs,
     hallucination_label,
+    misordered,
     pair_row,
     preference_pairs,
     variant_pair,
@@ -76,7 +81,19 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--threshold", type=PROBABILITY.parse, default=None, help="support threshold (default: the backend's)"
     )
-    build.add_argument("--max-pairs-per-prompt", type=COUNT.parse, default=4, help="pairs kept per prompt (default 4)")
+    build.add_argument(
+        "--max-pairs-per-prompt",
+        type=COUNT.parse,
+        default=4,
+        help="sampled pairs kept per prompt, the larger score gap first (default 4)",
+    )
+    build.add_argument(
+        "--flip-real-pairs",
+        action="store_true",
+        help="the paper's rule: flip every sampled pair whose chosen response is hallucinated and rejected one "
+        "factual, and keep pairs with a factuality margin first (this command's pairs before the authors' mix). "
+        "Default: the mix of F-DPO's code, which drops such pairs and flips only the synthetic inversions",
+    )
     build.add_argument(
         "--variants",
         choices=("swap", "llm", "none"),
@@ -227,8 +244,10 @@ def build_pairs(args, verifier, threshold: float) -> int:
     ]
     verdicts = judged_steps(verifier, threshold, items)
     corrupt = corruptor(args)
+    mix = FLIP_REAL_PAIRS_MIX if args.flip_real_pairs else AUTHORS_MIX
     lines, variants = [], []
-    counts = dict.fromkeys(("pairs", "flipped", "margin", "prompts", "hallucinated", "unlabelled", "responses"), 0)
+    names = ("pairs", "flipped", "margin", "prompts", "hallucinated", "unlabelled", "responses", "misordered")
+    counts = dict.fromkeys(names, 0)
 
     def add(prompt: str, pair, source: str) -> None:
         lines.append(json.dumps(pair_row(prompt, pair, source), ensure_ascii=False) + "\n")
@@ -241,13 +260,14 @@ def build_pairs(args, verifier, threshold: float) -> int:
         counts["responses"] += len(samples)
         counts["hallucinated"] += sum(s.hallucinated == 1 for s in samples)
         counts["unlabelled"] += sum(s.hallucinated is None for s in samples)
-        chosen = preference_pairs(samples, args.max_pairs_per_prompt)
+        counts["misordered"] += sum(misordered(a, b) for _, _, a, b in candidate_pairs(samples))
+        chosen = preference_pairs(samples, args.max_pairs_per_prompt, mix)
         for pair in chosen:
             add(record["prompt"], pair, "sampled")
         made = len(chosen)
         if corrupt is not None:
             question = record.get("question") or record["prompt"]
-            for factual in variant_sources(samples, args.variants_per_prompt):
+            for factual in variant_sources(samples, args.variants_per_prompt, mix):
                 corrupted = corrupt(question, factual.text, record.get("evidence") or "")
                 if corrupted is not None:
                     variants.append((record.get("evidence") or "", corrupted))
@@ -269,9 +289,10 @@ def build_pairs(args, verifier, threshold: float) -> int:
     print(
         f"fspo fdpo: {counts['pairs']} pairs from {counts['prompts']} prompts -> {args.pairs}; "
         f"{counts['hallucinated']}/{counts['responses']} responses hallucinated ({counts['unlabelled']} with no judged "
-        f"step: paired by score only), {counts['flipped']} pairs flipped, {counts['margin']} with a factuality "
-        f"margin; {len(variants)} synthetic hallucinated variants ({args.variants}), {flagged} of them hallucinated "
-        "by the verifier too"
+        f"step: paired by score only), {counts['misordered']} sampled pairs misordered (hallucinated over factual, "
+        f"{'flipped' if args.flip_real_pairs else 'dropped'}), {counts['flipped']} pairs flipped, {counts['margin']} "
+        f"with a factuality margin; {len(variants)} synthetic hallucinated variants ({args.variants}), {flagged} of "
+        "them hallucinated by the verifier too"
     )
     return 0
 
