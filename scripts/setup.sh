@@ -135,6 +135,9 @@ if [ -n "$dry_run" ]; then
   exit 0
 fi
 
+# A torch built for a newer CUDA major than this node's driver installs, but finds no GPU: one line, exit 2.
+python -m fspo.launch.cuda_driver
+
 python - <<'PY'
 import verl  # noqa: F401  (loads the fspo CPU plugin where there is no accelerator)
 from fspo.cpu import cpu_mode_requested

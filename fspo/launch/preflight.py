@@ -12,7 +12,8 @@ be reached, is down (5xx) or rate-limits (429) leaves a complete cache to serve,
 training run's config checks (:mod:`fspo.launch.config_checks`), the dry run and every verifier server
 (:func:`check_verifier`) resolve through this module, so each accepts the same models.
 
-``FSPO_PREFLIGHT=0`` skips it (e.g. a dry run that validates a cluster's config from a laptop).
+Before the models, a CUDA run's node must be able to run the installed torch (:mod:`fspo.launch.cuda_driver`).
+``FSPO_PREFLIGHT=0`` skips both (e.g. a dry run that validates a cluster's config from a laptop).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig, OmegaConf
 
 from fspo.config.vocabulary import DEFAULT_MODELS, HHEM_FOUNDATION, MODEL_BACKENDS, ConfigError
+from fspo.launch.cuda_driver import check_node_driver
 from fspo.launch.hub_deadline import no_answer
 from fspo.utils.input_files import InputFileError, read_hf_config, read_json, read_safetensors_index
 
@@ -373,7 +375,11 @@ def _readable_config(ref: str, cache_dir: str | None = None) -> dict:
 
 def preflight(config: DictConfig, settings: FSPOConfig) -> list[str]:
     """Resolve every model ``config`` loads; ``["KEY: where", ...]``. Raises ConfigError on the first that
-    cannot be had. ``config`` is the resolved trainer config and ``settings`` its ``fspo:`` block."""
+    cannot be had, or first when a CUDA run's node cannot run the installed torch
+    (:func:`fspo.launch.cuda_driver.check_node_driver`). ``config`` is the resolved trainer config and
+    ``settings`` its ``fspo:`` block."""
+    if OmegaConf.select(config, "trainer.device", default=None) == "cuda":
+        check_node_driver()
     needs = policy_needs(config)
     if settings.enable:
         needs += verifier_needs(settings.verifier)
