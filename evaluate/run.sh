@@ -3,17 +3,19 @@
 #
 #   evaluate/run.sh MODEL_DIR [MODEL_DIR ...] [-- extra fspo evaluate options]
 #
-# Environment (defaults in brackets):
+# Environment (defaults in brackets; a relative DATA_DIR or OUTPUT_DIR is in the repository, as the recipes' paths):
 #   DATA_DIR [data]          folder holding <benchmark>/test.parquet built by `fspo data <benchmark>`
 #   BENCHMARKS [gsm8k math500 aime2024 aime2025 truthfulqa halueval halluqa]  names under DATA_DIR
 #   OUTPUT_DIR [eval_out]    predictions/, results.{md,json,csv,png}
 #   PROMPT_FORMAT []         qwen-base | qwen-instruct | llama-instruct | chatml-think (empty: the model's own template)
-#   AIME_SAMPLES [16]        pass@1 on AIME is averaged over this many samples at TEMPERATURE
-#   RECIPE []                the recipe that trained the models (a name in recipes/ or a path): MAX_NEW_TOKENS
-#                            defaults to its data.max_response_length (4096 for the Qwen3 recipes), so the
-#                            evaluation generates as long as training did
-#   TEMPERATURE [0.6] TOP_P [0.95] MAX_NEW_TOKENS [RECIPE's response length, else the longest of recipes/ (4096):
-#                            no model is cut shorter than its recipe trained it]
+#   RECIPE []                the recipe that trained the models (a name in recipes/ or a path): the evaluation
+#                            generates as long as it trained (data.max_response_length) and samples as it
+#                            validates (actor_rollout_ref.rollout.val_kwargs); a variable set here wins
+#   TEMPERATURE [RECIPE's, else 0.6] TOP_P [RECIPE's, else 0.95] TOP_K [RECIPE's, else -1: off]
+#   SAMPLES [RECIPE's val_kwargs.n, else 1]  responses per prompt, but on AIME
+#   AIME_SAMPLES [16; 1 at TEMPERATURE 0, where every sample is the one greedy response]  pass@1 on AIME is their mean
+#   MAX_NEW_TOKENS [RECIPE's response length, else the longest of recipes/ (4096): no model is cut shorter than
+#                            its recipe trained it]
 #   PYTHON [.venv/bin/python if set up, else python]  the interpreter that runs fspo evaluate
 #   BATCH_SIZE [256 with vLLM, else 8]
 #   VERIFIER []              e.g. hhem: also report the supported step rate of the reasoning
@@ -35,31 +37,55 @@ if [[ -z "${PYTHON:-}" && -x "$repo_root/.venv/bin/python" ]]; then PYTHON="$rep
 PYTHON=${PYTHON:-python}
 export PYTHONPATH="$repo_root${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's fspo, whichever interpreter runs it
 
-recipe_length() {  # a recipe's data.max_response_length, as Hydra would resolve it; nothing starts
-  FSPO_PRINT_OVERRIDE=data.max_response_length MODEL_PATH=${MODEL_PATH:-unused} bash "$1"
+recipe_value() {  # RECIPE_FILE KEY: the value the recipe gives KEY, the last one as Hydra keeps it; nothing starts
+  FSPO_PRINT_OVERRIDE=$2 MODEL_PATH=${MODEL_PATH:-unused} bash "$1"
+}
+in_repository() {  # PATH: a relative path taken in the repository, where the recipes take theirs
+  if [[ "$1" == /* ]]; then echo "$1"; else echo "$repo_root/$1"; fi
 }
 
-DATA_DIR=${DATA_DIR:-data}
+DATA_DIR=$(in_repository "${DATA_DIR:-data}")
 BENCHMARKS=${BENCHMARKS:-"gsm8k math500 aime2024 aime2025 truthfulqa halueval halluqa"}
-OUTPUT_DIR=${OUTPUT_DIR:-eval_out}
-if [[ -z "${MAX_NEW_TOKENS:-}" && -n "${RECIPE:-}" ]]; then
+OUTPUT_DIR=$(in_repository "${OUTPUT_DIR:-eval_out}")
+if [[ -n "${RECIPE:-}" ]]; then
   recipe=$RECIPE
   [[ -f "$recipe" ]] || recipe="$repo_root/recipes/$RECIPE"
   [[ -f "$recipe" ]] || { echo "RECIPE=$RECIPE: no such recipe (a name in recipes/ or a path)" >&2; exit 2; }
-  MAX_NEW_TOKENS=$(recipe_length "$recipe") \
-    || { echo "RECIPE=$RECIPE: could not read its data.max_response_length; set MAX_NEW_TOKENS" >&2; exit 2; }
-  echo "evaluate/run.sh: generating up to $MAX_NEW_TOKENS new tokens, $(basename "$recipe")'s data.max_response_length" >&2
+  from_recipe() {  # VARIABLE KEY: VARIABLE set to the recipe's KEY, unless the environment sets it
+    [[ -z "${!1:-}" ]] || return 0
+    local value
+    value=$(recipe_value "$recipe" "$2") || { echo "RECIPE=$RECIPE: could not read its $2; set $1" >&2; exit 2; }
+    printf -v "$1" '%s' "$value"
+  }
+  if [[ -z "${MAX_NEW_TOKENS:-}" ]]; then
+    from_recipe MAX_NEW_TOKENS data.max_response_length
+    echo "evaluate/run.sh: generating up to $MAX_NEW_TOKENS new tokens, $(basename "$recipe")'s data.max_response_length" >&2
+  fi
+  from_recipe TEMPERATURE actor_rollout_ref.rollout.val_kwargs.temperature
+  from_recipe TOP_P actor_rollout_ref.rollout.val_kwargs.top_p
+  from_recipe TOP_K actor_rollout_ref.rollout.val_kwargs.top_k
+  from_recipe SAMPLES actor_rollout_ref.rollout.val_kwargs.n
+  echo "evaluate/run.sh: sampling at temperature $TEMPERATURE, top-p $TOP_P, top-k $TOP_K, $SAMPLES sample(s)" \
+    "($(basename "$recipe")'s val_kwargs unless set here)" >&2
 elif [[ -z "${MAX_NEW_TOKENS:-}" ]]; then
   MAX_NEW_TOKENS=0
   for recipe in "$repo_root"/recipes/run_*.sh; do
-    length=$(recipe_length "$recipe" 2>/dev/null) || continue
+    length=$(recipe_value "$recipe" data.max_response_length 2>/dev/null) || continue
     if [[ $length =~ ^[0-9]+$ ]] && (( length > MAX_NEW_TOKENS )); then MAX_NEW_TOKENS=$length; fi
   done
   (( MAX_NEW_TOKENS > 0 )) || { echo "evaluate/run.sh: no recipe names data.max_response_length; set MAX_NEW_TOKENS" >&2; exit 2; }
   echo "evaluate/run.sh: generating up to $MAX_NEW_TOKENS new tokens, the longest data.max_response_length in recipes/ (RECIPE= for one recipe's)" >&2
 fi
+TEMPERATURE=${TEMPERATURE:-0.6}
+TOP_P=${TOP_P:-0.95}
+TOP_K=${TOP_K:--1}
+SAMPLES=${SAMPLES:-1}
+if [[ -z "${AIME_SAMPLES:-}" ]]; then
+  # Greedy decoding gives every sample the same response: one is the score.
+  if awk -v t="$TEMPERATURE" 'BEGIN { exit !(t + 0 == 0) }'; then AIME_SAMPLES=1; else AIME_SAMPLES=16; fi
+fi
 if "$PYTHON" -c "import vllm" 2>/dev/null; then default_batch=256; else default_batch=8; fi
-common=(--temperature "${TEMPERATURE:-0.6}" --top-p "${TOP_P:-0.95}" --max-new-tokens "$MAX_NEW_TOKENS"
+common=(--temperature "$TEMPERATURE" --top-p "$TOP_P" --top-k "$TOP_K" --max-new-tokens "$MAX_NEW_TOKENS"
         --batch-size "${BATCH_SIZE:-$default_batch}")
 [[ -n "${PROMPT_FORMAT:-}" ]] && common+=(--prompt-format "$PROMPT_FORMAT")
 [[ -n "${VERIFIER:-}" ]] && common+=(--verifier "$VERIFIER")
@@ -75,9 +101,10 @@ done
 
 # AIME runs separately with k samples; each run writes its own table under OUTPUT_DIR.
 if [[ ${#plain[@]} -gt 0 ]]; then
-  "$PYTHON" -m fspo.cli evaluate "${models[@]}" "${plain[@]}" --output-dir "$OUTPUT_DIR" "${common[@]}" "$@"
+  "$PYTHON" -m fspo.cli evaluate "${models[@]}" "${plain[@]}" --output-dir "$OUTPUT_DIR" "${common[@]}" \
+    --samples "$SAMPLES" "$@"
 fi
 if [[ ${#aime[@]} -gt 0 ]]; then
   "$PYTHON" -m fspo.cli evaluate "${models[@]}" "${aime[@]}" --output-dir "$OUTPUT_DIR/aime" "${common[@]}" \
-    --samples "${AIME_SAMPLES:-16}" "$@"
+    --samples "$AIME_SAMPLES" "$@"
 fi

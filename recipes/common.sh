@@ -91,6 +91,19 @@ fspo_print_override() {
     echo "$value"
 }
 
+# Validation's sampling, stated in every recipe so that `RECIPE=<recipe> evaluate/run.sh` samples as the run
+# validates (it reads these keys through FSPO_PRINT_OVERRIDE): greedy, one response a prompt, which is verl's
+# default (verl/trainer/config/rollout/rollout.yaml:151-169) and how the FSPO authors' verl validated (their
+# ray_trainer.py:626). vLLM reads temperature, top_p and top_k (temperature 0 is greedy); do_sample is read by
+# verl's transformers rollout.
+FSPO_GREEDY_VALIDATION=(
+    actor_rollout_ref.rollout.val_kwargs.temperature=0
+    actor_rollout_ref.rollout.val_kwargs.top_p=1.0
+    actor_rollout_ref.rollout.val_kwargs.top_k=-1
+    actor_rollout_ref.rollout.val_kwargs.do_sample=false
+    actor_rollout_ref.rollout.val_kwargs.n=1
+)
+
 # The paper's FSPO setting on 8-GPU nodes (Li & Ng 2025, sec. 4 / appendix): GRPO, 8 rollouts per
 # prompt, low-variance KL loss 0.001, 2048/2048 tokens, temperature 1.0, vLLM rollouts, HHEM verifier.
 # Values marked GUESS are not stated in the paper; they are sizes that fit a 7-8B model on 8x80 GB.
@@ -129,12 +142,20 @@ FSPO_GPU_OVERRIDES=(
     fspo.verifier.placement=colocated                           # one HHEM per GPU, in verl's GPU bundles (what `auto` picks on GPUs)
     trainer.total_epochs="${TOTAL_EPOCHS:-3}"                    # GUESS
     trainer.val_before_train=true
+    # GUESS: 500 validation rows, not the whole test split (2,000 rows from `fspo data hotpotqa --size 2000`),
+    # validated at every TEST_FREQ: a rate's standard error is at most 0.5/sqrt(500) = 2.2 points, for a quarter of
+    # the generation (benchmarks/paper_scale.py prices it). verl draws the rows with data.seed
+    # (verl/utils/dataset/rl_dataset.py:185-191); seeded, every run and every resume validates on the same rows,
+    # and the training order is seeded too, as the CPU preset's (fspo/config/platform/cpu.yaml).
+    data.val_max_samples=500
+    'data.seed=${actor_rollout_ref.rollout.seed}'
+    "${FSPO_GREEDY_VALIDATION[@]}"
 )
 
 # Validation sampling of Qwen3 models in thinking mode, as their model card recommends (Temperature=0.6,
 # TopP=0.95, TopK=20: "DO NOT use greedy decoding, as it can lead to performance degradation and endless
-# repetitions"). verl validates greedily by default (val_kwargs: temperature 0, do_sample false), where a
-# Qwen3 reasoning runs to the length limit without closing </think>.
+# repetitions"). Put after FSPO_GPU_OVERRIDES, it replaces their greedy validation (Hydra keeps the last value),
+# where a Qwen3 reasoning runs to the length limit without closing </think>.
 FSPO_QWEN3_THINKING_VALIDATION=(
     actor_rollout_ref.rollout.val_kwargs.temperature=0.6
     actor_rollout_ref.rollout.val_kwargs.top_p=0.95

@@ -41,4 +41,5 @@ fspo_launch \
     fspo.verifier.evidence_unit=sentence \
     trainer.total_training_steps="${STEPS:-2}" \
     trainer.val_before_train=false \
+    "${FSPO_GREEDY_VALIDATION[@]}" \
     "$@"

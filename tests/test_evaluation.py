@@ -398,6 +398,49 @@ def test_both_backends_take_the_same_sampling_parameters(settings):
     assert (hf.top_k or 0) == max(vllm["top_k"], 0)  # off: HF 0, vLLM -1
 
 
+def parsed_settings(*options: str) -> GenerationSettings:
+    from fspo.evaluation.cli import build_parser, check_arguments
+
+    args = build_parser().parse_args(["--model", "m", "--data", "d", "--output-dir", "o", *options])
+    args.data = args.model = []  # the folders are not what this checks
+    return check_arguments(args)
+
+
+def test_top_k_minus_one_and_zero_are_off_as_in_verls_val_kwargs(capsys):
+    """verl's val_kwargs.top_k -1 (verl/trainer/config/rollout/rollout.yaml:157-158) is what a recipe passes."""
+    assert parsed_settings("--top-k", "-1").top_k == parsed_settings("--top-k", "0").top_k == 0
+    assert parsed_settings().sampling()["top_k"] == 0
+    assert parsed_settings("--top-k", "20").top_k == 20
+    with pytest.raises(SystemExit):
+        parsed_settings("--top-k", "-2")
+    assert "argument --top-k: must be an integer >= -1 (-1 or 0: off)" in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_top_k_acts_in_the_transformers_backend(tiny_dir):
+    """At temperature 1, `--top-k 1` leaves only the likeliest token: every sample is the greedy response."""
+    from fspo.evaluation.generation import HFGenerator
+
+    prompt = ["Question: where is Piobrdell?"]
+    greedy_generator = HFGenerator(tiny_dir, GenerationSettings(max_new_tokens=6), device="cpu")
+    (greedy,) = greedy_generator.generate(prompt)
+    settings = parsed_settings("--temperature", "1", "--top-k", "1", "--samples", "4", "--max-new-tokens", "6")
+    (top_1,) = HFGenerator(tiny_dir, settings, device="cpu", tokenizer=greedy_generator.tokenizer).generate(prompt)
+    assert top_1 == greedy * 4
+    assert vllm_sampling_options(settings)["top_k"] == 1  # and what vLLM is given
+
+
+def test_resume_needs_the_same_top_k_and_a_provenance_from_before_top_k_was_recorded_means_off(tmp_path):
+    from fspo.evaluation.pipeline import ProvenanceError, check_provenance
+
+    predictions = tmp_path / "m__synth.jsonl"
+    predictions.write_text("")
+    made = {"model": "f", "backend": "HFGenerator", "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 8, "seed": 0}
+    check_provenance(predictions, made)  # an older fspo's record: no top_k
+    check_provenance(predictions, {**made, "top_k": 0})
+    with pytest.raises(ProvenanceError, match="top_k 0 -> 20"):
+        check_provenance(predictions, {**made, "top_k": 20})
+
+
 def test_the_transformers_backend_ignores_the_models_sampling_defaults(tiny_dir, tmp_path):
     """A model whose generation_config.json says top_k 1 (greedy in effect) still samples as the settings say, as
     vLLM does: at temperature 1 the samples of one prompt differ."""

@@ -170,6 +170,23 @@ def test_recipes_differ_where_the_paper_runs_differ(dry_runs):
     assert fspo["run_baseline_fapo.sh"]["fapo_penalty"] == 0.5
 
 
+def test_fapo_recipe_trains_with_its_authors_clip_higher_and_overlong_penalty(dry_runs):
+    """verl-recipe fapo/run_fapo_7b.sh (and its GRPO baseline): clip_ratio_high=0.28 (line 15); DAPO's overlong
+    penalty over the last 4096 of 8192 response tokens at factor 1.0 on +-1 rewards (lines 18-21, 128-133), here the
+    last half of the response limit at 0.5 on 0-1 rewards. The other recipes keep verl's 0.2 and no penalty."""
+    from fspo.methods.fapo import OverlongBuffer, overlong_buffer
+
+    config = dry_runs["run_baseline_fapo.sh"]
+    actor = config["actor_rollout_ref"]["actor"]
+    assert (actor["clip_ratio_low"], actor["clip_ratio_high"]) == (0.2, 0.28)
+    limit = config["data"]["max_response_length"]
+    assert overlong_buffer(config) == OverlongBuffer(max_length=limit, length=limit // 2, factor=0.5, log=True)
+    for name in GPU_RECIPES:
+        if name != "run_baseline_fapo.sh":
+            assert dry_runs[name]["actor_rollout_ref"]["actor"]["clip_ratio_high"] == 0.2, name
+            assert overlong_buffer(dry_runs[name]) is None, name
+
+
 def test_base_recipe_resolves_the_qwen_base_chat_template(dry_runs):
     from fspo.data.templates import chat_template
 
@@ -189,6 +206,104 @@ def test_cpu_recipe_uses_the_cpu_preset(dry_runs):
     # each clause of a step in its own evidence sentence, as the quickstart trains
     assert config["fspo"]["verifier"]["evidence_unit"] == "sentence"
     assert config["data"]["train_batch_size"] == 2
+
+
+# Dry-run by tests/test_recipes_qwen3.py, which asserts the evaluation's sampling of these two with the helper below.
+THINKING_RECIPES = ["run_qwen3_8b.sh", "run_qwen3_4b_lora_1gpu.sh"]
+EVALUATE = REPO / "evaluate" / "run.sh"
+
+
+def test_every_recipe_is_dry_run_here_or_in_the_qwen3_file():
+    assert sorted(path.name for path in RECIPES.glob("run_*.sh")) == sorted([*ALL_RECIPES, *THINKING_RECIPES])
+
+
+def evaluate_run_sh_calls(root: Path, *, cwd: Path | None = None, **env: str) -> list[dict[str, str]]:
+    """Each `fspo evaluate` that evaluate/run.sh starts, as {option: its last value} (argparse keeps the last), read
+    by a stand-in interpreter that records its arguments and generates nothing (and has no vLLM)."""
+    calls = root / "calls"
+    calls.mkdir()
+    python = root / "python"
+    python.write_text(
+        '#!/usr/bin/env bash\n[[ "$1" == -c ]] && exit 1\nprintf "%s\\n" "$@" > "$CALLS/$(ls "$CALLS" | wc -l)"\n'
+    )
+    python.chmod(0o755)
+    for name in ("gsm8k", "aime2024"):
+        (root / "data" / name).mkdir(parents=True)
+        (root / "data" / name / "test.parquet").write_bytes(b"")  # run.sh checks it is there; nothing reads it
+    full_env = {
+        **{key: value for key, value in os.environ.items() if key not in ("MAX_NEW_TOKENS", "TEMPERATURE", "TOP_P")},
+        "PYTHON": str(python),
+        "CALLS": str(calls),
+        "DATA_DIR": str(root / "data"),
+        "BENCHMARKS": "gsm8k aime2024",
+        **env,
+    }
+    process = subprocess.run(
+        ["bash", str(EVALUATE), "model"], env=full_env, cwd=cwd or root, capture_output=True, text=True, timeout=60
+    )
+    assert process.returncode == 0, process.stderr
+    parsed = []
+    for call in sorted(calls.iterdir(), key=lambda path: int(path.name)):
+        words = call.read_text().splitlines()
+        parsed.append({word: value for word, value in zip(words, words[1:]) if word.startswith("--")})
+    return parsed
+
+
+def assert_evaluation_samples_as_the_recipe_validates(name: str, config: dict, root: Path) -> None:
+    """`RECIPE=<name> evaluate/run.sh` gives fspo evaluate the sampling the recipe's composed config validates with
+    (actor_rollout_ref.rollout.val_kwargs) and its response length; AIME draws 16 samples only when sampling."""
+    validation = config["actor_rollout_ref"]["rollout"]["val_kwargs"]
+    plain, aime = evaluate_run_sh_calls(root, RECIPE=name)
+    assert float(plain["--temperature"]) == validation["temperature"]
+    assert float(plain["--top-p"]) == validation["top_p"]
+    assert int(plain["--top-k"]) == validation["top_k"]  # -1 is off in both (fspo.evaluation.cli.TOP_K)
+    assert int(plain["--samples"]) == validation["n"]
+    assert int(plain["--max-new-tokens"]) == config["data"]["max_response_length"]
+    # vLLM's validation reads temperature, not do_sample (verl/experimental/agent_loop/agent_loop.py:604-607); verl's
+    # transformers rollout reads do_sample (verl/workers/rollout/hf_rollout.py:56-69): the two must agree.
+    assert validation["do_sample"] is (validation["temperature"] > 0)
+    assert int(aime["--samples"]) == (16 if validation["temperature"] > 0 else 1)
+    assert {key: aime[key] for key in plain if key not in ("--samples", "--output-dir", "--data", "--model")} == {
+        key: plain[key] for key in plain if key not in ("--samples", "--output-dir", "--data", "--model")
+    }
+
+
+@pytest.mark.parametrize("name", ALL_RECIPES)
+def test_evaluation_samples_as_the_recipe_validates(dry_runs, name, tmp_path):
+    assert_evaluation_samples_as_the_recipe_validates(name, dry_runs[name], tmp_path)
+
+
+@pytest.mark.parametrize("name", GPU_RECIPES)
+def test_gpu_recipes_validate_on_a_fixed_subset(dry_runs, name):
+    """500 rows drawn with a seed (verl/utils/dataset/rl_dataset.py:185-191: unseeded when data.seed is null, so
+    every start would validate on other rows), not the whole test split."""
+    data = dry_runs[name]["data"]
+    assert data["val_max_samples"] == 500
+    assert data["shuffle"] is True and data["seed"] == dry_runs[name]["actor_rollout_ref"]["rollout"]["seed"]
+
+
+def test_evaluate_run_sh_takes_relative_paths_in_the_repository_and_its_variables_over_the_recipes(tmp_path):
+    """As the recipes take TRAIN_FILES and CKPT_DIR: OUTPUT_DIR=eval_x from another folder is <repo>/eval_x. A
+    variable set in the environment wins over the recipe's value."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    plain, _ = evaluate_run_sh_calls(
+        tmp_path, cwd=elsewhere, OUTPUT_DIR="eval_x", RECIPE="run_qwen3_8b.sh", TOP_K="5", MAX_NEW_TOKENS="7"
+    )
+    assert plain["--output-dir"] == str(REPO / "eval_x")
+    assert (plain["--top-k"], plain["--max-new-tokens"], plain["--temperature"]) == ("5", "7", "0.6")
+    missing = subprocess.run(
+        ["bash", str(EVALUATE), "model"],
+        env={**os.environ, "DATA_DIR": "no_such_data", "BENCHMARKS": "gsm8k", "MAX_NEW_TOKENS": "8"},
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 1
+    assert missing.stderr.strip().endswith(
+        f"missing {REPO / 'no_such_data/gsm8k/test.parquet'}: build it with 'fspo data gsm8k'"
+    )
 
 
 def test_env_vars_and_extra_overrides_reach_the_config():

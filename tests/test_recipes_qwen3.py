@@ -24,7 +24,7 @@ RECIPES, printed_config, run_recipe = (
     _recipe_dry_runs.run_recipe,
 )
 
-QWEN3_RECIPES = ["run_qwen3_8b.sh", "run_qwen3_4b_lora_1gpu.sh"]
+QWEN3_RECIPES = _recipe_dry_runs.THINKING_RECIPES
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +159,9 @@ def test_a_recipe_names_its_response_length_for_the_evaluation():
     assert printed("run_qwen3_8b.sh") == printed("run_qwen3_4b_lora_1gpu.sh") == "4096"
     assert printed("run_qwen2.5_7b_instruct.sh") == "2048"
     assert printed("run_qwen3_8b.sh", "data.max_response_length=8192") == "8192"
+
+
+@pytest.mark.parametrize("name", QWEN3_RECIPES)
+def test_evaluation_samples_as_the_recipe_validates(configs, name, tmp_path):
+    """`RECIPE=<name> evaluate/run.sh` samples as the run validates (tests/test_recipes.py, every other recipe)."""
+    _recipe_dry_runs.assert_evaluation_samples_as_the_recipe_validates(name, configs[name], tmp_path)

@@ -2,7 +2,7 @@ r"""`fspo evaluate`: evaluate model directories on prepared benchmark parquet fi
 
     fspo evaluate --model fspo=runs/fspo/merged --model base=/models/Qwen2.5-7B \
         --data data/gsm8k/test.parquet --data data/aime2025/test.parquet --output-dir eval_out \
-        --temperature 0.6 --top-p 0.95 --max-new-tokens 2048 --samples 1
+        --temperature 0.6 --top-p 0.95 --top-k 20 --max-new-tokens 2048 --samples 1
 
 Each ``--model``/``--data`` is ``PATH`` or ``NAME=PATH`` (the name defaults to the directory or file stem;
 a checkpoint's ``global_step_N/merged`` is named ``global_step_N``). Predictions resume only for the same
@@ -29,6 +29,7 @@ from fspo.config.numeric_options import (
     PROBABILITY,
     SECONDS,
     SEED,
+    Number,
 )
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.data.templates import PROMPT_FORMATS
@@ -44,6 +45,9 @@ from fspo.verifier_tools.verify import verifier_options
 
 PROG = "fspo evaluate"
 SPLIT_NAMES = {"train", "test", "val", "validation", "dev"}
+# verl's val_kwargs.top_k: -1 is off (verl/trainer/config/rollout/rollout.yaml:157-158), and its transformers
+# rollout takes max(0, top_k) (verl/workers/rollout/hf_rollout.py:75): -1 and 0 both sample from every token.
+TOP_K = Number("an integer >= -1 (-1 or 0: off)", int, -1, dtype="int64")
 # Folder names that say nothing about which model is inside: name it after its parent (global_step_N).
 GENERIC_MODEL_DIRS = {"merged", "huggingface", "hf", "actor", "model"}
 
@@ -92,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--temperature", type=LOSS_TERM.parse, default=0.0, help="sampling temperature (0: greedy)")
     parser.add_argument("--top-p", type=OPEN_PROBABILITY.parse, default=1.0, help="nucleus sampling mass, in (0, 1]")
+    parser.add_argument(
+        "--top-k",
+        type=TOP_K.parse,
+        default=0,
+        help="sample among the k likeliest tokens; -1 or 0: off (as verl's val_kwargs.top_k)",
+    )
     parser.add_argument("--max-new-tokens", type=COUNT.parse, default=1024, help="longest response, in tokens")
     parser.add_argument(
         "--samples", type=COUNT.parse, default=1, help="responses per prompt; pass@1 is their mean (AIME: 16)"
@@ -233,7 +243,13 @@ def check_arguments(args: argparse.Namespace) -> GenerationSettings:
         )
     try:
         settings = GenerationSettings(
-            args.temperature, args.top_p, args.max_new_tokens, args.samples, args.batch_size, args.seed
+            args.temperature,
+            args.top_p,
+            args.max_new_tokens,
+            args.samples,
+            args.batch_size,
+            args.seed,
+            top_k=max(args.top_k, 0),  # one value for off, so -1 and 0 resume each other's predictions
         )
     except ValueError as error:
         field, _, rest = str(error).partition(" must")  # "top_p must be in (0, 1], got 0" -> --top-p

@@ -67,14 +67,26 @@ def provenance_path(predictions_path: str | Path) -> Path:
 
 
 # Keys of a provenance that must match to resume; `model_dir` is kept for people, a moved folder still resumes.
-PROVENANCE_KEYS = ("model", "prompt_format", "backend", "temperature", "top_p", "max_new_tokens", "samples", "seed")
+PROVENANCE_KEYS = (
+    "model",
+    "prompt_format",
+    "backend",
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_new_tokens",
+    "samples",
+    "seed",
+)
+# A provenance written before top_k was recorded: its predictions sampled with top_k 0 (off), which no option changed.
+PROVENANCE_DEFAULTS = {"top_k": 0}
 
 
 def check_provenance(predictions_path: str | Path, provenance: dict) -> None:
     """Record `provenance` beside new predictions, or raise :class:`ProvenanceError` if old ones differ."""
     predictions_path, sidecar = Path(predictions_path), provenance_path(predictions_path)
     if sidecar.exists():
-        stored = read_json(sidecar, schema=Provenance)
+        stored = {**PROVENANCE_DEFAULTS, **read_json(sidecar, schema=Provenance)}
         changed = [key for key in PROVENANCE_KEYS if stored.get(key) != provenance.get(key)]
         if not changed:
             return
@@ -250,7 +262,10 @@ def provenance(model_dir: str | Path, prompt_format: str | None, generator) -> d
         "model_dir": str(Path(model_dir).resolve()),
         "prompt_format": prompt_format,
         "backend": type(generator).__name__,
-        **{key: getattr(settings, key, None) for key in ("temperature", "top_p", "max_new_tokens", "samples", "seed")},
+        **{
+            key: getattr(settings, key, None)
+            for key in ("temperature", "top_p", "top_k", "max_new_tokens", "samples", "seed")
+        },
     }
 
 
@@ -262,6 +277,7 @@ def evaluate_model(
     prompt_format: str | None = None,
     temperature: float = 0.0,
     top_p: float = 1.0,
+    top_k: int = 0,
     max_new_tokens: int = 1024,
     samples: int = 1,
     batch_size: int = 8,
@@ -289,7 +305,7 @@ def evaluate_model(
     """
     check_rows(rows)
     if generator is None:
-        settings = GenerationSettings(temperature, top_p, max_new_tokens, samples, batch_size, seed)
+        settings = GenerationSettings(temperature, top_p, max_new_tokens, samples, batch_size, seed, top_k)
         generator = build_generator(model_dir, settings, backend)
     if predictions_path:
         check_provenance(predictions_path, provenance(model_dir, prompt_format, generator))
