@@ -93,7 +93,9 @@ class FSPOConfig(BaseConfig):
         default=None,
         metadata={
             "help": "Label 0 for steps that state no claim ('Let me think.', questions; fspo.steps.is_claim). null = "
-            "on in modes knowrl and fapo (KnowRL's fact splitter drops non-factual lines), off in mode fspo."
+            "on in mode knowrl (KnowRL's fact splitter drops non-factual lines) and in mode fapo (FAPO's GenRM reads "
+            "every step but flags only a wrong one, and a step that states nothing cannot be wrong, while a verifier "
+            "of support would call it unsupported and make a right answer a flawed positive), off in mode fspo."
         },
     )
     require_evidence: bool = field(

@@ -34,6 +34,7 @@ from fspo.launch.preflight import (
     preflight_requested,
     resolve_local,
 )
+from fspo.methods.fapo import overlong_buffer
 from fspo.verifiers.placement import resolve_verifier_placement
 
 ACTOR_PARAM_DTYPE = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"
@@ -339,6 +340,7 @@ def validate(config: DictConfig, check_files: bool = True) -> FSPOConfig:
     # Ray's workers run where `ray start` ran, not here: every path they open is made absolute first
     with_absolute_paths(config, os.getcwd())
     settings = fspo_config(config)  # the fspo block's types and ranges, before anything reads it
+    overlong_buffer(config)  # reward.reward_kwargs' overlong penalty, read in the reward workers
     if check_files:
         check_config(config, settings)
     else:

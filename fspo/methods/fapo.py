@@ -18,12 +18,27 @@ which with ``a`` fully correct and ``b`` failed rollouts in a group has the sign
 positive down exactly when fully correct rollouts outnumber failed ones (the refinement stage) and it is still
 reinforced while failed ones outnumber them (the warm-up stage). This holds for this mode's binary rewards only:
 on graded failures (F1 between 0 and 1) the group mean moves with the failures' scores.
+
+Held-out rows (``extra_info["split"] == "test"``, as ``fspo data`` and FAPO's ``prepare_fapo_data.py`` line 48 write
+them) score by correctness alone, as FAPO's reward function returns them before its GenRM (line 114): validation
+rewards are then comparable across modes. The split is what tells them apart: verl 0.9.1 does not pass the
+trainer's ``validate`` flag to the reward manager (``trainer/ppo/v1/agent_loop_tq.py`` lines 61-62 drop it; the
+manager gets the row's columns, ``experimental/agent_loop/agent_loop.py`` lines 1013-1019).
+
+FAPO's recipe also sets DAPO's overlong penalty (``run_fapo_7b.sh`` lines 18-21, 128-133) through verl's
+``reward.reward_kwargs``, which verl's ``dapo`` reward manager reads (``experimental/reward_loop/reward_manager/
+dapo.py`` lines 33-35); :class:`OverlongBuffer` reads the same keys for this project's reward manager, which
+leaves held-out rows without it too (verl's dapo manager applies it to every row, dapo.py line 108).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Optional
 
+from fspo.config.numeric_options import COUNT, REWARD_TERM, NumberError
+from fspo.config.vocabulary import ConfigError
 from fspo.training.reward_extra_info import RolloutStats
 
 # A right answer's and a wrong answer's outcome score in this project's scorers (fspo.training.outcome).
@@ -54,9 +69,18 @@ def is_flawed_positive(correct: bool, unsupported_steps: int) -> bool:
     return bool(correct) and unsupported_steps > 0
 
 
-def fapo_reward(correct: bool, unsupported_steps: int, penalty: float = FAPO_PENALTY) -> float:
-    """What FAPO adds to a rollout's outcome reward: ``-penalty`` for a flawed positive, else 0."""
-    return -penalty if is_flawed_positive(correct, unsupported_steps) else 0.0
+# The split of the rows FAPO's reward function scores without its GenRM (reward_fn_reasoning.py line 114).
+HELD_OUT_SPLIT = "test"
+
+
+def is_held_out(extra_info: Mapping) -> bool:
+    """Whether a row is held out for evaluation: its ``extra_info["split"]`` is ``"test"``."""
+    return isinstance(extra_info, Mapping) and extra_info.get("split") == HELD_OUT_SPLIT
+
+
+def fapo_reward(correct: bool, unsupported_steps: int, penalty: float = FAPO_PENALTY, held_out: bool = False) -> float:
+    """What FAPO adds to a rollout's outcome reward: ``-penalty`` for a flawed positive of a training row, else 0."""
+    return -penalty if is_flawed_positive(correct, unsupported_steps) and not held_out else 0.0
 
 
 def refinement_groups(groups: Sequence[Sequence[tuple[bool, bool]]]) -> float:
@@ -92,3 +116,60 @@ def rollout_groups(
         stats = RolloutStats.from_info(info)
         groups.setdefault(uid, {})[run] = (bool(stats.correct), bool(stats.flawed_positive))
     return [list(runs.values()) for runs in groups.values()]
+
+
+@dataclass(frozen=True)
+class OverlongBuffer:
+    """DAPO's overlong penalty: a response longer than ``max_length - length`` tokens loses ``factor`` x its excess
+    over ``length``, reaching ``factor`` at ``max_length`` (verl's ``dapo`` reward manager, dapo.py lines 108-114).
+
+    ``log``: report each rollout's ``overlong_reward`` and ``overlong`` (dapo.py lines 115-117).
+    """
+
+    max_length: int
+    length: int
+    factor: float
+    log: bool = False
+
+    def penalty(self, response_length: int) -> float:
+        """What a response of ``response_length`` tokens adds to its reward (<= 0)."""
+        excess = response_length - (self.max_length - self.length)
+        return min(-excess / self.length * self.factor, 0.0)
+
+
+# Where verl's dapo reward manager reads the overlong penalty (dapo.py lines 33-35).
+REWARD_KWARGS = "reward.reward_kwargs"
+OVERLONG_CFG = f"{REWARD_KWARGS}.overlong_buffer_cfg"
+
+
+def _overlong_setting(number, key: str, value):
+    """``value`` of ``key`` checked as ``number``; ConfigError (one line naming the key) if unset or out of range."""
+    if value is None:
+        raise ConfigError(f"{key} is not set: {OVERLONG_CFG}.enable=true needs it")
+    try:
+        return number.check(key, value)
+    except NumberError as error:
+        raise ConfigError(str(error)) from None
+
+
+def overlong_buffer(config: Optional[Mapping]) -> Optional[OverlongBuffer]:
+    """The overlong penalty a run's ``config`` sets in ``reward.reward_kwargs`` (None: off).
+
+    Raises:
+        ConfigError: one line naming the key: ``max_resp_len`` or ``overlong_buffer_cfg.len`` unset or not a
+            positive integer, a buffer longer than ``max_resp_len``, a ``penalty_factor`` that is not a number >= 0.
+    """
+    reward = (config.get("reward") if config is not None else None) or {}
+    kwargs = reward.get("reward_kwargs") or {}
+    buffer = kwargs.get("overlong_buffer_cfg") or {}
+    if not buffer.get("enable"):
+        return None
+    max_length = _overlong_setting(COUNT, f"{REWARD_KWARGS}.max_resp_len", kwargs.get("max_resp_len"))
+    length = _overlong_setting(COUNT, f"{OVERLONG_CFG}.len", buffer.get("len"))
+    factor = _overlong_setting(REWARD_TERM, f"{OVERLONG_CFG}.penalty_factor", buffer.get("penalty_factor"))
+    if length > max_length:
+        raise ConfigError(
+            f"{OVERLONG_CFG}.len={length} must be at most {REWARD_KWARGS}.max_resp_len={max_length}: the buffer is "
+            "the last part of the response limit"
+        )
+    return OverlongBuffer(int(max_length), int(length), float(factor), bool(buffer.get("log", False)))

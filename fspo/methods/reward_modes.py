@@ -26,9 +26,12 @@ def base_reward(settings, outcome_score: float, correct: bool, refused: bool = F
     return outcome_score
 
 
-def added_reward(settings, supported: int, unsupported: int, correct: bool, refused: bool = False) -> float:
+def added_reward(
+    settings, supported: int, unsupported: int, correct: bool, refused: bool = False, held_out: bool = False
+) -> float:
     """What ``settings.mode`` (an :class:`fspo.config.fspo_config.FSPOConfig`) adds to :func:`base_reward` for a
-    rollout with these judged step counts, answer correctness and refusal (mode knowrl only)."""
+    rollout with these judged step counts, answer correctness, refusal (mode knowrl only) and whether its row is
+    held out (mode fapo only: :func:`fspo.methods.fapo.is_held_out`)."""
     if settings.mode == "knowrl":
         return knowrl_reward(
             supported,
@@ -40,7 +43,7 @@ def added_reward(settings, supported: int, unsupported: int, correct: bool, refu
             refused=refused,
         )
     if settings.mode == "fapo":
-        return fapo_reward(correct, unsupported, settings.fapo_penalty)
+        return fapo_reward(correct, unsupported, settings.fapo_penalty, held_out)
     judged = supported + unsupported
     return settings.step_reward_weight * (supported - unsupported) / judged if judged else 0.0
 

@@ -44,7 +44,7 @@ from fspo.config.fspo_config import fspo_config
 from fspo.config.verifier import VerifierConfig
 from fspo.config.vocabulary import REWARD_ROUTER
 from fspo.evidence import row_evidence
-from fspo.methods.fapo import is_correct, is_flawed_positive
+from fspo.methods.fapo import is_correct, is_flawed_positive, is_held_out, overlong_buffer
 from fspo.methods.knowrl import is_refusal
 from fspo.methods.reward_modes import added_reward, base_reward
 from fspo.steps import reasoning_steps
@@ -149,6 +149,7 @@ class FSPORewardManager(RewardManagerBase):
                 # One thread feeds the one scorer process, so waiting calls do not hold the shared executor.
                 self._score_thread = ThreadPoolExecutor(1, thread_name_prefix="fspo-scorer")
         self._outcome_keys: tuple = METRIC_KEYS  # filled with 0 for a rollout whose scorer timed out
+        self.overlong = overlong_buffer(config)  # verl's reward.reward_kwargs, as its dapo manager reads them
         self.verifier = None
         if self.settings.enable:
             reward_model = config.get("reward", {}).get("reward_model", {}) or {}
@@ -202,12 +203,18 @@ class FSPORewardManager(RewardManagerBase):
         stats.correct = float(correct)
         stats.flawed_positive = float(is_flawed_positive(correct, stats.unsupported))
         reward = score
+        held_out = is_held_out(extra_info)  # penalties shape training only: validation rewards stay comparable
         if self.settings.enable:
             refused = self.settings.mode == "knowrl" and is_refusal(extract_answer(texts[-1]))
             counts = (int(stats.supported), int(stats.unsupported))
-            stats.step_reward = added_reward(self.settings, *counts, correct, refused)
+            stats.step_reward = added_reward(self.settings, *counts, correct, refused, held_out)
             reward = base_reward(self.settings, score, correct, refused) + stats.step_reward
         info = {**outcome_info, **stats.as_info(), LABELS_KEY: encode_outputs(labels)}
+        if self.overlong is not None:  # as verl's dapo manager: on the last output's length
+            overlong = 0.0 if held_out else self.overlong.penalty(len(outputs[-1]))
+            reward += overlong
+            if self.overlong.log:
+                info.update(overlong_reward=overlong, overlong=float(overlong < 0))
         return {"reward_score": reward, "reward_extra_info": info}
 
     async def _label(
