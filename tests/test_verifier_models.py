@@ -12,9 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fspo.config.verifier import verifier_config
-from fspo.token_labels import verdicts_from_scores
 from fspo.verifiers import build_verifier
-from fspo.verifiers.batching import pad_features
+from fspo.verifiers.batching import NonFiniteOutput, pad_features
 
 EVIDENCE = "Paris is the capital of France. The Seine flows through Paris. It has about 2.1 million inhabitants."
 CLAIMS = [
@@ -354,8 +353,9 @@ def test_a_pair_with_a_nan_row_is_unverifiable_and_otherwise_its_best_row(rows):
             assert score == max(values)
 
 
-def test_nan_from_the_model_is_unverifiable_and_never_cached(tmp_path, minilm_tokenizer):
-    # An fp16 overflow or broken weights make the forward return NaN.
+def test_nan_from_the_model_fails_the_call_and_is_never_cached(tmp_path, minilm_tokenizer):
+    # An fp16 overflow or broken weights make the forward return NaN: a failed call, not a verdict
+    # (tests/test_verifier_nonfinite.py follows it through the reward manager to the run-level guard).
     path = _tiny_nli(tmp_path, minilm_tokenizer, "bert", {0: "entailment", 1: "neutral", 2: "contradiction"})
     verifier = build_verifier(
         verifier_config({"name": "nli", "model_path": str(path), "device": "cpu", "cache_size": 8})
@@ -364,9 +364,8 @@ def test_nan_from_the_model_is_unverifiable_and_never_cached(tmp_path, minilm_to
     healthy = verifier.model.classifier.weight.detach().clone()
     with torch.no_grad():
         verifier.model.classifier.weight.fill_(math.nan)
-    [score] = verifier.score([pair])
-    assert math.isnan(score)
-    assert verdicts_from_scores([score], verifier.threshold) == [0]
+    with pytest.raises(NonFiniteOutput):
+        verifier.score([pair])
     with torch.no_grad():
         verifier.model.classifier.weight.copy_(healthy)
     [again] = verifier.score([pair])  # scored afresh: the NaN was not cached

@@ -13,7 +13,8 @@ For each finished rollout it
 2. cuts the ``<think>`` reasoning into steps (:func:`fspo.steps.reasoning_steps`) and has the
    verifier score each step against the row's evidence; rollouts that reach the verifier together
    are verified in one batched call (:meth:`fspo.verifiers.Verifier.ascore_with_failures`; the pairs
-   it failed on are counted apart from those it legitimately could not judge);
+   it failed on, a NaN or ±inf from its model included, are counted apart from those it legitimately could
+   not judge);
 3. lays the verdicts on the response tokens (:func:`fspo.token_labels.step_labels_for_response`) and
    returns them with the rollout's numbers in ``reward_extra_info`` (:mod:`fspo.training.reward_extra_info`),
    for :class:`fspo.training.trainer.FSPOTrainer` to apply after the advantage estimator.
@@ -54,6 +55,7 @@ from fspo.training.outcome import compute_score as fspo_score
 from fspo.training.reward_extra_info import LABELS_KEY, RolloutStats, encode_outputs
 from fspo.training.time_limit import TimeLimitedScorer, custom_scorer, default_scorer
 from fspo.verifiers import build_verifier
+from fspo.verifiers.base import fail_infinite
 
 logger = logging.getLogger(__name__)
 
@@ -242,7 +244,8 @@ class FSPORewardManager(RewardManagerBase):
             return unlabelled
         started = time.perf_counter()
         try:
-            scored = await self.verifier.ascore_with_failures(pairs)
+            # Where scores enter labelling, from any backend or server: ±inf is a failed pair, never a label.
+            scored = fail_infinite(await self.verifier.ascore_with_failures(pairs))
         except Exception as error:  # noqa: BLE001 - a verifier failure must not end the run
             warnings.warn(f"fspo: verifier failed, this rollout gets no step labels: {error!r}", stacklevel=1)
             stats.verifier_failed = 1.0

@@ -5,7 +5,7 @@ raising) gets no step labels, and its tokens train on the outcome advantage alon
 rollouts are noise; a run whose servers are gone for good (Ray's restarts spent, a broken node) would train
 GRPO for days with only ``fspo/verifier_failures`` to show for it. A request can also be answered while
 some of its pairs failed on their own (the server isolates them and scores them NaN: every long-evidence row
-out of memory, a judge that gives no verdict); their steps get label 0 just the same. :class:`VerifierLossGuard`
+out of memory, a model that gives NaN or ±inf, a judge that gives no verdict); their steps get label 0 just the same. :class:`VerifierLossGuard`
 watches each actor update's failed share of the rollouts that reached the verifier (rows without evidence or
 without closed reasoning are not failures): a rollout whose request failed counts 1, a verified one the share
 of its steps that failed (a step with nothing to check is a verdict, not a failure). It stops the run once that

@@ -5,7 +5,9 @@ A verifier maps (evidence, claim) pairs to the probability that the evidence sup
 penalised) and counts it, so a flaky verifier shows up in the metrics instead of silently biasing the labels.
 A NaN comes two ways, told apart by :class:`ScoredPairs`: a pair that holds nothing to check (a step without
 content words) is a verdict; a pair the verifier failed on (an error isolated to it, such as an out-of-memory
-row; a judge that gave no verdict) is a failure, counted by the run-level guard (:mod:`fspo.training.verifier_loss`).
+row or a model output of NaN or ±inf, :class:`fspo.verifiers.batching.NonFiniteOutput`; a judge that gave no
+verdict) is a failure, counted by the run-level guard (:mod:`fspo.training.verifier_loss`). A ±inf score is
+never a verdict: :func:`fail_infinite` lists it as failed, whatever backend or server it came from.
 """
 
 from __future__ import annotations
@@ -51,6 +53,17 @@ def scored_with_failures(results: Sequence, failed_marker: object) -> ScoredPair
     return ScoredPairs([UNVERIFIABLE if result is failed_marker else result for result in results], failed)
 
 
+def fail_infinite(scored: ScoredPairs) -> ScoredPairs:
+    """``scored`` with each ±inf score made NaN and listed as failed (+inf would label a step supported, -inf
+    unsupported). A NaN keeps its standing: backends list the NaN they failed on, and a model's
+    non-finite output already failed its call."""
+    infinite = [i for i, score in enumerate(scored.scores) if math.isinf(score)]
+    if not infinite:
+        return scored
+    scores = [UNVERIFIABLE if math.isinf(score) else score for score in scored.scores]
+    return ScoredPairs(scores, tuple(sorted({*scored.failed, *infinite})))
+
+
 def check_pairs(pairs: Sequence[Pair]) -> list[Pair]:
     """Returns ``pairs`` as a list of ``(evidence, claim)`` string tuples, or raises a clear error."""
     if isinstance(pairs, (str, bytes)):
@@ -89,6 +102,10 @@ class Verifier(ABC):
 
         Returns:
             One float per pair in ``[0, 1]``, or ``math.nan`` where the pair could not be verified.
+
+        Raises:
+            A model backend raises :class:`fspo.verifiers.batching.NonFiniteOutput` where its model gave NaN or
+            ±inf, as it raises on any other failed call.
         """
 
     coalesce_ms: float = 10.0

@@ -9,6 +9,9 @@ attention size ``longest length^2 x rows`` within ``max_attention_cells`` (eager
 A failed call is classified (:func:`classify_error`): an allocation failure (cuBLAS's ``ALLOC_FAILED`` included)
 is retried in halves and then fails its rows alone; only a lost CUDA context (:func:`device_broken`) makes a
 verifier server exit for Ray to restart it, since a fresh process would meet the same full GPU.
+
+A forward that returns NaN or ±inf for a row (a float16 overflow, broken weights) fails its call too
+(:class:`NonFiniteOutput`): every model backend's output passes here, and a non-finite number is no verdict.
 """
 
 from __future__ import annotations
@@ -105,6 +108,17 @@ _BROKEN_DEVICE_SIGNS = (
 )
 
 
+class NonFiniteOutput(RuntimeError):
+    """A model forward gave NaN or ±inf for some rows: the call failed (counted by the run-level guard),
+    it did not find the pairs unverifiable."""
+
+
+def non_finite_rows(output: torch.Tensor) -> list[int]:
+    """The indices of the rows of ``output`` (first dimension) that hold a NaN or ±inf anywhere."""
+    finite = torch.isfinite(output.reshape(output.shape[0], -1)).all(dim=1)
+    return (~finite).nonzero().flatten().tolist()
+
+
 def classify_error(error: BaseException) -> ErrorKind:
     """Whether ``error`` is an allocation failure, a lost CUDA context, or anything else (by torch's type and
     the CUDA runtime's and libraries' words in its message; an allocation failure wins over anything else)."""
@@ -141,6 +155,10 @@ def run_batched(
     one CPU result per row.
 
     On out-of-memory a micro-batch is split in half and retried (down to one row, which re-raises).
+
+    Raises:
+        NonFiniteOutput: a row's output holds NaN or ±inf; the caller isolates such rows as it does failing
+            ones (:func:`fspo.utils.coalesce.isolate_failures`).
     """
     results: list[torch.Tensor | None] = [None] * len(rows)
     lengths = [len(row["input_ids"]) for row in rows]
@@ -165,6 +183,13 @@ def run_batched(
             run(indices[half:])
             return
         output = output.detach().float().cpu()
+        bad = non_finite_rows(output)
+        if bad:
+            raise NonFiniteOutput(
+                f"the verifier model gave NaN or ±inf for {len(bad)} of {len(indices)} rows of a micro-batch (a "
+                "float16 overflow or broken weights): use fspo.verifier.dtype=float32, tf32 or bfloat16, or check "
+                "the checkpoint"
+            )
         for row, i in enumerate(indices):
             results[i] = output[row]
 

@@ -163,9 +163,9 @@ def resolve_dtype(dtype: str | None, device: torch.device | None = None, backend
 def best_row_scores(owners: Sequence[int], values: Sequence[float], pairs: int) -> list[float]:
     """Each pair's score: the best of its rows' (a pair may span several rows, e.g. evidence chunks).
 
-    A NaN row (an fp16 overflow, a broken forward) makes its pair unverifiable (NaN), never
-    unsupported: ``max(-inf, nan)`` is ``-inf`` in Python, which would turn it into a -1 label.
-    A pair without rows is unverifiable too.
+    A pair without rows (a fact checker's empty evidence) is unverifiable (NaN). A NaN row makes its pair NaN, never
+    unsupported (``max(-inf, nan)`` is ``-inf`` in Python, a -1 label); a model's NaN never gets here, as
+    :func:`~fspo.verifiers.batching.run_batched` fails its call.
     """
     scores = [float("-inf")] * pairs
     for owner, value in zip(owners, values):
