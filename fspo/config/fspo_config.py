@@ -46,8 +46,8 @@ class FSPOConfig(BaseConfig):
     mode: str = field(
         default="fspo",
         metadata={
-            "help": "How step verdicts enter training: fspo (the advantage flip below), knowrl (KnowRL's factuality "
-            "reward added to the outcome reward, fspo.methods.knowrl), fapo (FAPO's flawed-positive penalty, fspo.methods.fapo). "
+            "help": "How step verdicts enter training: fspo (the advantage flip below), knowrl (KnowRL's reward: right "
+            "1, refusal 2/3, wrong 0, and its factuality reward for a wrong answer, fspo.methods.knowrl), fapo (FAPO's flawed-positive penalty, fspo.methods.fapo). "
             "knowrl and fapo are sequence-level rewards: no token is flipped."
         },
     )
@@ -55,15 +55,15 @@ class FSPOConfig(BaseConfig):
         default=1.0 / 3.0,  # fspo.methods.knowrl says why
         metadata={
             "help": "mode knowrl: the weight of the factuality reward (share of supported steps x FActScore's length "
-            "penalty). 1/3 = KnowRL's weight 1 over its correctness gap of 3 (+2 right, -1 wrong), on 0-1 scores; "
+            "penalty; see knowrl_wrong_answers_only for which answers gain it). 1/3 = KnowRL's weight 1 over its correctness gap of 3 (+2 right, -1 wrong), on 0-1 scores; "
             "at most 1, so that no wrong answer scores above a right one."
         },
     )
     knowrl_length_gamma: float = field(
         default=10.0,
         metadata={
-            "help": "mode knowrl: FActScore's length penalty exp(1 - gamma/n) for n <= gamma judged steps (KnowRL: 10 "
-            "atomic facts; 0 = off)."
+            "help": "mode knowrl: FActScore's length penalty exp(1 - gamma/n) for n <= gamma judged steps, a repeated "
+            "step counted once as FActScore counts a fact (KnowRL: 10 atomic facts; 0 = off)."
         },
     )
     knowrl_wrong_answers_only: bool = field(

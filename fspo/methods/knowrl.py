@@ -20,10 +20,12 @@ the answer themselves.
 What replaces what:
 
 - atomic facts -> the reasoning steps of :func:`fspo.steps.reasoning_steps` (FActScore asks an LLM to split the
-  text into atomic facts); ``n`` counts the steps the verifier judged (verdict +1 or -1), not atomic facts, so
-  ``gamma = 10`` means 10 judged steps. With ``fspo.skip_non_claims`` (on in this mode) steps that state nothing
-  ("Let me think.", questions) are dropped first, as FActScore's fact generator drops ``NON_FACTUAL`` lines
-  (``factscorer.py`` lines 672-675);
+  text into atomic facts), each statement once (:func:`distinct_statements`): FActScore's parser keeps a fact
+  once, compared lowercased (``atomic_fact_generator.py`` lines 290-294), so repeating one supported step ten
+  times does not earn the whole length penalty. ``n`` counts the distinct steps the verifier judged (verdict +1
+  or -1), not atomic facts, so ``gamma = 10`` means 10 judged steps. With ``fspo.skip_non_claims`` (on in this
+  mode) steps that state nothing ("Let me think.", questions) are dropped first, as FActScore's fact generator
+  drops ``NON_FACTUAL`` lines (``factscorer.py`` lines 672-675);
 - FActScore's retrieval from a Wikipedia database + NLI check -> the step verifier against the row's evidence;
   unverifiable steps (verdict 0) count in neither the share nor ``n``;
 - the grader's NOT_ATTEMPTED -> :func:`is_refusal`, a fixed list of abstentions matched against the answer.
@@ -33,6 +35,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
+
+from fspo.steps import Step
 
 # FActScore's length penalty constant as KnowRL passes it (factscorer.get_score(gamma=10)).
 KNOWRL_LENGTH_GAMMA = 10.0
@@ -123,3 +128,21 @@ def knowrl_reward(
     if refused or (wrong_answers_only and correct):
         return 0.0
     return weight * fact_score(supported, unsupported, gamma)
+
+
+def statement_key(text: str) -> str:
+    """What two steps share when they state the same thing: the text lowercased, as FActScore compares facts,
+    with runs of whitespace and a final ``.``/``!`` ignored (its LLM writes each fact as one clean sentence)."""
+    return " ".join(text.lower().split()).rstrip(".! ")
+
+
+def distinct_statements(steps: Sequence[Step]) -> list[Step]:
+    """``steps`` with each statement (:func:`statement_key`) at its first occurrence only, in order."""
+    seen: set[str] = set()
+    kept = []
+    for step in steps:
+        key = statement_key(step.text)
+        if key not in seen:
+            seen.add(key)
+            kept.append(step)
+    return kept

@@ -13,7 +13,15 @@ right one on the same prompt.
 from __future__ import annotations
 
 from fspo.methods.fapo import RIGHT_SCORE, WRONG_SCORE, fapo_reward
-from fspo.methods.knowrl import correctness_reward, knowrl_reward
+from fspo.methods.knowrl import correctness_reward, distinct_statements, knowrl_reward
+from fspo.steps import Step, reasoning_steps
+
+
+def judged_steps(settings, response: str) -> list[Step]:
+    """The steps of ``response`` the verifier judges in ``settings.mode``: its reasoning steps (claims only with
+    ``settings.claims_only``), in mode knowrl each statement once, as FActScore counts facts."""
+    steps = reasoning_steps(response, claims_only=settings.claims_only)
+    return distinct_statements(steps) if settings.mode == "knowrl" else steps
 
 
 def base_reward(settings, outcome_score: float, correct: bool, refused: bool = False) -> float:
