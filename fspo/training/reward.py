@@ -47,8 +47,7 @@ from fspo.config.vocabulary import REWARD_ROUTER
 from fspo.evidence import row_evidence
 from fspo.methods.fapo import is_correct, is_flawed_positive, is_held_out, overlong_buffer
 from fspo.methods.knowrl import is_refusal
-from fspo.methods.reward_modes import added_reward, base_reward
-from fspo.steps import reasoning_steps
+from fspo.methods.reward_modes import added_reward, base_reward, judged_steps
 from fspo.token_labels import step_labels_for_response, verdicts_from_scores
 from fspo.training.outcome import METRIC_KEYS, extract_answer
 from fspo.training.outcome import compute_score as fspo_score
@@ -237,7 +236,7 @@ class FSPORewardManager(RewardManagerBase):
                 )
             return unlabelled
         stats.has_evidence = 1.0
-        steps = [reasoning_steps(text, claims_only=settings.claims_only) for _, text in outputs]
+        steps = [judged_steps(settings, text) for _, text in outputs]
         stats.steps = float(sum(len(output_steps) for output_steps in steps))
         pairs = [(evidence, step.text) for output_steps in steps for step in output_steps]
         if not pairs:
