@@ -36,7 +36,10 @@ Nothing here can run the recipes (8-GPU nodes, vLLM, HHEM from the hub), so this
   slowest step; the high share the reverse. So the verifier's share, verifier / (step + verifier), lies
   between them as far as the assumptions do; the printed spread says which assumption to measure first;
 - the verifier's GPU precision: the default (``fspo.verifier.dtype`` null = TF32 on CUDA,
-  ``fspo.config.vocabulary.GPU_DTYPES``).
+  ``fspo.config.vocabulary.GPU_DTYPES``);
+- validation's generation per run (:func:`validation_cost`): the recipe's validation rows (``data.val_max_samples``
+  of ``--val-rows``) times ``val_kwargs.n``, decoded as a step's rollout is, as often as verl validates in the
+  run's steps (``--train-rows`` per epoch), beside the run's training steps.
 
 Prints one figure a line, then a table (low / high). ``python benchmarks/paper_scale.py --help`` for the knobs.
 """
@@ -99,6 +102,9 @@ VLLM_OVERHEAD_GB = 2.0  # vLLM's activations and CUDA graphs inside its share (b
 GPU_TOKENS_PER_S = {"float32": (188_000, 84_000), "tf32": (458_000, 206_000), "bfloat16": (650_000, 287_000)}
 # Tokens of a prompt (question + chat template; the evidence travels in extra_info, not the prompt).
 PROMPT_TOKENS_DEFAULT = 200
+# The recipes' data (data/README.md): `fspo data hotpotqa --size 2000` (2,000 rows a split) and simplerl_math's
+# ≈8.5K training rows; VAL_FILES is HotpotQA's test split alone.
+TRAIN_ROWS_DEFAULT, VAL_ROWS_DEFAULT = 10_500, 2_000
 
 # Every assumption of the bounds: (value at the low end of the verifier's share, value at the high end), and why.
 # The low share pairs the shortest evidence and the fastest verifier with the slowest step; the high share the
@@ -168,6 +174,12 @@ def recipe_scale(recipe: str) -> dict:
         "lora_rank": int(config["actor_rollout_ref"]["model"].get("lora_rank") or 0),
         "ppo_epochs": int(config["actor_rollout_ref"]["actor"].get("ppo_epochs") or 1),
         "request_timeout_s": float(verifier["request_timeout_s"]),
+        "val_max_samples": int(config["data"]["val_max_samples"]),
+        "val_n": int(config["actor_rollout_ref"]["rollout"]["val_kwargs"]["n"]),
+        "test_freq": int(config["trainer"]["test_freq"]),
+        "val_before_train": bool(config["trainer"]["val_before_train"]),
+        "total_epochs": int(config["trainer"]["total_epochs"]),
+        "total_training_steps": config["trainer"]["total_training_steps"],
     }
 
 
@@ -397,6 +409,72 @@ def step_seconds(
     }
 
 
+def training_steps(scale: dict, train_rows: int) -> int:
+    """A run's steps: trainer.total_training_steps, else every epoch's full batches of ``train_rows``
+    (verl/trainer/ppo/v1/trainer_base.py:747, 764-770: the last partial batch is dropped)."""
+    if scale["total_training_steps"]:
+        return int(scale["total_training_steps"])
+    return scale["total_epochs"] * (train_rows // scale["prompts"])
+
+
+def validations_per_run(steps: int, test_freq: int, before_training: bool) -> int:
+    """How often verl validates in ``steps`` steps: before training when asked, then at every ``test_freq``-th step
+    and at the last (verl/trainer/ppo/v1/trainer_base.py:439, 491-492); test_freq <= 0: never after the start."""
+    after = 0 if test_freq <= 0 else steps // test_freq + (steps % test_freq != 0)
+    return int(before_training) + after
+
+
+def validation_cost(
+    scale: dict, model_name: str, prompt_tokens: float, response_tokens: float, rows: int, train_rows: int, end: int
+) -> dict:
+    """Validation's generation over a run: ``rows`` prompts x ``val_kwargs.n`` decoded in one batch (verl's
+    val_batch_size null: trainer_base.py:754) as :func:`step_seconds` decodes a step's rollouts, at full length
+    (bounds it above: a greedy answer may stop early), beside the run's training steps, at ``end``."""
+    steps = training_steps(scale, train_rows)
+    count = validations_per_run(steps, scale["test_freq"], scale["val_before_train"])
+    each = step_seconds(
+        {**scale, "prompts": rows, "n": scale["val_n"]}, model_name, prompt_tokens, response_tokens, end
+    )
+    training = steps * step_seconds(scale, model_name, prompt_tokens, response_tokens, end)["step"]
+    total = count * each["rollout"]
+    return {
+        "rows": rows,
+        "steps": steps,
+        "validations": count,
+        "each": each["rollout"],
+        "run": total,
+        "training": training,
+        "share": total / (training + total),
+    }
+
+
+def print_validation(recipe: str, scale: dict, args) -> list[dict]:
+    """Print validation's generation per run at the recipe's rows and at the whole split; return both."""
+    response_tokens = args.response_tokens or scale["response_tokens"]
+    limit = scale["val_max_samples"]
+    subsets = {
+        "the recipe's": min(limit, args.val_rows) if limit > 0 else args.val_rows,
+        "the whole split": args.val_rows,
+    }
+    results = []
+    for label, rows in subsets.items():
+        slow, fast = (
+            validation_cost(
+                scale, RECIPE_MODELS[recipe], args.prompt_tokens, response_tokens, rows, args.train_rows, end
+            )
+            for end in (LOW_SHARE, HIGH_SHARE)
+        )
+        print(
+            f"{recipe}: validation on {label} {rows:,} of {args.val_rows:,} rows x {scale['val_n']}, "
+            f"{slow['validations']} times in {slow['steps']:,} steps (test_freq {scale['test_freq']}): "
+            f"{slow['each']:,.0f}-{fast['each']:,.0f} s each, {slow['run'] / 3600:,.2f}-{fast['run'] / 3600:,.2f} h a run "
+            f"beside {slow['training'] / 3600:,.1f}-{fast['training'] / 3600:,.1f} h of training steps: "
+            f"{slow['share']:.1%}-{fast['share']:.1%} of the run"
+        )
+        results.append({"recipe": recipe, "label": label, "slow": slow, "fast": fast})
+    return results
+
+
 def evidence_ends(evidence: dict, measured: bool, top_k: int) -> dict:
     """Evidence tokens (whole, and as its top-k sentences) at each end: the data's where it is the recipes' own
     (``--data``), else the HaluEval-measured low end and the assumed high end (``ASSUMPTIONS``)."""
@@ -530,6 +608,25 @@ def print_table(rows: list[dict]) -> None:
         )
 
 
+def print_validation_table(validations: list[dict]) -> None:
+    """Validation's generation per run as a Markdown table: each cell slow-fast (the step's ends)."""
+
+    def span(row, key, scale=1.0, digits=0):
+        return f"{row['slow'][key] / scale:,.{digits}f}-{row['fast'][key] / scale:,.{digits}f}"
+
+    print()
+    print(
+        "| recipe | validation rows | validations a run | s each | h a run | h of training steps | share of the run |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for row in validations:
+        print(
+            f"| {row['recipe'].removeprefix('run_').removesuffix('.sh')} | {row['slow']['rows']:,} ({row['label']}) | "
+            f"{row['slow']['validations']} | {span(row, 'each')} | {span(row, 'run', 3600, 2)} | "
+            f"{span(row, 'training', 3600, 1)} | {row['slow']['share']:.1%}-{row['fast']['share']:.1%} |"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", action="append", help=f"recipe file name (default: {', '.join(RECIPES)})")
@@ -570,6 +667,18 @@ def main(argv: list[str] | None = None) -> int:
         help="fspo.verifier.max_row_tokens for the windowed figures (0: whole evidence)",
     )
     parser.add_argument("--top-k", type=int, default=3, help="evidence sentences kept by evidence_top_k")
+    parser.add_argument(
+        "--train-rows",
+        type=int,
+        default=TRAIN_ROWS_DEFAULT,
+        help="training rows per epoch, for a run's steps (default: the recipes' data, hotpotqa 2,000 + simplerl_math ≈8.5K)",
+    )
+    parser.add_argument(
+        "--val-rows",
+        type=int,
+        default=VAL_ROWS_DEFAULT,
+        help="rows of the validation files (default: `fspo data hotpotqa --size 2000`'s test split)",
+    )
     parser.add_argument("--pair-tokens", type=int, default=350, help="tokens per pair for the throughput measurement")
     parser.add_argument("--cpu-tokens-per-s", type=float, help="skip the CPU measurement and use this figure")
     parser.add_argument(
@@ -615,11 +724,14 @@ def main(argv: list[str] | None = None) -> int:
             f"supporting sentences, a subset of the gold paragraphs `fspo data hotpotqa` stores) / "
             f"{ASSUMPTIONS['evidence_tokens'][HIGH_SHARE]:.0f} (assumed: two gold paragraphs of 150; --data measures it)"
         )
-    rows = []
+    rows, validations = [], []
     for recipe in args.recipe or RECIPES:
-        rows += price(recipe, recipe_scale(recipe), evidence, density, args, cpu_rate, gpu_rates, measured)
+        scale = recipe_scale(recipe)
+        rows += price(recipe, scale, evidence, density, args, cpu_rate, gpu_rates, measured)
+        validations += print_validation(recipe, scale, args)
     print_settling(rows, gpu_rates)
     print_table(rows)
+    print_validation_table(validations)
     return 0
 
 

@@ -9,7 +9,7 @@
 # response holds only "</think>", and the reasoning is read from the response's start.
 # Validation samples as Qwen3's model card asks for thinking mode (FSPO_QWEN3_THINKING_VALIDATION in
 # common.sh: temperature 0.6, top-p 0.95, top-k 20), not greedily. Evaluate with
-# `RECIPE=run_qwen3_8b.sh evaluate/run.sh MODEL` to generate the same 4096 tokens.
+# `RECIPE=run_qwen3_8b.sh evaluate/run.sh MODEL` to generate the same 4096 tokens with the same sampling.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen3-8B}
 EXPERIMENT=${EXPERIMENT:-fspo_qwen3_8b}

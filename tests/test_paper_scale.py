@@ -8,6 +8,8 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 _spec = importlib.util.spec_from_file_location(
     "paper_scale", Path(__file__).parents[1] / "benchmarks" / "paper_scale.py"
@@ -92,3 +94,25 @@ def test_lora_skips_the_frozen_gradients_and_one_gpu_decodes_in_waves():
     assert adapted["update"] == pytest.approx(0.75 * full["update"])
     assert adapted["in_flight"] < 256  # 256 rollouts of 4k tokens do not fit one GPU's KV cache at once
     assert math.isfinite(adapted["step"]) and adapted["step"] > adapted["rollout"] > 0
+
+
+@given(st.integers(0, 2_000), st.integers(-1, 300), st.booleans())
+def test_validations_per_run_follow_verls_rule(steps, test_freq, before_training):
+    """Before training when asked, then after each step that is a multiple of test_freq or the last
+    (verl/trainer/ppo/v1/trainer_base.py:439, 491-492), counted step by step."""
+    after = sum(1 for step in range(1, steps + 1) if test_freq > 0 and (step == steps or step % test_freq == 0))
+    assert paper_scale.validations_per_run(steps, test_freq, before_training) == int(before_training) + after
+
+
+def test_the_one_gpu_recipe_validates_41_times_a_run_and_500_rows_cost_a_quarter_of_the_split():
+    """run_qwen3_4b_lora_1gpu.sh's sizes: 3 epochs of 10,500 rows in batches of 32 are 984 steps; validated before
+    training, every 25 steps and at the last."""
+    lora = {**SCALE, "gpus_per_node": 1, "prompts": 32, "rollout_tp": 1, "lora_rank": 64, "gpu_memory_utilization": 0.5}
+    lora.update(val_n=1, test_freq=25, val_before_train=True, total_epochs=3, total_training_steps=None)
+    subset, whole = (paper_scale.validation_cost(lora, "Qwen3-4B", 200, 4096, rows, 10_500, 0) for rows in (500, 2000))
+    assert subset["steps"] == 984 and subset["validations"] == whole["validations"] == 41
+    assert subset["run"] == pytest.approx(41 * subset["each"])
+    # One GPU decodes 4k-token validations in waves of what its KV cache holds: the time grows with the rows.
+    assert whole["each"] == pytest.approx(4 * subset["each"], rel=0.1)
+    assert subset["share"] == pytest.approx(subset["run"] / (subset["run"] + subset["training"]))
+    assert 0 < subset["share"] < whole["share"] < 1
