@@ -5,7 +5,9 @@ factuality-reward ablation; 0 by default: FSPO's own signal is the trainer's adv
 ``fapo`` reward as their authors' code does, on binary correctness (the scorer's ``acc``: exact match for spans,
 as their graders' "correct" is), not on the scorer's F1: KnowRL's correctness and factuality rewards
 (:mod:`fspo.methods.knowrl`), FAPO's +-1 outcome minus its flawed-positive penalty (:mod:`fspo.methods.fapo`), each mapped onto
-0-1 by a positive affine map, which leaves GRPO's advantages unchanged. Within the ranges ``fspo_config`` allows
+0-1 by a positive affine map. GRPO's advantages do not change under it with verl's default
+``algorithm.norm_adv_by_std_in_grpo=true`` (core_algos.py line 326); without the std they scale by the map's factor.
+Within the ranges ``fspo_config`` allows
 (``knowrl_fact_weight`` and ``fapo_penalty`` at most the right-wrong gap of 1), no wrong answer can score above a
 right one on the same prompt.
 """
