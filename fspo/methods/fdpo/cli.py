@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-pairs-per-prompt",
         type=COUNT.parse,
         default=4,
-        help="sampled pairs kept per prompt, the larger score gap first (default 4)",
+        help="sampled pairs kept per prompt (default 4), by default the larger score gap first",
     )
     build.add_argument(
         "--flip-real-pairs",
