@@ -94,7 +94,7 @@ def test_the_backend_lists_in_help_are_the_registry_s(parsers):
 
 
 def test_every_option_with_a_default_says_it_in_its_help(parsers):
-    """An option's help ends with its default (fspo.cli.arguments.HelpFormatter) unless its text says it already;
+    """An option's help ends with its default (fspo.utils.arguments.HelpFormatter) unless its text says it already;
     was: `fspo evaluate --help` gave no default for 12 options."""
     unsaid = []
     for command, parser in parsers.items():
@@ -108,8 +108,8 @@ def test_every_option_with_a_default_says_it_in_its_help(parsers):
 
 @pytest.fixture(scope="module")
 def config_keys():
-    from fspo.cli.arguments import known_config_keys
     from fspo.training.main import CONFIG_DIR
+    from fspo.utils.arguments import known_config_keys
 
     return sorted(known_config_keys(CONFIG_DIR))
 
@@ -120,8 +120,8 @@ def test_a_mistyped_config_key_is_one_line_naming_the_key_it_resembles(config_ke
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from fspo.cli.arguments import UsageError, check_override_keys
     from fspo.training.main import CONFIG_DIR, CONFIG_NAME
+    from fspo.utils.arguments import UsageError, check_override_keys
 
     leaves = [k for k in config_keys if k.count(".") >= 2 and len(k.rsplit(".", 1)[1]) >= 5]
 
@@ -146,8 +146,8 @@ def test_hydras_own_keys_pass_without_composing_and_their_typos_are_named(monkey
     """The twins and a user's runs pass `hydra.run.dir=...`: a key of Hydra's own config is known, so it costs no
     second composition of the config (~1 CPU-s a launch); a typo in one is refused in one line like any other."""
     from fspo.cli import arguments
-    from fspo.cli.arguments import UsageError, check_override_keys
     from fspo.training.main import CONFIG_DIR, CONFIG_NAME
+    from fspo.utils.arguments import UsageError, check_override_keys
 
     composed = []
     real_composes = arguments._composes

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 
-from fspo.cli.arguments import refuse
+from fspo.utils.arguments import refuse
 from fspo.utils.input_files import InputFileError
 
 Command = tuple[str | Callable[[list[str]], int | None], str]

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fspo.cli.arguments import HelpFormatter, UsageError, check_count
 from fspo.config.numeric_options import COUNT, SEED
 from fspo.data.io import SourceFileError, make_row, read_hub, read_records, source_files, write_parquet
 from fspo.data.templates import PROMPT_FORMATS, build_messages, count_prompt_tokens
+from fspo.utils.arguments import HelpFormatter, UsageError, check_count
 from fspo.utils.output_dir import check_output_paths, output_option
 
 

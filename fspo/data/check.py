@@ -22,12 +22,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fspo.cli.arguments import HelpFormatter, refuse
 from fspo.config.numeric_options import COUNT
 from fspo.data.io import text_list
 from fspo.data.templates import check_prompt_format, count_prompt_tokens
 from fspo.evidence import evidence_text, row_evidence
 from fspo.training.outcome import known_sources, scorer_of
+from fspo.utils.arguments import HelpFormatter, refuse
 from fspo.utils.input_files import InputFileError, read_parquet
 
 REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")

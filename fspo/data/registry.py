@@ -18,7 +18,6 @@ import sys
 from functools import partial
 
 from fspo.cli import dispatch
-from fspo.cli.arguments import UsageError, refuse
 from fspo.data import halluqa, halueval, truthfulqa
 from fspo.data.builder import DatasetSpec, run_cli
 from fspo.data.io import SourceFieldError, SourceFileError
@@ -31,6 +30,7 @@ from fspo.data.math_sets import (
     gsm8k_offline_files,
 )
 from fspo.data.multihop import convert_multihop
+from fspo.utils.arguments import UsageError, refuse
 
 SPECS = (
     DatasetSpec(

@@ -19,7 +19,6 @@ import re
 import sys
 from collections.abc import Callable
 
-from fspo.cli.arguments import HelpFormatter, UsageError, check_count, refuse
 from fspo.config.numeric_options import NON_NEGATIVE_COUNT, SEED
 from fspo.data.builder import Example
 from fspo.data.io import make_row, write_parquet
@@ -38,6 +37,7 @@ from fspo.data.synthetic_facts import (
 )
 from fspo.data.synthetic_shortcut import example_maker as shortcut_example_maker
 from fspo.data.templates import PROMPT_FORMATS, build_messages, check_prompt_format
+from fspo.utils.arguments import HelpFormatter, UsageError, check_count, refuse
 from fspo.utils.output_dir import check_output_paths, output_option
 
 DATA_SOURCE = "synthetic_multihop"

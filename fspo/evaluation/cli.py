@@ -20,7 +20,6 @@ import math
 import re
 from pathlib import Path
 
-from fspo.cli.arguments import HelpFormatter, UsageError, check_count, check_model_dir, check_probability, refuse
 from fspo.config.numeric_options import (
     COUNT,
     LOSS_TERM,
@@ -37,6 +36,7 @@ from fspo.evaluation.answer_judge import METRICS_OF_SOURCE, AnswerJudge
 from fspo.evaluation.generation import GenerationSettings, build_generator, render_prompts, vllm_available
 from fspo.evaluation.pipeline import ProvenanceError, check_rows, evaluate_model
 from fspo.evaluation.report import accumulated_results, write_results
+from fspo.utils.arguments import HelpFormatter, UsageError, check_count, check_model_dir, check_probability, refuse
 from fspo.utils.chat_client import ChatClient
 from fspo.utils.input_files import InputFileError, read_parquet_rows
 from fspo.utils.output_dir import check_output_paths, output_option
@@ -210,7 +210,7 @@ def build_judge(parser: argparse.ArgumentParser, args: argparse.Namespace):
 
 
 def check_arguments(args: argparse.Namespace) -> GenerationSettings:
-    """Refuse (:class:`fspo.cli.arguments.UsageError`) options that cannot work together or at all, and folders
+    """Refuse (:class:`fspo.utils.arguments.UsageError`) options that cannot work together or at all, and folders
     that cannot be read or written, before any file is read or model loaded; the generation settings."""
     for flag, specs in (("--model", args.model), ("--data", args.data)):
         names = [name for name, _ in specs]

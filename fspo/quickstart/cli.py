@@ -26,13 +26,13 @@ import sys
 import time
 from pathlib import Path
 
-from fspo.cli.arguments import HelpFormatter, UsageError, check_model_dir, check_overrides
 from fspo.config.numeric_options import COUNT, SEED
 from fspo.data.io import read_rows, write_parquet
 from fspo.data.synthetic import WORLDS, make_rows
 from fspo.quickstart.launch import launch
 from fspo.quickstart.smollm2 import convert_smollm2
 from fspo.quickstart.step_report import TRAINING_VERIFIERS, step_report, validation_samples
+from fspo.utils.arguments import HelpFormatter, UsageError, check_model_dir, check_overrides
 from fspo.utils.atomic_file import write_text_atomically
 from fspo.utils.input_files import read_json
 from fspo.utils.output_dir import OutputConflict, check_output_paths, output_option, remove_output

@@ -19,7 +19,6 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.ppo.v1 import trainer_base
 
-from fspo.cli.arguments import UsageError, check_override_keys, check_overrides, refuse
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
 from fspo.cpu import cpu_mode_requested
 from fspo.cpu.allocator import register_preload_resolver
@@ -32,6 +31,7 @@ from fspo.launch.hub_env import describe, driver_has_token, hub_env_vars, with_e
 from fspo.training.run_ledger import ledger_entry
 from fspo.training.trainer import fspo_trainer_class
 from fspo.training.verifier_loss import VerifierLossError
+from fspo.utils.arguments import UsageError, check_override_keys, check_overrides, refuse
 from fspo.verifier_tools.quality import register_threshold_resolver
 
 # verl's platform name for CUDA GPUs (verl.plugin.platform: "nvidia").

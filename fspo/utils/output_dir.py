@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from fspo.cli.arguments import UsageError
+from fspo.utils.arguments import UsageError
 from fspo.utils.atomic_file import write_text_atomically
 
 RECORD = ".fspo-outputs.json"

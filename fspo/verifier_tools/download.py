@@ -18,7 +18,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from fspo.cli.arguments import HelpFormatter
 from fspo.config.vocabulary import MODEL_BACKENDS, VERIFIER_NAMES, ConfigError
 from fspo.launch.hub_deadline import bound_hub_requests
 from fspo.launch.preflight import (
@@ -32,6 +31,7 @@ from fspo.launch.preflight import (
     resolve,
     verifier_needs,
 )
+from fspo.utils.arguments import HelpFormatter
 
 # What to fetch of a repo: everything a loader may read, no other weight formats (flax, tf, onnx).
 TOKENIZER_PATTERNS = ["*.json", "*.model", "*.txt", "*.tiktoken"]

@@ -24,9 +24,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from fspo.cli.arguments import HelpFormatter, UsageError, check_count, check_model_dir, check_positive_number, refuse
 from fspo.config.numeric_options import COUNT, POSITIVE_LOSS_TERM, SEED
 from fspo.launch.preflight import minilm_path
+from fspo.utils.arguments import HelpFormatter, UsageError, check_count, check_model_dir, check_positive_number, refuse
 from fspo.utils.output_dir import check_output_paths, install_staged, output_option, staging_folder
 from fspo.verifier_tools.download import main as download_main
 from fspo.verifier_tools.labelled import LabelledPair, load_labelled
@@ -264,7 +264,7 @@ def smallest_max_length(special_tokens: int) -> int:
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    """Refuse (:class:`fspo.cli.arguments.UsageError`) settings that would fail mid-training or save a model the
+    """Refuse (:class:`fspo.utils.arguments.UsageError`) settings that would fail mid-training or save a model the
     ``nli`` backend refuses, before any pair is read or weight loaded (the tokenizer and config load, small)."""
     from transformers import AutoConfig, AutoTokenizer
 

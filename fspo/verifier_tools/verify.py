@@ -27,12 +27,12 @@ import os
 import sys
 import time
 
-from fspo.cli.arguments import HelpFormatter
 from fspo.config.numeric_options import COUNT, PROBABILITY, SEED, VERIFIER_NUMBERS
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evidence import evidence_text
 from fspo.launch.preflight import check_verifier, looks_like_hub_id
 from fspo.steps import reasoning_span, reasoning_steps
+from fspo.utils.arguments import HelpFormatter
 from fspo.utils.atomic_file import replacing
 from fspo.utils.input_files import jsonl_lines, parse_jsonl, read_text
 from fspo.utils.output_dir import OutputConflict, check_output_paths, output_option

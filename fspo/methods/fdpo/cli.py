@@ -23,14 +23,6 @@ import os
 import random
 from pathlib import Path
 
-from fspo.cli.arguments import (
-    HelpFormatter,
-    UsageError,
-    check_count,
-    check_model_dir,
-    check_positive_number,
-    refuse,
-)
 from fspo.config.numeric_options import COUNT, EPOCHS, LOSS_TERM, POSITIVE_LOSS_TERM, PROBABILITY, SEED
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evaluation.records import read_records
@@ -50,6 +42,14 @@ from fspo.methods.fdpo.pairs import (
 from fspo.methods.fdpo.variants import llm_corruption, swap_corruption
 from fspo.steps import reasoning_steps
 from fspo.token_labels import verdicts_from_scores
+from fspo.utils.arguments import (
+    HelpFormatter,
+    UsageError,
+    check_count,
+    check_model_dir,
+    check_positive_number,
+    refuse,
+)
 from fspo.utils.atomic_file import write_text_atomically
 from fspo.utils.output_dir import check_output_paths, output_option
 from fspo.utils.record_schemas import Prediction
