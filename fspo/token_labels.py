@@ -50,8 +50,9 @@ from functools import lru_cache
 import numpy as np
 
 from fspo.steps import Step, reasoning_span
-from fspo.training.reward_extra_info import LABEL_VALUES
 
+# A step's label: supported +1, unsupported -1, unscored 0 (the reward manager encodes only these).
+LABEL_VALUES = (-1, 0, 1)
 _BYTE_LEVEL_DECODER = "ByteLevel"
 _WHITESPACE = re.compile(r"\s")  # the characters str.isspace() accepts
 

@@ -25,7 +25,6 @@ from fspo.methods.fapo import (
     is_flawed_positive,
     majority_guided_penalty,
     refinement_groups,
-    rollout_groups,
 )
 from fspo.methods.knowrl import (
     KNOWRL_REFUSAL,
@@ -39,7 +38,7 @@ from fspo.methods.knowrl import (
 )
 from fspo.methods.reward_modes import added_reward, rollout_reward
 from fspo.training.reward import FSPORewardManager
-from fspo.training.reward_extra_info import RolloutStats, step_metrics
+from fspo.training.reward_extra_info import RolloutStats, rollout_groups, step_metrics
 from fspo_testing.rollouts import single_rollout
 
 EVIDENCE = "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Piobrdell."

@@ -39,7 +39,6 @@ from typing import Optional
 
 from fspo.config.numeric_options import COUNT, REWARD_TERM, NumberError
 from fspo.config.vocabulary import ConfigError
-from fspo.training.reward_extra_info import RolloutStats
 
 # A right answer's and a wrong answer's outcome score in this project's scorers (fspo.training.outcome).
 RIGHT_SCORE, WRONG_SCORE = 1.0, 0.0
@@ -97,25 +96,6 @@ def refinement_groups(groups: Sequence[Sequence[tuple[bool, bool]]]) -> float:
         failed = sum(1 for correct, _ in group if not correct)
         refining += fully_correct > failed
     return refining / len(groups)
-
-
-def rollout_groups(
-    keys: Sequence[str], infos: Sequence[Mapping], padding: Sequence[bool]
-) -> list[list[tuple[bool, bool]]]:
-    """Each prompt's rollouts as ``(correct, flawed_positive)``, from a V1 batch's row keys and ``reward_extra_info``.
-
-    Rows are keyed ``<uid>_<rollout>_<output>``; the outputs of one agent run share its numbers and count once,
-    verl's pad rows not at all.
-    """
-    groups: dict[str, dict[str, tuple[bool, bool]]] = {}
-    for key, info, is_pad in zip(keys, infos, padding):
-        if is_pad:
-            continue
-        uid, _, rest = str(key).partition("_")
-        run = rest.rsplit("_", 1)[0]
-        stats = RolloutStats.from_info(info)
-        groups.setdefault(uid, {})[run] = (bool(stats.correct), bool(stats.flawed_positive))
-    return [list(runs.values()) for runs in groups.values()]
 
 
 @dataclass(frozen=True)

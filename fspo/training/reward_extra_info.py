@@ -20,9 +20,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from fspo.token_labels import LABEL_VALUES
+
 logger = logging.getLogger(__name__)
 
-LABEL_VALUES = (-1, 0, 1)
 LABELS_KEY = "fspo_labels"
 # Joins the run-length labels of an agent run's outputs ("," and "x" belong to encode_labels).
 OUTPUT_SEPARATOR = ";"
@@ -230,3 +231,22 @@ def update_metrics(infos: Sequence[Mapping], flip: Mapping[str, float], rejected
         **{f"fspo/{name}": value for name, value in flip.items()},
         "fspo/rejected_label_rows": float(rejected_rows),
     }
+
+
+def rollout_groups(
+    keys: Sequence[str], infos: Sequence[Mapping], padding: Sequence[bool]
+) -> list[list[tuple[bool, bool]]]:
+    """Each prompt's rollouts as ``(correct, flawed_positive)``, from a V1 batch's row keys and ``reward_extra_info``.
+
+    Rows are keyed ``<uid>_<rollout>_<output>``; the outputs of one agent run share its numbers and count once,
+    verl's pad rows not at all.
+    """
+    groups: dict[str, dict[str, tuple[bool, bool]]] = {}
+    for key, info, is_pad in zip(keys, infos, padding):
+        if is_pad:
+            continue
+        uid, _, rest = str(key).partition("_")
+        run = rest.rsplit("_", 1)[0]
+        stats = RolloutStats.from_info(info)
+        groups.setdefault(uid, {})[run] = (bool(stats.correct), bool(stats.flawed_positive))
+    return [list(runs.values()) for runs in groups.values()]

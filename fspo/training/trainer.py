@@ -24,9 +24,15 @@ from verl.workers.utils.padding import response_to_nested
 from fspo.advantage import apply_step_labels, flip_stats
 from fspo.config.fspo_config import fspo_config
 from fspo.config.vocabulary import TRAINER_MODES
-from fspo.methods.fapo import refinement_groups, rollout_groups
+from fspo.methods.fapo import refinement_groups
 from fspo.training.batch_dump import dump_file_name, save_atomically
-from fspo.training.reward_extra_info import decode_labels, rows_labels_and_stats, sample_info, update_metrics
+from fspo.training.reward_extra_info import (
+    decode_labels,
+    rollout_groups,
+    rows_labels_and_stats,
+    sample_info,
+    update_metrics,
+)
 from fspo.training.verifier_loss import VerifierLossGuard
 from fspo.verifiers.ray_actor import start_verifier_servers
 
