@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Evaluate one or more model directories on the prepared benchmarks: a thin wrapper of `fspo evaluate`.
+# docs/evaluation.md describes it; tests/test_docs_evaluation.py holds that page and this header to the code.
 #
 #   evaluate/run.sh MODEL_DIR [MODEL_DIR ...] [-- extra fspo evaluate options]
 #
@@ -7,14 +8,15 @@
 #   DATA_DIR [data]          folder holding <benchmark>/test.parquet built by `fspo data <benchmark>`
 #   BENCHMARKS [gsm8k math500 aime2024 aime2025 truthfulqa halueval halluqa]  names under DATA_DIR
 #   OUTPUT_DIR [eval_out]    predictions/, results.{md,json,csv,png}
-#   PROMPT_FORMAT []         qwen-base | qwen-instruct | llama-instruct | chatml-think (empty: the model's own template)
+#   PROMPT_FORMAT []         qwen-base | qwen-instruct | llama-instruct | chatml-think | passthrough | qwen3
+#                            (empty: the model's own template)
 #   RECIPE []                the recipe that trained the models (a name in recipes/ or a path): the evaluation
 #                            generates as long as it trained (data.max_response_length) and samples as it
 #                            validates (actor_rollout_ref.rollout.val_kwargs); a variable set here wins
 #   TEMPERATURE [RECIPE's, else 0.6] TOP_P [RECIPE's, else 0.95] TOP_K [RECIPE's, else -1: off]
 #   SAMPLES [RECIPE's val_kwargs.n, else 1]  responses per prompt, but on AIME
 #   AIME_SAMPLES [16; 1 at TEMPERATURE 0, where every sample is the one greedy response]  pass@1 on AIME is their mean
-#   MAX_NEW_TOKENS [RECIPE's response length, else the longest of recipes/ (4096): no model is cut shorter than
+#   MAX_NEW_TOKENS [RECIPE's response length, else the longest of recipes/: no model is cut shorter than
 #                            its recipe trained it]
 #   PYTHON [.venv/bin/python if set up, else python]  the interpreter that runs fspo evaluate
 #   BATCH_SIZE [256 with vLLM, else 8]
