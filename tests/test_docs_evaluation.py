@@ -3,6 +3,7 @@ the prompt formats are compared here with what the scripts do and with `fspo eva
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import re
 import shlex
@@ -126,3 +127,57 @@ def test_fspo_evaluates_own_defaults_are_the_pages():
     defaults = vars(build_parser().parse_args(["--model", "m", "--data", "d.parquet", "--output-dir", "o"]))
     for option, value in zip(words[::2], words[1::2]):
         assert str(defaults[option.removeprefix("--").replace("-", "_")]) == value, option
+
+
+DATA_PAGE = (REPO / "data" / "README.md").read_text(encoding="utf-8")
+
+
+def section_table(page: str, heading: str) -> list[list[str]]:
+    """The cells of the first table under `## heading`, header and rule left out."""
+    section = page.split(f"## {heading}\n")[1].split("\n## ")[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")][2:]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
+
+
+def spans(cell: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", cell)
+
+
+def test_the_data_page_lists_every_set_of_the_registry_as_it_builds():
+    """Each row of data/README.md's Sets table against its DatasetSpec: the forms `--form` offers, the data_source
+    each form writes, the splits built by default and the hub dataset."""
+    from fspo.data import synthetic
+    from fspo.data.registry import COMMANDS, DATASETS
+
+    rows = {spans(row[0])[0].split()[0]: row for row in section_table(DATA_PAGE, "Sets")}
+    assert sorted(rows) == sorted(name for name in COMMANDS if name != "check")
+    assert spans(rows.pop("synthetic")[1]) == [synthetic.DATA_SOURCE]
+    for name, (command, sources, splits, hub, *_) in rows.items():
+        spec = DATASETS[name]
+        parser = argparse.ArgumentParser()
+        if spec.add_arguments:
+            spec.add_arguments(parser)
+        forms = next((action.choices for action in parser._actions if "--form" in action.option_strings), None)
+        stated_forms = [span.split()[-1] for span in spans(command)] if forms else []
+        assert sorted(stated_forms) == sorted(forms or []), name
+        args = [argparse.Namespace(simplerl_subset="subset", form=form) for form in stated_forms or [None]]
+        assert spans(sources) == [spec.data_source(arg) for arg in args], name
+        assert splits.split(", ") == sorted(spec.splits, reverse=True), name  # "train, test"
+        location = spec.hub(spec.splits[0], args[0])
+        assert (spans(hub)[0] if location else hub.split()[0]) == (location[0] if location else "none"), name
+
+
+def test_the_data_page_scores_each_source_as_outcome_does():
+    """The Scoring table's rows are fspo.training.outcome.SCORERS grouped by scorer: every source, each once."""
+    from fspo.training.outcome import SCORERS
+
+    stated = sorted(sorted(spans(row[0])) for row in section_table(DATA_PAGE, "Scoring"))
+    by_scorer: dict[object, list[str]] = {}
+    for source, scorer in SCORERS.items():
+        by_scorer.setdefault(scorer, []).append(source)
+    assert stated == sorted(sorted(sources) for sources in by_scorer.values())
+
+
+def test_the_data_page_names_every_prompt_format():
+    section = DATA_PAGE.split("## Prompt formats\n")[1].split("\n## ")[0]
+    assert re.findall(r"^- `([a-z0-9-]+)`:", section, flags=re.M) == list(PROMPT_FORMATS)
