@@ -78,27 +78,34 @@ def _paragraphs(text: str) -> list[str]:
     return units
 
 
-def option_mentions(pages: list[str]) -> list[tuple[str, tuple[str, ...], str]]:
-    """(page, commands, option) for each ``--option`` in a paragraph that names one fspo command.
+def named_commands(unit: str) -> tuple[str, ...]:
+    """The fspo commands a paragraph, list item or table row names."""
+    text = unit.replace("fspo data <name>", "fspo data hotpotqa")
+    commands = []
+    for name in sorted(COMMANDS, key=len, reverse=True):  # `fspo data check` before `fspo data <name>`
+        if re.search(re.escape(name) + r"(?![\w-])", text):
+            commands.append(name)
+            text = text.replace(name, "")
+    return tuple(commands)
 
-    In data/README.md a paragraph that names none is about the `fspo data` commands (its tables name the sets
-    bare: `truthfulqa --form mc1`), in evaluate/README.md about `fspo evaluate`.
-    """
-    found = []
-    names = sorted(COMMANDS, key=len, reverse=True)  # `fspo data check` before `fspo data <name>`
+
+def page_commands(page: str) -> tuple[str, ...]:
+    """The commands a paragraph that names none is about: data/README.md's tables name the sets bare
+    (`truthfulqa --form mc1`), evaluate/README.md is about `fspo evaluate`."""
     data_commands = tuple(name for name in COMMANDS if name.startswith("fspo data "))
+    return {"data/README.md": data_commands, "evaluate/README.md": ("fspo evaluate",)}.get(page, ())
+
+
+def option_mentions(pages: list[str]) -> list[tuple[str, tuple[str, ...], str]]:
+    """(page, commands, option) for each ``--option`` in a paragraph that names one fspo command, or none on a
+    page about some (:func:`page_commands`)."""
+    found = []
     for page in pages:
-        default = {"data/README.md": data_commands, "evaluate/README.md": ("fspo evaluate",)}.get(page, ())
         for unit in _paragraphs((REPO / page).read_text(encoding="utf-8")):
-            text = unit.replace("fspo data <name>", "fspo data hotpotqa")
-            commands = []
-            for name in names:
-                if re.search(re.escape(name) + r"(?![\w-])", text):
-                    commands.append(name)
-                    text = text.replace(name, "")
+            commands = named_commands(unit)
             if "benchmarks/" in unit:  # a benchmark script's options, not the fspo command's beside it
                 continue
             options = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", unit)) - OTHER_TOOLS
-            if len(commands) == 1 or (not commands and default):
-                found += [(page, tuple(commands) or default, option) for option in sorted(options)]
+            if len(commands) == 1 or (not commands and page_commands(page)):
+                found += [(page, commands or page_commands(page), option) for option in sorted(options)]
     return found
