@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fspo.data.templates import PROMPT_FORMATS
 from fspo.evaluation.cli import build_parser
+from fspo.training.prompt_formats import PROMPT_FORMATS
 
 REPO = Path(__file__).resolve().parent.parent
 PAGE = (REPO / "docs" / "evaluation.md").read_text(encoding="utf-8")
@@ -181,3 +181,9 @@ def test_the_data_page_scores_each_source_as_outcome_does():
 def test_the_data_page_names_every_prompt_format():
     section = DATA_PAGE.split("## Prompt formats\n")[1].split("\n## ")[0]
     assert re.findall(r"^- `([a-z0-9-]+)`:", section, flags=re.M) == list(PROMPT_FORMATS)
+
+
+def test_the_development_page_names_every_benchmark():
+    page = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(\w+\.py)`", page.split("## Benchmarks")[1]))
+    assert sorted(path.name for path in (REPO / "benchmarks").glob("*.py")) == sorted(named)
