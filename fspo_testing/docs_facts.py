@@ -72,7 +72,7 @@ def units(text: str) -> list[tuple[int, str]]:
 VALUE = r"(`[^`\n]+`|-?\d[\d,]*(?:\.\d+)?(?:e-?\d+)?(?:/\d+)?)"
 # V right after a name: "(V)", "(default V", "(V s)", "(V tokens)", "default V:"; "by default V", "defaults to V".
 STATED = re.compile(
-    rf"^`?\s*(?:\(\s*(?:default\s+)?|[,:]?\s*(?:by\s+)?default(?:s to)?\s+){VALUE}(?:\s*[a-zA-Z%]+)?\s*[),;:|]"
+    rf"^`?\s*(?:\(\s*(?:default\s+)?|[,:]?\s*(?:by\s+)?default(?:s to)?\s+){VALUE}(?:\s*[a-zA-Z%]+)?\s*(?:[),;:|]|\.(?!\d)|$)"
 )
 
 
@@ -179,11 +179,13 @@ def wrong_key_defaults(page: str, text: str) -> list[str]:
 
 def table_defaults(block: str) -> list[tuple[str, str]]:
     """(VAR, V) from a table headed "| variable | default |": names against the leading code spans of the cell."""
-    rows = block[block.find("|") :].splitlines()
-    if not rows or not re.match(r"\|\s*variable\s*\|\s*default\s*\|", rows[0]):
+    lines = block.splitlines()
+    header = next((i for i, line in enumerate(lines) if re.match(r"\|\s*variable\s*\|\s*default\s*\|", line)), None)
+    if header is None:
         return []
+    rows = [line for line in lines[header:] if line.startswith("|")]
     pairs = []
-    for row in rows[2:]:
+    for row in rows[2:]:  # past the header and its |---| line
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         if len(cells) < 2:
             continue
@@ -272,7 +274,7 @@ def wrong_guesses(page: str, text: str) -> list[str]:
     found = []
     for line, block in blocks(text):
         for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z`])", block):
-            if not re.search(r"\bGUESS(ES)?\b|\bguess(es)?\b", sentence):
+            if not re.search(r"(?i)\bguess(es)?\b", sentence):
                 continue
             named = re.findall(r"`([\w.]+)=([^`\s]+)`", sentence)
             named += re.findall(rf"\b({'|'.join(map(re.escape, sorted(leaves)))})[ =](-?\d[\d.e-]*)\b", sentence)
