@@ -18,7 +18,7 @@
 #   TOTAL_EPOCHS      trainer.total_epochs                       [3]
 #   SAVE_FREQ / TEST_FREQ   trainer.save_freq / test_freq        [50 / 25]
 #   CKPT_KEEP         checkpoints kept (actor, and critic with GAE) [2]: verl deletes older ones of this run;
-#                     a save needs room for one more (docs/gpu-training.md, "Checkpoints and disk")
+#                     a save needs room for one more (docs/gpu-sizing.md, "Memory and disk")
 #   PYTHON            interpreter running fspo.training.main              [.venv/bin/python if set up, else python]
 #   RAY_ADDRESS       an existing Ray cluster to join (ray.init reads it); unset = start a local one
 #   FSPO_DRY_RUN=1    resolve, validate and print the config, start nothing (read by fspo.training.main)
@@ -33,8 +33,8 @@ NNODES=${NNODES:-1}
 N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-8}
 PROJECT=${PROJECT:-fspo}
 LOGGER=${LOGGER:-"[console]"}
-SAVE_FREQ=${SAVE_FREQ:-50}
-TEST_FREQ=${TEST_FREQ:-25}
+SAVE_FREQ=${SAVE_FREQ:-50}    # GUESS (the paper does not give it)
+TEST_FREQ=${TEST_FREQ:-25}    # GUESS (the paper does not give it)
 CKPT_KEEP=${CKPT_KEEP:-2}
 
 # Run from the repository root so that the relative data/ and checkpoints/ defaults resolve.
@@ -132,7 +132,7 @@ FSPO_GPU_OVERRIDES=(
     actor_rollout_ref.rollout.temperature=1.0
     actor_rollout_ref.rollout.tensor_model_parallel_size=2      # GUESS (7-8B in bf16 fits TP=1 too)
     actor_rollout_ref.rollout.gpu_memory_utilization=0.6        # GUESS
-    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4   # 8 would be ~77 of 80 GB on the sdpa path (docs/gpu-training.md memory table)
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4   # 8 would be ~77 of 80 GB on the sdpa path (docs/gpu-sizing.md memory table)
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4       # as the rollout's
     actor_rollout_ref.ref.fsdp_config.param_offload=true
     fspo.enable=true
