@@ -308,12 +308,17 @@ METRIC = re.compile(r"(?<![\w./-])fspo/\w+")
 @cache
 def logged_metrics() -> frozenset[str]:
     """The `fspo/*` names the trainer logs: fspo.config.metrics.METRICS' keys (a test holds them equal to what it
-    logs), read without importing fspo."""
-    tree = ast.parse((REPO / "fspo" / "config" / "metrics.py").read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "METRICS" for t in node.targets):
-            return frozenset(key.value for key in node.value.keys)
-    raise AssertionError("fspo/config/metrics.py defines no METRICS dict")
+    logs), read without importing fspo; without that file, the "fspo/…" strings of the code that logs them."""
+    table = REPO / "fspo" / "config" / "metrics.py"
+    if table.exists():
+        for node in ast.walk(ast.parse(table.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "METRICS" for t in node.targets):
+                return frozenset(key.value for key in node.value.keys)
+    sources = [*(REPO / "fspo" / "training").rglob("*.py"), *(REPO / "fspo" / "methods").rglob("*.py")]
+    names = {m for source in sources for m in re.findall(r"[\"'](fspo/\w+)[\"']", source.read_text(encoding="utf-8"))}
+    # update_metrics logs each of fspo.advantage.flip_stats' names as fspo/<name>.
+    flip = re.findall(r'"(\w+_frac)"', (REPO / "fspo" / "advantage.py").read_text(encoding="utf-8"))
+    return frozenset(names | {f"fspo/{name}" for name in flip})
 
 
 def unknown_metrics(page: str, text: str) -> list[str]:
