@@ -24,8 +24,8 @@ import psutil
 import torch
 
 from fspo.cpu.compute import compute_dtype_choice, cpu_threads
-from fspo.launch.config_checks import ACTOR_PARAM_DTYPE
 from fspo.quickstart.launch import launch
+from fspo.training.config_checks import ACTOR_PARAM_DTYPE
 from fspo_testing.tiny_run import build_tiny_reasoner, tiny_run_overrides
 
 

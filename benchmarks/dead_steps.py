@@ -198,8 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from fspo.cpu.compute import torch_compute_dtype
-    from fspo.data.templates import chat_template
     from fspo.quickstart.cli import PROMPT_FORMAT
+    from fspo.training.prompt_formats import chat_template
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, help="a Hugging Face model directory (default: the quickstart's)")

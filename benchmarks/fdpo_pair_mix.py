@@ -63,9 +63,9 @@ def sampled_responses(seed: int, steps: int, out: Path, clock: float) -> Path:
 def labelled_samples(samples_file: Path) -> list[list[Sample]]:
     """Each prompt's samples with F-DPO's label from the quickstart's verifier, as ``fspo fdpo build-pairs`` makes
     them (the benchmark's fdpo_pair_verifier passes these settings)."""
+    from fspo.cli.fdpo import judged_steps, record_samples, step_texts
     from fspo.config.verifier import verifier_config
     from fspo.evaluation.records import read_records
-    from fspo.methods.fdpo.cli import judged_steps, record_samples, step_texts
     from fspo.utils.record_schemas import Prediction
     from fspo.verifiers import build_verifier
 

@@ -3,7 +3,7 @@
 From the same weights and the same batch of rollouts, the policy takes one policy-gradient step of the form
 of verl's PPO/GRPO actor loss (``compute_policy_loss_vanilla``, ``token-mean``) twice: once with GRPO's
 outcome advantages and once with the same advantages after FSPO's flip (:func:`fspo.advantage.apply_step_labels`).
-Then the log-probability of every reasoning step that the world judge (:mod:`fspo.quickstart.world_judge`)
+Then the log-probability of every reasoning step that the world judge (:mod:`fspo.data.world_judge`)
 calls contradicted or supported is read again, under both updated policies, on the batch updated on
 ("same") and on a fresh batch of samples of the untouched policy ("fresh"). The figure is the paired
 difference FSPO - GRPO of the mean change in a contradicted step's log-probability: the flip's intended
@@ -48,13 +48,13 @@ from pathlib import Path
 import torch
 
 from fspo.advantage import apply_step_labels
-from fspo.data.templates import render_prompt
+from fspo.data.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
 from fspo.evaluation.intervals import CONFIDENCE, t_interval
 from fspo.quickstart.cli import quickstart_rows
-from fspo.quickstart.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
 from fspo.steps import reasoning_steps
 from fspo.token_labels import labels_from_offsets, token_char_offsets
 from fspo.training.outcome import compute_score
+from fspo.training.prompt_formats import render_prompt
 
 PROMPT_FORMAT = "chatml-think"  # the quickstart's
 VERDICTS = (CONTRADICTED, SUPPORTED)
@@ -286,7 +286,7 @@ def paired_effect(
 
 def lexical_labeller(threshold: float | None = None) -> Callable[[str, str], int]:
     """The flip label the lexical verifier gives a step at the quickstart's threshold (+1 supported, -1 not)."""
-    from fspo.verifier_tools.quality import calibrated_threshold
+    from fspo.config.calibrated_thresholds import calibrated_threshold
     from fspo.verifiers.lexical import lexical_support
 
     cut = calibrated_threshold("lexical") if threshold is None else threshold

@@ -66,11 +66,11 @@ from pathlib import Path
 
 from fspo.cpu.compute import DTYPE_ENV, FLOAT32
 from fspo.data.io import read_rows
+from fspo.data.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
 from fspo.evaluation.intervals import CONFIDENCE, t_interval, t_quantile
 from fspo.quickstart.cli import VAL_ROWS, prepare_data, run_overrides, say, train
 from fspo.quickstart.cli import VERIFIER as QUICKSTART_VERIFIER
 from fspo.quickstart.step_report import TRAINING_VERIFIERS, VERIFIER_THRESHOLDS, step_report, validation_samples
-from fspo.quickstart.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
 from fspo.steps import reasoning_steps
 
 # arm -> the overrides that make it; all train against the quickstart's lexical verifier. knowrl and fapo are
@@ -235,9 +235,9 @@ def fdpo_model(seed: int, args, model: Path, train_file: Path, out: Path, clock:
     rollout budget: steps x 2 prompts x 4 samples), F-DPO pairs from them by the verifier the RL arms train
     with (:func:`fdpo_pair_verifier`), and ``fspo fdpo train`` at the quickstart's learning rate with at most as
     many updates as the RL arms."""
+    from fspo.cli.fdpo import main as fdpo_main
     from fspo.evaluation.generation import GenerationSettings, build_generator
     from fspo.evaluation.pipeline import evaluate_benchmark
-    from fspo.methods.fdpo.cli import main as fdpo_main
     from fspo.quickstart.cli import PROMPT_FORMAT
 
     rows = read_rows(train_file)[: args.steps * FDPO_PROMPTS_PER_STEP]

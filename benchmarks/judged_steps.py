@@ -12,7 +12,7 @@ A run stopped early (no last validation, no merged model) gives what it has; the
 The committed file was built from a finished 12-step ``fspo quickstart --seed 0`` run: 277 judged steps,
 207 of them written by the trained policy (validation after training, fresh greedy and sampled answers).
 
-Each reasoning step the world judge (:mod:`fspo.quickstart.world_judge`) calls supported (label 1) or
+Each reasoning step the world judge (:mod:`fspo.data.world_judge`) calls supported (label 1) or
 contradicted (label 0) is a row ``{evidence, claim, label, group, split, source}`` (steps that make no
 claim are left out; a repeated (evidence, step) is kept once). ``split`` is ``calibration`` or
 ``heldout``, by a hash of the question (half each), so a threshold is chosen on one half and measured on
@@ -40,9 +40,9 @@ from pathlib import Path
 
 from fspo.config.verifier import verifier_config
 from fspo.data.io import read_rows
+from fspo.data.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
 from fspo.quickstart.cli import PROMPT_FORMAT, VERIFIER, quickstart_rows
 from fspo.quickstart.step_report import validation_samples
-from fspo.quickstart.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
 from fspo.steps import reasoning_steps
 from fspo.verifier_tools.labelled import is_heldout
 from fspo.verifier_tools.multi_fact import multi_fact_steps
@@ -82,7 +82,7 @@ def generate(model_dir: Path, rows: list[dict], temperature: float, seed: int, b
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from fspo.data.templates import render_prompt
+    from fspo.training.prompt_formats import render_prompt
 
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")

@@ -223,13 +223,13 @@ def build_tiny_llama(output_dir: str | Path, seed: int = 0) -> Path:
     """A tiny random Llama causal LM (Llama-3.1's architecture: ``LlamaForCausalLM``, llama3 RoPE scaling).
 
     No Llama-3 tokenizer is available offline here; it takes Qwen's real byte-level BPE tokenizer with the
-    Llama-3 instruct chat template (``fspo.data.templates``' ``llama-instruct``, what Llama-3.1-Instruct's own
+    Llama-3 instruct chat template (``fspo.training.prompt_formats``' ``llama-instruct``, what Llama-3.1-Instruct's own
     template renders for a user turn).
     """
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from fspo.data.templates import chat_template
+    from fspo.training.prompt_formats import chat_template
 
     output_dir = Path(output_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))
@@ -330,7 +330,7 @@ def teach_reasoning_format(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from fspo.data.templates import chat_template
+    from fspo.training.prompt_formats import chat_template
 
     model_dir = Path(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))

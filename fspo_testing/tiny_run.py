@@ -61,7 +61,7 @@ def _longest_prompt(model: str, versions: tuple[tuple[str, int], ...]) -> int:
     one count per model and files in a test process (a tokenizer load and a read, ~1 s each time)."""
     from transformers import AutoTokenizer
 
-    from fspo.data.check import scan_file
+    from fspo.training.data_checks import scan_file
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     return max(

@@ -3,7 +3,7 @@
 # Qwen3's own chat template is kept (custom_chat_template unset): with thinking on, its generation
 # prompt is "<|im_start|>assistant\n" and the model opens <think> itself, so FSPO labels the model's
 # own reasoning block and no prompt format adds a second <think> (prompt format `qwen3` in
-# fspo.data.templates renders the same text). enable_thinking reaches the template through verl's
+# fspo.training.prompt_formats renders the same text). enable_thinking reaches the template through verl's
 # data.apply_chat_template_kwargs (RLHFDataset's length filter and the agent loop's prompt ids).
 # Qwen3-*-Thinking-2507 models work unchanged: their template ends the prompt with "<think>\n", the
 # response holds only "</think>", and the reasoning is read from the response's start.

@@ -187,7 +187,7 @@ def test_data_check_reads_rows_as_verls_dataset_does(inputs, tmp_path, monkeypat
     from omegaconf import OmegaConf
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    from fspo.data.check import scan_file
+    from fspo.training.data_checks import scan_file
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)
     config = OmegaConf.create({"filter_overlong_prompts": False, "cache_dir": str(tmp_path)})
@@ -451,7 +451,7 @@ TRAIN = [
 @pytest.mark.parametrize(("overrides", "message"), [case[1:] for case in TRAIN], ids=[case[0] for case in TRAIN])
 def test_fspo_train_estimator_needs(trainer_config, overrides, message):
     from fspo.config.vocabulary import ConfigError
-    from fspo.launch.config_checks import check_advantage_estimator
+    from fspo.training.config_checks import check_advantage_estimator
 
     with pytest.raises(ConfigError) as error:
         check_advantage_estimator(trainer_config(*overrides))
@@ -459,7 +459,7 @@ def test_fspo_train_estimator_needs(trainer_config, overrides, message):
 
 
 def test_fspo_train_accepts_the_default_group_and_a_critic_free_single_rollout(trainer_config):
-    from fspo.launch.config_checks import check_advantage_estimator
+    from fspo.training.config_checks import check_advantage_estimator
 
     check_advantage_estimator(trainer_config())  # grpo, n=8
     check_advantage_estimator(
@@ -482,8 +482,8 @@ stored_values = st.recursive(
 @given(stored_values)
 def test_evidence_training_reads_is_never_taken_for_no_evidence(value):
     """`fspo data check` counts a row as holding unusable evidence only when training reads none from it."""
-    from fspo.data.check import _blank
     from fspo.evidence import row_evidence
+    from fspo.training.data_checks import _blank
 
     if row_evidence({"extra_info": {"evidence": value}}, "evidence"):
         assert not _blank(value)
@@ -521,7 +521,7 @@ def test_the_dry_run_keeps_the_users_hydra_settings(argv):
 def test_the_cpu_preset_trains_at_the_backends_calibrated_threshold(trainer_config, overrides, backend):
     """`fspo train` on a machine without a GPU takes the CPU preset: its verifier's threshold is the calibrated one
     (lexical 1.0, as the quickstart and recipes/run_cpu.sh train), and a threshold given on the command line wins."""
-    from fspo.verifier_tools.quality import calibrated_threshold, register_threshold_resolver
+    from fspo.config.calibrated_thresholds import calibrated_threshold, register_threshold_resolver
 
     register_threshold_resolver()
     config = trainer_config("platform=cpu", *overrides)

@@ -206,7 +206,7 @@ def test_an_fdpo_run_gives_no_base_model_figures():
 def test_the_fdpo_arm_labels_its_pairs_with_the_verifier_the_rl_arms_train_with():
     """F-DPO's pairs are built by `fspo fdpo build-pairs` with the arguments the benchmark gives it; read as that
     command reads them, they are the verifier settings every RL arm's run gets (its fspo.verifier.* overrides)."""
-    from fspo.methods.fdpo.cli import build_parser
+    from fspo.cli.fdpo import build_parser
     from fspo.verifier_tools.verify import verifier_options
 
     setup = {"model": "m", "train": "t", "val": "v"}
@@ -469,14 +469,70 @@ docs_spec.loader.exec_module(docs)
 
 
 def test_the_docs_are_what_the_generator_writes_from_the_committed_comparison(capsys):
-    """docs/results.md's two comparison sections and README's Results, prose and every `--table` table, are
-    `fspo_vs_grpo_docs.py`'s from the committed results.json: a figure edited by hand or a stale table fails."""
+    """docs/results.md's three generated sections and README's Results are `fspo_vs_grpo_docs.py`'s from the
+    committed results.json, and both pages show `--table`'s arm table verbatim: a figure edited by hand or a
+    stale table fails."""
     assert docs.main(["--check"]) == 0, capsys.readouterr().err
     assert bench.main(["--table", str(COMMITTED)]) == 0
-    blocks = capsys.readouterr().out.strip().split("\n\n")
-    results_md = docs.RESULTS_MD.read_text()
-    assert all(block in results_md for block in blocks)
-    assert "\n\n".join(blocks[:2]) in docs.README.read_text()
+    arm_table = "\n\n".join(capsys.readouterr().out.strip().split("\n\n")[:2])
+    assert arm_table in docs.RESULTS_MD.read_text()
+    assert arm_table in docs.README.read_text()
+
+
+def _question(contradicted: int, claims: int, f1: float) -> list[float]:
+    return [contradicted, claims, f1, 0]
+
+
+def test_a_flawed_positive_is_a_right_answer_with_a_contradicted_step():
+    """Right (F1 1) with a contradicted step: flawed; right without a judged step: counted apart, not flawed;
+    a wrong answer's contradicted step does not count."""
+    per_question = {
+        "0": _question(1, 3, 1.0),
+        "1": _question(0, 2, 1.0),
+        "2": _question(0, 0, 1.0),
+        "3": _question(2, 2, 0.5),
+        "4": _question(1, 1, 0.0),
+    }
+    assert docs.flawed_positives(per_question) == (3, 1, 1)
+    assert docs.flawed_positives({}) == (0, 0, 0)
+
+
+@given(
+    st.dictionaries(
+        st.integers(0, 99).map(str),
+        st.tuples(st.integers(0, 5), st.integers(0, 5), st.sampled_from([0.0, 0.5, 1.0])).map(
+            lambda q: _question(min(q[0], q[1]), q[1], q[2])
+        ),
+        max_size=20,
+    )
+)
+def test_flawed_positives_are_a_part_of_the_right_answers(per_question):
+    """A flawed positive has a judged step, so the flawed and the unjudged are disjoint parts of the right."""
+    right, flawed, unjudged = docs.flawed_positives(per_question)
+    assert flawed + unjudged <= right == sum(q[2] == 1.0 for q in per_question.values())
+
+
+def test_results_page_counts_flawed_positives_from_the_committed_runs():
+    """The flawed-positive table adds the committed runs' per-question figures: 41 of GRPO's 132 right answers
+    hold a contradicted step (H-report item 14), and the page shows that row."""
+    comparison = docs.Comparison(json.loads(COMMITTED.read_text()))
+    assert comparison.flawed("grpo") == (132, 41, 47)
+    assert "| grpo | 132 | 41 | 0.311 | 47 |" in docs.RESULTS_MD.read_text()
+
+
+def test_the_lexical_threshold_labels_a_copied_sentence_supported_and_a_bridging_step_not():
+    """What results.md says of FSPO's copying: at the quickstart's `lexical` threshold (1.0) a sentence copied
+    from the evidence is supported and a step joining two hops in its own words is not."""
+    from fspo.quickstart.step_report import TRAINING_VERIFIERS, VERIFIER_THRESHOLDS
+    from fspo.verifiers.lexical import LexicalVerifier
+
+    evidence = "Nora Vale works for Bolt Mills. Bolt Mills is headquartered in Lima."
+    copied, bridging = "Bolt Mills is headquartered in Lima.", "So Nora Vale's employer is headquartered in Lima."
+    verifier = LexicalVerifier(evidence_unit=TRAINING_VERIFIERS["lexical"]["evidence_unit"])
+    assert VERIFIER_THRESHOLDS["lexical"] == 1.0
+    assert "threshold 1.0" in docs.RESULTS_MD.read_text()
+    copied_score, bridging_score = verifier.score([(evidence, copied), (evidence, bridging)])
+    assert copied_score >= 1.0 > bridging_score
 
 
 def _with_seeds(measured: dict, seeds: int) -> dict:
@@ -525,12 +581,8 @@ def test_the_docs_say_what_the_interval_says_and_when_the_seeds_are_in():
     assert "The hallucinated-step interval excludes 0 with 6 of 8 seeds" in front
 
     # Only the generated sections change: the rest of each page is kept as it was.
-    def kept(page: str, start: str, end: str) -> str:
-        return page[page.index(start) : page.index(end)]
-
-    assert kept(text, docs.NEXT_SECTION, docs.OTHERS_SECTION) == kept(
-        results_md, docs.NEXT_SECTION, docs.OTHERS_SECTION
-    )
+    assert text[text.index(docs.NEXT_SECTION) :] == results_md[results_md.index(docs.NEXT_SECTION) :]
+    assert text[: text.index(docs.FSPO_SECTION)] == results_md[: results_md.index(docs.FSPO_SECTION)]
     assert front[: front.index("## Results")] == readme[: readme.index("## Results")]
     assert (
         front[front.index("\n## ", front.index("## Results")) :]

@@ -118,7 +118,7 @@ def test_an_unknown_trainer_mode_is_named():
     from omegaconf import OmegaConf
 
     from fspo.config.vocabulary import ConfigError
-    from fspo.launch.config_checks import check_trainer_mode
+    from fspo.training.config_checks import check_trainer_mode
 
     with pytest.raises(ConfigError, match="trainer.v1.trainer_mode=fully_async is unknown to FSPO; use one of sync"):
         check_trainer_mode(OmegaConf.create({"trainer": {"device": "cuda", "v1": {"trainer_mode": "fully_async"}}}))

@@ -9,8 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fspo.data.check import main, scan_file
+from fspo.data.check import main
 from fspo.data.registry import main as data_main
+from fspo.training.data_checks import scan_file
 from fspo_testing.warm_python import warm_python
 
 PROMPT = "A conversation between User and Assistant.\n\nUser: Where did he study?\nAssistant: Let me solve this step by step. <think>"
@@ -177,7 +178,7 @@ def test_the_trainer_stops_before_ray_on_what_data_check_reports(files, tmp_path
 def test_a_custom_reward_function_scores_any_source(files):
     from omegaconf import OmegaConf
 
-    from fspo.launch.config_checks import check_data_files, uses_fspo_scorer
+    from fspo.training.config_checks import check_data_files, uses_fspo_scorer
 
     custom = OmegaConf.create(
         {

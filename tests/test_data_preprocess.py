@@ -377,7 +377,7 @@ def test_halluqa_without_input_or_package_says_what_to_pass(tmp_path):
 def test_max_prompt_tokens_filters_by_tokens(tmp_path, qwen_tokenizer_path):
     from transformers import AutoTokenizer
 
-    from fspo.data.templates import build_messages, count_prompt_tokens
+    from fspo.training.prompt_formats import build_messages, count_prompt_tokens
 
     tokenizer = AutoTokenizer.from_pretrained(qwen_tokenizer_path)
     short_q, long_q = "What is 1+1?", "What is " + " + ".join(["1"] * 200) + "?"

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from fspo.data.io import read_rows
 from fspo.data.synthetic import DATA_SOURCE, main, make_rows
 from fspo.data.synthetic_shortcut import MAX_FACTS, answer_set
+from fspo.data.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_steps, parse_fact
 from fspo.quickstart.step_report import flawed_positives
-from fspo.quickstart.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_steps, parse_fact
 
 
 def wrong_chain(info: dict, answer: str) -> list[str]:

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from fspo.data.templates import (
+from fspo.training.prompt_formats import (
     INSTRUCTION,
     PROMPT_FORMATS,
     build_messages,
@@ -73,7 +73,7 @@ def test_templates_survive_omegaconf():
 def test_resolver_fills_the_verl_key():
     from omegaconf import OmegaConf
 
-    from fspo.data.templates import register_chat_template_resolver
+    from fspo.training.prompt_formats import register_chat_template_resolver
 
     register_chat_template_resolver()
     register_chat_template_resolver()  # idempotent

@@ -100,8 +100,8 @@ def test_dead_steps_benchmark_samples_the_trainers_first_rollouts_token_for_toke
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from fspo.cpu.compute import torch_compute_dtype
-    from fspo.data.templates import chat_template
     from fspo.quickstart.cli import PROMPT_FORMAT
+    from fspo.training.prompt_formats import chat_template
 
     path = Path(__file__).parents[1] / "benchmarks" / "dead_steps.py"
     spec = importlib.util.spec_from_file_location("dead_steps", path)

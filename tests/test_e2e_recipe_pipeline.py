@@ -61,7 +61,7 @@ def _markdown_rows(markdown: str) -> list[list[str]]:
 def released_files(tiny_reasoner, released_schema, out: Path) -> tuple[Path, Path]:
     """The tiny reasoner's train/val rows in the released files' schema, prompts rendered as it learned them."""
     from fspo.data.io import read_rows
-    from fspo.data.templates import render_prompt
+    from fspo.training.prompt_formats import render_prompt
 
     def render(messages):
         return render_prompt([dict(m) for m in messages], "qwen-base")

@@ -13,8 +13,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fspo.cli.fdpo import main as fdpo_main
 from fspo.data.synthetic import make_example
-from fspo.methods.fdpo.cli import main as fdpo_main
 from fspo.methods.fdpo.loss import FDPO_BETA, FDPO_LAMBDA, fdpo_loss
 from fspo.methods.fdpo.pairs import (
     FLIP_REAL_PAIRS_MIX,
@@ -242,7 +242,7 @@ def test_fdpo_train_at_its_defaults_computes_the_authors_loss(tiny_policy, tmp_p
     factualdpo_trainer.py line 1347 + 1367 on a hand-worked pair: the reference raised by 3 nats on the rejected
     response makes m = 3 exactly (policy = reference before an update), so a pair with dh = 1 costs
     log(1 + e^0.7) and a pair with dh = 0 costs log(1 + e^-0.3)."""
-    from fspo.methods.fdpo.cli import build_parser, train_settings
+    from fspo.cli.fdpo import build_parser, train_settings
     from fspo.methods.fdpo.trainer import build_trainer
 
     defaults = train_settings(

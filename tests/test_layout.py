@@ -36,7 +36,7 @@ LAZY_IMPORTS = {
     "fspo.quickstart.step_report": {"fspo.config.verifier", "fspo.verifiers"},
     # The verifier imports verl, the trainer TRL (the `fdpo` extra): each only when its command runs.
     # ... and the llm rewrite's HTTP client only with `--variants llm`.
-    "fspo.methods.fdpo.cli": {
+    "fspo.cli.fdpo": {
         "fspo.config.verifier",
         "fspo.verifiers",
         "fspo.methods.fdpo.trainer",

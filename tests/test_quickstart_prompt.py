@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fspo.config.verifier import verifier_config
-from fspo.data.templates import render_prompt
 from fspo.quickstart.cli import (
     EXAMPLE_ANSWER,
     EXAMPLE_QUESTION,
@@ -23,6 +22,7 @@ from fspo.quickstart.cli import (
 )
 from fspo.steps import reasoning_steps
 from fspo.training.outcome import compute_score
+from fspo.training.prompt_formats import render_prompt
 from fspo.verifiers import build_verifier
 
 

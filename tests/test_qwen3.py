@@ -13,8 +13,8 @@ import asyncio
 import pytest
 from omegaconf import OmegaConf
 
-from fspo.data.templates import build_messages, chat_template, count_prompt_tokens, render_prompt
 from fspo.steps import reasoning_span, reasoning_steps
+from fspo.training.prompt_formats import build_messages, chat_template, count_prompt_tokens, render_prompt
 from fspo.training.reward import FSPORewardManager
 from fspo.training.reward_extra_info import decode_labels
 from fspo_testing.rollouts import single_rollout

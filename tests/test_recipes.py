@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fspo.verifier_tools.quality import calibrated_threshold
+from fspo.config.calibrated_thresholds import calibrated_threshold
 from fspo_testing.warm_python import warm_python
 
 REPO = Path(__file__).resolve().parent.parent
@@ -188,7 +188,7 @@ def test_fapo_recipe_trains_with_its_authors_clip_higher_and_overlong_penalty(dr
 
 
 def test_base_recipe_resolves_the_qwen_base_chat_template(dry_runs):
-    from fspo.data.templates import chat_template
+    from fspo.training.prompt_formats import chat_template
 
     base = dry_runs["run_qwen2.5_7b_base.sh"]["actor_rollout_ref"]["model"]["custom_chat_template"]
     assert base == chat_template("qwen-base")

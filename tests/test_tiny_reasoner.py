@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from fspo.data.synthetic import make_rows
-from fspo.data.templates import chat_template
+from fspo.training.prompt_formats import chat_template
 from fspo_testing.tiny_model import build_tiny_model, reasoning_batches, reasoning_examples, teach_reasoning_format
 
 STEPS, BATCH, LEARNING_RATE = 3, 4, 3e-3

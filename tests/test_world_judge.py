@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fspo.data.synthetic import make_example
-from fspo.quickstart.world_judge import (
+from fspo.data.world_judge import (
     CONTRADICTED,
     NOT_A_CLAIM,
     SUPPORTED,

@@ -31,7 +31,7 @@ SUBCOMMANDS: dict[str, Command] = {
         "build a training or evaluation set as verl parquet; `data check FILE...` checks files",
     ),
     "evaluate": ("fspo.evaluation.cli", "evaluate model directories on prepared benchmarks"),
-    "fdpo": ("fspo.methods.fdpo.cli", "F-DPO: build-pairs from sampled responses (step verifier), train them with TRL"),
+    "fdpo": ("fspo.cli.fdpo", "F-DPO: build-pairs from sampled responses (step verifier), train them with TRL"),
 }
 
 

@@ -23,6 +23,7 @@ import os
 import random
 from pathlib import Path
 
+from fspo.config.calibrated_thresholds import calibrated_threshold
 from fspo.config.numeric_options import COUNT, EPOCHS, LOSS_TERM, POSITIVE_LOSS_TERM, PROBABILITY, SEED
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evaluation.records import read_records
@@ -53,7 +54,6 @@ from fspo.utils.arguments import (
 from fspo.utils.atomic_file import write_text_atomically
 from fspo.utils.output_dir import check_output_paths, output_option
 from fspo.utils.record_schemas import Prediction
-from fspo.verifier_tools.quality import calibrated_threshold
 from fspo.verifier_tools.verify import verifier_options
 
 

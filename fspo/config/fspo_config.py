@@ -2,7 +2,7 @@
 
 ``fspo/config/fspo_trainer.yaml`` lists every key with the default given here (so that a Hydra
 override needs no ``+``); the defaults and each key's meaning live in this file only. The driver
-converts the block once before Ray starts (:func:`fspo_config`, called by ``fspo.launch.config_checks.validate``), so a
+converts the block once before Ray starts (:func:`fspo_config`, called by ``fspo.training.config_checks.validate``), so a
 wrong type or value stops the run with one line naming the key; verl's trainer and reward workers
 receive the ``DictConfig`` and convert it again in their own processes, as verl does with its own
 config dataclasses.

@@ -2,5 +2,5 @@
 
 `fspo data <name>` (or `python -m fspo.data <name>`) builds one set of `fspo.data.registry.DATASETS`;
 `fspo.data.synthetic.make_rows` generates the synthetic multi-hop set in memory;
-`fspo.data.templates.chat_template` gives the Jinja template verl needs for a prompt format.
+`fspo.training.prompt_formats.chat_template` gives the Jinja template verl needs for a prompt format.
 """

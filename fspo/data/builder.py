@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fspo.config.numeric_options import COUNT, SEED
 from fspo.data.io import SourceFileError, make_row, read_hub, read_records, source_files, write_parquet
-from fspo.data.templates import PROMPT_FORMATS, build_messages, count_prompt_tokens
+from fspo.training.prompt_formats import PROMPT_FORMATS, build_messages, count_prompt_tokens
 from fspo.utils.arguments import HelpFormatter, UsageError, check_count
 from fspo.utils.output_dir import check_output_paths, output_option
 
@@ -168,7 +168,7 @@ def make_parser(spec: DatasetSpec) -> argparse.ArgumentParser:
         "--prompt-format",
         default="qwen-base",
         choices=PROMPT_FORMATS,
-        help="chat format of the prompts (fspo.data.templates; default qwen-base)",
+        help="chat format of the prompts (fspo.training.prompt_formats; default qwen-base)",
     )
     parser.add_argument(
         "--size", type=COUNT.parse, default=None, help="rows per split, sampled with --seed (default: all)"

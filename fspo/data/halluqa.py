@@ -16,8 +16,9 @@ import re
 
 from fspo.data.builder import Example
 from fspo.data.choices import MC_INSTRUCTION
-from fspo.data.io import SourceFieldError, clean_text, dedupe, get_field
+from fspo.data.io import SourceFieldError, dedupe, get_field
 from fspo.data.math_sets import package_dir
+from fspo.utils.field_text import clean_text
 
 FORMS = ("generation", "mc")
 

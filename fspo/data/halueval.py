@@ -9,8 +9,9 @@ Asked as open QA: ground truth = ``right_answer``, ``extra_info["incorrect_answe
 from __future__ import annotations
 
 from fspo.data.builder import Example
-from fspo.data.io import clean_text, get_field
+from fspo.data.io import get_field
 from fspo.data.math_sets import package_dir
+from fspo.utils.field_text import clean_text
 
 
 def convert(record: dict, where: str, args, rng) -> Example | None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,17 +34,6 @@ class SourceFileError(ValueError):
     """A source file that cannot be read as records (bad JSON, an unsupported type, no usable rows)."""
 
 
-def clean_text(value: Any) -> str:
-    """A field as a clean string: None/NaN -> "", bytes decoded as UTF-8 (bad bytes replaced), stripped."""
-    if value is None:
-        return ""
-    if isinstance(value, float) and math.isnan(value):
-        return ""
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", errors="replace")
-    return str(value).strip()
-
-
 def get_field(record: dict, names: str | Sequence[str], where: str, *, required: bool = True) -> Any:
     """The value of the first of `names` present in `record`; raise naming file, row and field if none is."""
     names = (names,) if isinstance(names, str) else tuple(names)
@@ -56,16 +44,6 @@ def get_field(record: dict, names: str | Sequence[str], where: str, *, required:
         return None
     wanted = " or ".join(repr(name) for name in names)
     raise SourceFieldError(f"{where}: missing field {wanted} (fields present: {sorted(record)})")
-
-
-def text_list(value: Any) -> list[str]:
-    """A list of non-empty clean strings from a string, a list, a numpy array or None."""
-    if value is None:
-        return []
-    if isinstance(value, (str, bytes, float, int)):
-        text = clean_text(value)
-        return [text] if text else []
-    return [text for text in (clean_text(item) for item in value) if text]
 
 
 def dedupe(items: Iterable[str]) -> list[str]:

@@ -7,7 +7,8 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from fspo.data.builder import Example
-from fspo.data.io import SourceFieldError, clean_text, get_field
+from fspo.data.io import SourceFieldError, get_field
+from fspo.utils.field_text import clean_text
 
 QUESTION_FIELDS = ("problem", "Problem", "question", "Question")
 ANSWER_FIELDS = ("answer", "Answer", "gt_answer", "ground_truth", "final_answer")

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 
 from fspo.data.builder import Example
-from fspo.data.io import SourceFieldError, clean_text, dedupe, get_field
+from fspo.data.io import SourceFieldError, dedupe, get_field
+from fspo.utils.field_text import clean_text
 
 
 def _decoded(value, where: str, name: str):

@@ -36,7 +36,7 @@ from fspo.data.synthetic_facts import (
     works_for,
 )
 from fspo.data.synthetic_shortcut import example_maker as shortcut_example_maker
-from fspo.data.templates import PROMPT_FORMATS, build_messages, check_prompt_format
+from fspo.training.prompt_formats import PROMPT_FORMATS, build_messages, check_prompt_format
 from fspo.utils.arguments import HelpFormatter, UsageError, check_count, refuse
 from fspo.utils.output_dir import check_output_paths, output_option
 
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         "--prompt-format",
         default="qwen-base",
         choices=PROMPT_FORMATS,
-        help="chat format of the prompts (fspo.data.templates)",
+        help="chat format of the prompts (fspo.training.prompt_formats)",
     )
     parser.add_argument(
         "--evidence-in-prompt",

@@ -16,7 +16,7 @@ punishes hallucinated steps. This world is built so that it does not:
   seed, so across a training set a guessed answer is often right.
 
 Every fact is one of the default world's relation sentences, so the world judge
-(:mod:`fspo.quickstart.world_judge`) reads these rows exactly as it reads the default ones, and the
+(:mod:`fspo.data.world_judge`) reads these rows exactly as it reads the default ones, and the
 outcome scorer is the same (``data_source`` stays ``synthetic_multihop``); ``extra_info["world"]`` says
 ``shortcut``. It is a test bed for the premise, not a claim about natural data: report it beside the
 default world, never instead of it.

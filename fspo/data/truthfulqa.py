@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from fspo.data.builder import Example
 from fspo.data.choices import multiple_choice_body, option_letters
-from fspo.data.io import SourceFieldError, clean_text, dedupe, get_field, text_list
+from fspo.data.io import SourceFieldError, dedupe, get_field
+from fspo.utils.field_text import clean_text, text_list
 
 FORMS = ("generation", "mc1", "mc2")
 

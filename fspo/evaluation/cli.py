@@ -20,6 +20,7 @@ import math
 import re
 from pathlib import Path
 
+from fspo.config.calibrated_thresholds import calibrated_threshold
 from fspo.config.numeric_options import (
     COUNT,
     LOSS_TERM,
@@ -31,16 +32,15 @@ from fspo.config.numeric_options import (
     Number,
 )
 from fspo.config.vocabulary import VERIFIER_NAMES
-from fspo.data.templates import PROMPT_FORMATS
 from fspo.evaluation.answer_judge import METRICS_OF_SOURCE, AnswerJudge
 from fspo.evaluation.generation import GenerationSettings, build_generator, render_prompts, vllm_available
 from fspo.evaluation.pipeline import ProvenanceError, check_rows, evaluate_model
 from fspo.evaluation.report import accumulated_results, write_results
+from fspo.training.prompt_formats import PROMPT_FORMATS
 from fspo.utils.arguments import HelpFormatter, UsageError, check_count, check_model_dir, check_probability, refuse
 from fspo.utils.chat_client import ChatClient
 from fspo.utils.input_files import InputFileError, read_parquet_rows
 from fspo.utils.output_dir import check_output_paths, output_option
-from fspo.verifier_tools.quality import calibrated_threshold
 from fspo.verifier_tools.verify import verifier_options
 
 PROG = "fspo evaluate"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Protocol
 
 from fspo.cpu.compute import torch_compute_dtype
-from fspo.data.templates import render_prompt
+from fspo.training.prompt_formats import render_prompt
 from fspo.utils.input_files import read_hf_config
 
 

@@ -203,7 +203,7 @@ def evaluate_benchmark(
         tokenizer: The model's tokenizer (renders the prompts).
         rows: Benchmark rows in verl's RL format; a row's position is its key in the JSONL.
         predictions_path: JSONL to resume from and append to; None keeps everything in memory.
-        prompt_format: Chat template override (see `fspo.data.templates`); None uses the model's own.
+        prompt_format: Chat template override (see `fspo.training.prompt_formats`); None uses the model's own.
         batch_size: Rows generated between two appends to the JSONL.
         description: Progress bar label.
         evidence_key: Where a row's evidence is: ``extra_info[evidence_key]`` or that column (as in training).

@@ -9,7 +9,7 @@ one line naming the fix: the path, ``HF_TOKEN``, the model's terms on its hub pa
 pre-downloads it. Hub requests are single HEADs with a short timeout (``HF_HUB_ETAG_TIMEOUT``, 10 s by
 default); ``HF_HUB_OFFLINE`` makes it a cache-only check, as it does for the loaders, and a hub that cannot
 be reached, is down (5xx) or rate-limits (429) leaves a complete cache to serve, as the loaders do. The
-training run's config checks (:mod:`fspo.launch.config_checks`), the dry run and every verifier server
+training run's config checks (:mod:`fspo.training.config_checks`), the dry run and every verifier server
 (:func:`check_verifier`) resolve through this module, so each accepts the same models.
 
 Before the models, a CUDA run's node must be able to run the installed torch (:mod:`fspo.launch.cuda_driver`).

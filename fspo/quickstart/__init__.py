@@ -3,5 +3,5 @@
 Not part of a training job: :mod:`fspo.quickstart.cli` builds synthetic data, converts the packaged
 SmolLM2 (:mod:`fspo.quickstart.smollm2`), trains through ``python -m fspo.training.main``
 (:mod:`fspo.quickstart.launch`) and judges each reasoning step against the synthetic world it asked
-about (:mod:`fspo.quickstart.world_judge`, :mod:`fspo.quickstart.step_report`).
+about (:mod:`fspo.data.world_judge`, :mod:`fspo.quickstart.step_report`).
 """

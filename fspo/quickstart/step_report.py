@@ -4,7 +4,7 @@ A policy trained against a verifier learns to please it; copying evidence senten
 ``lexical`` verifier without any reasoning. So a run is reported by three views of the same steps:
 
 - ``hallucinated_step_rate``: the share of claim steps the world judge
-  (:mod:`fspo.quickstart.world_judge`) finds contradicted by the world's facts;
+  (:mod:`fspo.data.world_judge`) finds contradicted by the world's facts;
 - ``supported_step_rate`` per verifier (``lexical`` as the quickstart trains with it: sentence unit,
   threshold 1.0; ``embedding`` at 0.5): the share of steps each scores as supported;
 - ``copy_rate``: the share of steps that are verbatim substrings of the evidence;
@@ -21,13 +21,13 @@ import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from fspo.config.calibrated_thresholds import calibrated_threshold
 from fspo.data.synthetic import DATA_SOURCE
-from fspo.quickstart.world_judge import CONTRADICTED, NOT_A_CLAIM, SUPPORTED, build_world, judge_step
+from fspo.data.world_judge import CONTRADICTED, NOT_A_CLAIM, SUPPORTED, build_world, judge_step
 from fspo.steps import reasoning_steps
 from fspo.training.outcome import compute_score
 from fspo.utils.input_files import read_jsonl
 from fspo.utils.record_schemas import ValidationSample
-from fspo.verifier_tools.quality import calibrated_threshold
 
 # The verifiers as the quickstart trains with `lexical` (fspo.quickstart.cli.VERIFIER) and `embedding` at the
 # config's default threshold.

@@ -23,7 +23,6 @@ from fspo.config.fspo_config import FSPOConfig, fspo_config
 from fspo.config.numeric_options import COUNT
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
 from fspo.cpu.compute import startup_line
-from fspo.data.check import scan_file
 from fspo.launch.attention import apply_attention_fallback
 from fspo.launch.cluster_paths import with_absolute_paths
 from fspo.launch.preflight import (
@@ -35,6 +34,7 @@ from fspo.launch.preflight import (
     resolve_local,
 )
 from fspo.methods.fapo import overlong_buffer
+from fspo.training.data_checks import scan_file
 from fspo.verifiers.placement import resolve_verifier_placement
 
 ACTOR_PARAM_DTYPE = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"

@@ -1,33 +1,26 @@
-"""``fspo data check FILE…``: what a parquet file holds and whether it can train, before a long job.
+"""Whether a parquet file can train: its rows, data sources, scorers, evidence and prompt lengths.
 
-For each file: its rows; each ``data_source`` with the scorer it gets (fspo's, verl's, none); the rows
-with evidence (found as training finds it: ``extra_info[evidence_key]``, else the column of that
-name) and its length; the ground-truth types; with ``--tokenizer`` the evidence and prompt lengths in
-tokens. A file that cannot train is named with why, and the command exits 1: besides missing columns and
-sources without a scorer, rows verl's ``RLHFDataset`` would stop on (:func:`row_problems`), evidence that
-is there but in a form the reward manager cannot read (FSPO would silently skip those rows), and empty
-ground truths. A bad option exits 2 before any file is read.
+A file that cannot train gets its problems named: besides missing columns and sources without a scorer,
+rows verl's ``RLHFDataset`` would stop on (:func:`row_problems`), evidence that is there but in a form the
+reward manager cannot read (FSPO would silently skip those rows), and empty ground truths. Evidence is
+found as training finds it: ``extra_info[evidence_key]``, else the column of that name.
 
 The trainer runs :func:`scan_file` on ``data.train_files`` and ``data.val_files`` before Ray starts
-(:func:`fspo.launch.config_checks.check_data_files`), so a problem found here is the problem a run would stop on.
+(:func:`fspo.training.config_checks.check_data_files`); ``fspo data check`` (:mod:`fspo.data.check`) prints
+the same report, so a problem found there is the problem a run would stop on.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fspo.config.numeric_options import COUNT
-from fspo.data.io import text_list
-from fspo.data.templates import check_prompt_format, count_prompt_tokens
 from fspo.evidence import evidence_text, row_evidence
 from fspo.training.outcome import known_sources, scorer_of
-from fspo.utils.arguments import HelpFormatter, refuse
+from fspo.training.prompt_formats import count_prompt_tokens
+from fspo.utils.field_text import text_list
 from fspo.utils.input_files import InputFileError, read_parquet
 
 REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")
@@ -153,7 +146,7 @@ def scan_file(
             (``evidence``, ``knowledge``) is a problem: FSPO would silently become plain GRPO on it.
         require_evidence: Every row must have evidence (``fspo.require_evidence=true``).
         tokenizer: With one, evidence and prompt lengths are counted in its tokens.
-        prompt_format: A :mod:`fspo.data.templates` format to render prompts with; None: the tokenizer's own.
+        prompt_format: A :mod:`fspo.training.prompt_formats` format to render prompts with; None: the tokenizer's own.
         max_prompt_length: Prompts longer than this many tokens are counted (verl filters or rejects them).
 
     Returns:
@@ -298,145 +291,3 @@ def _prompt_length(messages, tokenizer, prompt_format: str | None) -> int:
             add_special_tokens=False,
         )["input_ids"]
     )
-
-
-def _summary(values: list[int]) -> str:
-    if not values:
-        return "-"
-    return f"min {min(values)} / median {int(statistics.median(values))} / max {max(values)}"
-
-
-def _scorer_label(scorer: str | None) -> str:
-    """``fspo:hotpotqa`` -> ``fspo's hotpotqa``; ``verl`` -> ``verl's``; None -> ``NONE``."""
-    if scorer is None:
-        return "NONE"
-    return f"fspo's {scorer.split(':', 1)[1]}" if scorer.startswith("fspo:") else "verl's"
-
-
-def format_report(report: FileReport) -> str:
-    """The report as the lines ``fspo data check`` prints."""
-    verdict = "can train" if report.can_train else "CANNOT TRAIN"
-    lines = [f"{report.path}: {report.rows} rows, {verdict}"]
-    for source, count in sorted(report.sources.items(), key=lambda item: -item[1]):
-        lines.append(f"  data_source {source!r}: {count} rows, scorer {_scorer_label(report.scorers.get(source))}")
-    where = []
-    if report.evidence_in_extra_info:
-        where.append(f"{report.evidence_in_extra_info} in extra_info")
-    if report.evidence_in_column:
-        where.append(f"{report.evidence_in_column} in the column")
-    lines.append(
-        f"  evidence ('{report.evidence_key}'): {report.evidence_rows}/{report.rows} rows"
-        + (f" ({', '.join(where)})" if where else "")
-        + (f"; chars {_summary(report.evidence_chars)}" if report.evidence_chars else "")
-    )
-    if report.evidence_tokens:
-        lines.append(f"  evidence tokens: {_summary(report.evidence_tokens)}")
-    if report.prompt_tokens is not None:
-        lines.append(
-            f"  prompt tokens: {_summary(report.prompt_tokens)}"
-            + (f"; {report.prompts_over_limit} over the limit" if report.prompts_over_limit else "")
-        )
-    if report.ground_truth_types:
-        lines.append(
-            "  ground truth: " + ", ".join(f"{name} {count}" for name, count in report.ground_truth_types.most_common())
-        )
-    lines += [f"  problem: {problem}" for problem in report.problems]
-    return "\n".join(lines)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        formatter_class=HelpFormatter,
-        prog="fspo data check",
-        description="Report what parquet files hold and whether they can train (exit 1 when one cannot).",
-    )
-    parser.add_argument("files", nargs="+", help="parquet files in verl's RL format")
-    parser.add_argument(
-        "--evidence-key",
-        default="evidence",
-        help="extra_info key or column holding the evidence, as fspo.evidence_key (released files: knowledge)",
-    )
-    parser.add_argument(
-        "--require-evidence", action="store_true", help="every row must have evidence (fspo.require_evidence)"
-    )
-    parser.add_argument("--tokenizer", default=None, help="tokenizer (model directory or hub id) to count tokens with")
-    parser.add_argument(
-        "--prompt-format",
-        default=None,
-        help="render prompts with this fspo.data.templates format (default: the tokenizer's own)",
-    )
-    parser.add_argument(
-        "--max-prompt-length", type=COUNT.parse, default=None, help="count prompts longer than this (tokens)"
-    )
-    return parser
-
-
-def check_arguments(args) -> str | None:
-    """What is wrong with the command line before any file is read (None: nothing)."""
-    if args.tokenizer is None:
-        counted = [
-            flag
-            for flag, value in (
-                ("--max-prompt-length", args.max_prompt_length),
-                ("--prompt-format", args.prompt_format),
-            )
-            if value is not None
-        ]
-        if counted:
-            return f"{' and '.join(counted)} count prompt tokens: give --tokenizer (the model's tokenizer) too"
-    if args.max_prompt_length is not None and args.max_prompt_length < 1:
-        return f"--max-prompt-length must be >= 1 (tokens, as data.max_prompt_length), got {args.max_prompt_length}"
-    if not args.evidence_key.strip():
-        return "--evidence-key is empty: name the extra_info key or column holding the evidence"
-    return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    problem = check_arguments(args)
-    if problem:
-        print(f"fspo data check: {problem}", file=sys.stderr)
-        return 2
-    tokenizer = None
-    if args.prompt_format is not None:
-        try:
-            check_prompt_format(args.prompt_format)
-        except ValueError as error:
-            print(f"fspo data check: {error}", file=sys.stderr)
-            return 2
-    if args.tokenizer:
-        from transformers import AutoTokenizer
-
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-        except Exception as error:  # noqa: BLE001 - any load failure: say which and why
-            return refuse("fspo data check", f"cannot load the tokenizer {args.tokenizer!r}: {error}")
-        if args.prompt_format is None and not tokenizer.chat_template:
-            print(
-                f"fspo data check: the tokenizer {args.tokenizer!r} has no chat template; pass --prompt-format "
-                "(the one training uses, e.g. passthrough for the released FSPO files)",
-                file=sys.stderr,
-            )
-            return 2
-    failed = 0
-    for path in args.files:
-        report = scan_file(
-            path,
-            args.evidence_key,
-            require_evidence=args.require_evidence,
-            tokenizer=tokenizer,
-            prompt_format=args.prompt_format,
-            max_prompt_length=args.max_prompt_length,
-        )
-        print(format_report(report))
-        failed += not report.can_train
-    if failed:
-        print(
-            f"fspo data check: {failed} of {len(args.files)} file(s) cannot train (see 'problem:' above)",
-            file=sys.stderr,
-        )
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

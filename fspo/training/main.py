@@ -19,20 +19,20 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.ppo.v1 import trainer_base
 
+from fspo.config.calibrated_thresholds import register_threshold_resolver
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
 from fspo.cpu import cpu_mode_requested
 from fspo.cpu.allocator import register_preload_resolver
 from fspo.cpu.compute import register_dtype_resolver
 from fspo.cpu.plugin import STATE as cpu_plugin_state
-from fspo.data.templates import register_chat_template_resolver
 from fspo.launch.attention import FLASH_ATTENTION_MODULES, WORKER_IMPORTS_ENV, importable_on_a_gpu_node
-from fspo.launch.config_checks import validate
 from fspo.launch.hub_env import describe, driver_has_token, hub_env_vars, with_env_vars
+from fspo.training.config_checks import validate
+from fspo.training.prompt_formats import register_chat_template_resolver
 from fspo.training.run_ledger import ledger_entry
 from fspo.training.trainer import fspo_trainer_class
 from fspo.training.verifier_loss import VerifierLossError
 from fspo.utils.arguments import UsageError, check_override_keys, check_overrides, refuse
-from fspo.verifier_tools.quality import register_threshold_resolver
 
 # verl's platform name for CUDA GPUs (verl.plugin.platform: "nvidia").
 CUDA_PLATFORM = "nvidia"

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from fspo.data.halueval import offline_files
-from fspo.data.io import clean_text
 from fspo.data.synthetic import labelled_facts
+from fspo.utils.field_text import clean_text
 from fspo.utils.input_files import read_jsonl, read_parquet_rows
 from fspo.utils.record_schemas import LabelledClaim
 

@@ -17,7 +17,7 @@ import re
 from typing import NamedTuple
 
 from fspo.data.synthetic import make_example
-from fspo.quickstart.world_judge import Fact, build_world, parse_fact
+from fspo.data.world_judge import Fact, build_world, parse_fact
 
 # How a step joins its hops: after the first fact, each next hop is "<join> <next hop>", where a relative
 # join states only the next hop's predicate ("which is headquartered in Lima").

@@ -27,6 +27,7 @@ import os
 import sys
 import time
 
+from fspo.config.calibrated_thresholds import CALIBRATED_THRESHOLDS, DEFAULT_THRESHOLD, calibrated_threshold
 from fspo.config.numeric_options import COUNT, PROBABILITY, SEED, VERIFIER_NUMBERS
 from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evidence import evidence_text
@@ -38,7 +39,7 @@ from fspo.utils.input_files import jsonl_lines, parse_jsonl, read_text
 from fspo.utils.output_dir import OutputConflict, check_output_paths, output_option
 from fspo.utils.record_schemas import verify_row
 from fspo.verifier_tools.labelled import SOURCES, SPLITS, load_labelled
-from fspo.verifier_tools.quality import CALIBRATED_THRESHOLDS, DEFAULT_THRESHOLD, calibrated_threshold, summarise
+from fspo.verifier_tools.quality import summarise
 
 # What a reliability chart may be saved as (matplotlib picks the format from the suffix).
 PROG = "fspo verify"
