@@ -182,7 +182,7 @@ def test_the_docs_name_only_what_exists(check):
 
 def test_the_docs_name_only_options_their_commands_have():
     mentions = option_mentions(PAGES)
-    assert len(mentions) > 40  # the pages name many options: the scan must find them
+    assert len(mentions) > 25  # the pages name many options (35 after the cut of issue 72): the scan must find them
     parsers = all_parsers()
     unknown = [
         (page, option)
