@@ -96,12 +96,13 @@ def test_the_yaml_shows_the_dataclass_defaults():
 
 
 def test_the_configuration_page_holds_the_generated_option_tables():
-    """docs/configuration.md's option tables are `python -m fspo.config.reference`'s output, and each default is
-    the dataclass's value as YAML writes it."""
+    """docs/configuration.md's option and metrics tables are `python -m fspo.config.reference`'s output, and each
+    default is the dataclass's value as YAML writes it."""
     from fspo.config.reference import options, page_with_tables
 
     page = (REPO / "docs" / "configuration.md").read_text()
     assert page == page_with_tables(page), "run `python -m fspo.config.reference` to regenerate the tables"
+    assert len(page.encode()) <= 9_500, "docs/configuration.md's budget (issue 72)"
     settings = FSPOConfig()
     shown = list(options())
     assert len(shown) >= 40
@@ -109,6 +110,30 @@ def test_the_configuration_page_holds_the_generated_option_tables():
         owner, _, name = option.key.removeprefix("fspo.").rpartition(".")
         value = getattr(settings.verifier if owner == "verifier" else settings, name)
         assert option.default == yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...").strip()
+
+
+def test_the_docs_tables_show_the_first_sentence_of_each_help_without_asides():
+    """``fspo train --options`` prints each help whole; the page's tables its gist (docs/configuration.md's budget)."""
+    from fspo.config.reference import first_sentence, gist, without_asides
+
+    assert first_sentence("Master switch. false = off.") == "Master switch."
+    assert first_sentence("Cut (e.g. a. B) here. Not this.") == "Cut (e.g. a. B) here."
+    assert first_sentence("e.g. one sentence") == "e.g. one sentence"
+    assert without_asides("exp(1 - x) for n (KnowRL: 10 (facts)) steps") == "exp(1 - x) for n steps"
+    assert gist("llm_judge: requests at once; null = the backend's default.", ("llm_judge",)) == "requests at once."
+    assert gist("nli: tokens (x).", ("nli", "hhem")) == "nli: tokens."
+
+
+@given(st.text(alphabet="ab .()eg", max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_a_gist_is_made_of_the_help_s_own_words(help_text):
+    from fspo.config.reference import first_sentence, without_asides
+
+    assert help_text.startswith(first_sentence(help_text))
+    if ". " not in help_text:
+        assert first_sentence(help_text) == help_text
+    if "(" not in help_text:
+        assert without_asides(help_text) == help_text
 
 
 def test_every_option_belongs_to_a_backend_or_to_all():

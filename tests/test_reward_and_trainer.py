@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import pickle
+import re
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,11 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transfer_queue import KVBatchMeta
 
+import fspo
+from fspo.advantage import apply_step_labels, flip_stats
+from fspo.config.metrics import METRICS
 from fspo.evidence import evidence_text
 from fspo.steps import reasoning_steps
 from fspo.token_labels import step_labels_for_response, verdicts_from_scores
 from fspo.training.batch_dump import dump_file_name, save_atomically
-from fspo.training.reward_extra_info import encode_labels, rows_labels_and_stats, step_metrics
+from fspo.training.reward_extra_info import encode_labels, rows_labels_and_stats, step_metrics, update_metrics
 from fspo.training.trainer import (
     FSPOAdvantageMixin,
     FSPOTrainer,
@@ -177,6 +182,21 @@ def test_step_metrics():
     assert "fspo/verifier_ray_gpu_frac" not in metrics
     verified = [{"fspo_has_evidence": 1, "fspo_verified": 1, "fspo_verifier_ray_gpu": 1}, {"fspo_has_evidence": 1}]
     assert step_metrics(verified)["fspo/verifier_ray_gpu_frac"] == 1.0
+
+
+def test_every_metric_the_trainer_logs_is_described_once_in_the_metrics_list():
+    """docs/configuration.md's metrics table is made from fspo.config.metrics.METRICS: an update's metrics
+    (update_metrics, with a verified rollout so that the GPU share is logged too) and the names the trainer
+    writes itself (a "fspo/..." literal in fspo/training, fspo/methods or fspo/advantage.py) are its keys."""
+    advantages, labels, mask = torch.tensor([[1.0, 1.0, -1.0]]), torch.tensor([[1, -1, 0]]), torch.ones(1, 3)
+    flip = flip_stats(advantages, apply_step_labels(advantages, labels, mask), labels, mask)
+    info = {"fspo_has_evidence": 1, "fspo_steps": 2, "fspo_supported": 1, "fspo_unsupported": 1, "fspo_verified": 1}
+    logged = set(update_metrics([info], flip, rejected_rows=0))
+    package = Path(fspo.__file__).parent
+    sources = [*(package / "training").rglob("*.py"), *(package / "methods").rglob("*.py"), package / "advantage.py"]
+    named = {name for path in sources for name in re.findall(r"[\"'](fspo/[a-z_]+)[\"']", path.read_text())}
+    assert sorted(logged - set(METRICS)) == [] and sorted(named - set(METRICS)) == []
+    assert sorted(set(METRICS) - logged - named) == []
 
 
 def test_pad_rows_get_no_labels_count_nowhere_and_are_not_rejected():

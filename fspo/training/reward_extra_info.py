@@ -2,7 +2,8 @@
 
 The reward manager (:mod:`fspo.training.reward`, in verl's reward workers) and the trainer (:mod:`fspo.training.trainer`, in
 verl's task runner) meet only here: the keys, the label string's format and the metric names are
-written in this module alone.
+written in this module alone. Each metric's meaning is in :data:`fspo.config.metrics.METRICS`, which the docs'
+metrics table is made from; a test holds its names equal to those :func:`update_metrics` and the trainer log.
 
 verl carries ``reward_extra_info`` values as one scalar or string per rollout and requires the same keys
 for every rollout, so each rollout reports every :class:`RolloutStats` field (``fspo_<field>``) and its
