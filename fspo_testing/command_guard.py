@@ -124,7 +124,7 @@ def _help(argv: list[str]) -> str:
 def command_paths() -> list[tuple[str, ...]]:
     """Every leaf command, as the argv prefix that names it: ``("verify",)``, ``("data", "check")``, ...
 
-    A dispatcher's help lists its commands under ``<noun>s:`` (:func:`fspo.cli.usage`), names them in its
+    A dispatcher's help lists its commands under ``<noun>s:`` (:func:`fspo.utils.subcommands.usage`), names them in its
     usage lines (``fspo verifier train ...``) or is argparse's subparsers (``{build-pairs,train}``); anything
     else is a leaf.
     """

@@ -7,10 +7,11 @@ import sys
 
 import pytest
 
-from fspo.cli import SUBCOMMANDS, dispatch
+from fspo.cli import SUBCOMMANDS
 from fspo.cli import main as fspo_main
 from fspo.data.registry import COMMANDS, DATASETS
 from fspo.data.registry import main as data_main
+from fspo.utils.subcommands import dispatch
 
 
 def test_help_lists_every_command(capsys):

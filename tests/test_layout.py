@@ -43,7 +43,7 @@ LAZY_IMPORTS = {
         "fspo.utils.chat_client",
     },
     # `fspo --help` and a mistyped command need no output-folder locks.
-    "fspo.cli": {"fspo.utils.output_dir"},
+    "fspo.utils.subcommands": {"fspo.utils.output_dir"},
     # `fspo train --help` answers without verl; --options reads the config dataclasses (verl's BaseConfig).
     "fspo.cli.train": {"fspo.config.reference", "fspo.training.main"},
 }
@@ -154,6 +154,46 @@ def test_the_trainer_and_the_tools_do_not_import_the_reward_manager():
     # reward.py is verl's reward manager alone: what the trainer and the CLIs share with it lives elsewhere.
     edges, _ = import_graph()
     assert [m for m, targets in edges.items() if "fspo.training.reward" in targets] == []
+
+
+# The training job: what `python -m fspo.training.main` runs. The tools (fspo.cli, fspo.data, fspo.evaluation,
+# fspo.verifier_tools, fspo.quickstart) sit above it and may import it, never the other way.
+TRAINING_JOB = {"training", "launch", "verifiers", "methods", "config", "cpu", "utils"}
+CORE_MODULES = {"steps", "token_labels", "advantage", "evidence"}
+TOOLS = {"cli", "data", "evaluation", "verifier_tools", "quickstart"}
+
+
+def folder(module: str) -> str:
+    """The folder node of a module: fspo/<folder>/'s package, or a top-level module's own name."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "fspo"
+
+
+def folder_graph(edges: dict[str, set[str]]) -> dict[str, dict[str, set[str]]]:
+    """folder -> imported folder -> the module imports ("a -> b") that make that edge."""
+    graph: dict[str, dict[str, set[str]]] = {folder(m): {} for m in edges}
+    for module, targets in edges.items():
+        for target in targets:
+            if folder(target) != folder(module):
+                graph[folder(module)].setdefault(folder(target), set()).add(f"{module} -> {target}")
+    return graph
+
+
+def test_no_import_cycle_among_fspo_folders():
+    graph = folder_graph(import_graph()[0])
+    found = cycles({node: set(targets) for node, targets in graph.items()})
+    inside = [
+        sorted(via for a in component for b, vias in graph[a].items() if b in component for via in vias)
+        for component in found
+    ]
+    assert found == [], f"folders importing each other, through: {inside}"
+
+
+def test_the_training_job_imports_no_tool_folder():
+    graph = folder_graph(import_graph()[0])
+    assert TRAINING_JOB | CORE_MODULES | TOOLS | {"fspo"} == set(graph)
+    wrong = sorted(via for node in TRAINING_JOB | CORE_MODULES for tool in TOOLS for via in graph[node].get(tool, ()))
+    assert wrong == []
 
 
 def test_the_cycle_check_finds_a_cycle():

@@ -1,9 +1,4 @@
-"""The `fspo` command: one entry point, one subcommand per job, and the dispatcher `fspo data` shares.
-
-A command is ``(runner, one line of help)``. The runner is a module name, whose ``main(argv) -> int`` is
-imported only when the command runs (so that `fspo verify` does not pay for importing verl and Ray), or a
-callable taking ``argv``.
-"""
+"""The `fspo` command: one entry point, one subcommand per job (run by :func:`fspo.utils.subcommands.dispatch`)."""
 
 from __future__ import annotations
 
@@ -11,12 +6,8 @@ import importlib
 import importlib.metadata
 import os
 import sys
-from collections.abc import Callable, Mapping
 
-from fspo.utils.arguments import refuse
-from fspo.utils.input_files import InputFileError
-
-Command = tuple[str | Callable[[list[str]], int | None], str]
+from fspo.utils.subcommands import Command, dispatch
 
 SUBCOMMANDS: dict[str, Command] = {
     "train": ("fspo.cli.train", "train with verl (Hydra overrides follow; --help, --options)"),
@@ -33,39 +24,6 @@ SUBCOMMANDS: dict[str, Command] = {
     "evaluate": ("fspo.evaluation.cli", "evaluate model directories on prepared benchmarks"),
     "fdpo": ("fspo.cli.fdpo", "F-DPO: build-pairs from sampled responses (step verifier), train them with TRL"),
 }
-
-
-def usage(prog: str, commands: Mapping[str, Command], noun: str = "command") -> str:
-    width = max(len(name) for name in commands) + 1
-    lines = [f"usage: {prog} <{noun}> [args]" + ("  |  fspo --version" if prog == "fspo" else ""), "", f"{noun}s:"]
-    lines += [f"  {name:<{width}} {help_}" for name, (_, help_) in commands.items()]
-    return "\n".join(lines)
-
-
-def dispatch(prog: str, commands: Mapping[str, Command], argv: list[str] | None, noun: str = "command") -> int:
-    """Run the command named by ``argv[0]`` with the rest of ``argv``; its exit status.
-
-    No name or ``-h``/``--help`` prints the commands (0); an unknown name prints them on stderr (2).
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(usage(prog, commands, noun))
-        return 0
-    name, rest = argv[0], argv[1:]
-    if name not in commands:
-        print(f"{prog}: unknown {noun} {name!r}\n\n{usage(prog, commands, noun)}", file=sys.stderr)
-        return 2
-    runner = commands[name][0]
-    run = importlib.import_module(runner).main if isinstance(runner, str) else runner
-    # Lazy like the commands: fspo.utils.output_dir is small, but `fspo --help` needs none of it.
-    from fspo.utils.output_dir import OutputConflict, release_output_folders
-
-    try:
-        return int(run(rest) or 0)
-    except (InputFileError, OutputConflict) as error:  # any command's input file or output folder
-        return refuse(f"{prog} {name}", error)
-    finally:
-        release_output_folders()  # the output folders this command claimed: their locks end with it
 
 
 # The exit status of a command whose reader went away (`fspo verify rows.jsonl --json | head -1`): 128 + SIGPIPE,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import sys
 from functools import partial
 
-from fspo.cli import dispatch
 from fspo.data import halluqa, halueval, truthfulqa
 from fspo.data.builder import DatasetSpec, run_cli
 from fspo.data.io import SourceFieldError, SourceFileError
@@ -31,6 +30,7 @@ from fspo.data.math_sets import (
 )
 from fspo.data.multihop import convert_multihop
 from fspo.utils.arguments import UsageError, refuse
+from fspo.utils.subcommands import dispatch
 
 SPECS = (
     DatasetSpec(
