@@ -4,7 +4,7 @@ Face config.json), each turning every failure into one :class:`InputFileError` n
 A missing or unreadable file, bytes that are not UTF-8, malformed text, the wrong top-level type and text holding
 an unpaired surrogate (JSON's ``"\\udcff"`` escape: Python reads it, but cannot encode it to print or write it)
 are all refused here, so that no command meets them later as a traceback. ``fspo <command>`` prints the error
-as one line and exits 2 (:func:`fspo.cli.dispatch`).
+as one line and exits 2 (:func:`fspo.utils.subcommands.dispatch`).
 
 JSON Lines are split on ``\\n`` only: ``str.splitlines`` also splits on U+2028, U+2029, U+0085 and others
 that are legal inside a JSON string, so a file one command wrote would not read back in another. Given a
