@@ -145,8 +145,8 @@ def test_a_mistyped_config_key_is_one_line_naming_the_key_it_resembles(config_ke
 def test_hydras_own_keys_pass_without_composing_and_their_typos_are_named(monkeypatch):
     """The twins and a user's runs pass `hydra.run.dir=...`: a key of Hydra's own config is known, so it costs no
     second composition of the config (~1 CPU-s a launch); a typo in one is refused in one line like any other."""
-    from fspo.cli import arguments
     from fspo.training.main import CONFIG_DIR, CONFIG_NAME
+    from fspo.utils import arguments
     from fspo.utils.arguments import UsageError, check_override_keys
 
     composed = []
