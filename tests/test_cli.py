@@ -37,7 +37,7 @@ def test_a_callable_runner_gets_the_rest_of_argv():
 
 
 def test_data_help_lists_every_registered_set(capsys):
-    assert fspo_main(["data"]) == 0
+    assert fspo_main(["data", "--help"]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("usage: fspo data <dataset> [args]")
     for name in [*DATASETS, "synthetic", "check"]:

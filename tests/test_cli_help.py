@@ -22,7 +22,7 @@ def parsers() -> dict[str, argparse.ArgumentParser]:
     return all_parsers()
 
 
-@pytest.mark.parametrize("argv", [[], ["--help"], ["data", "--help"], ["verifier", "--help"], ["verifier", "-h"]])
+@pytest.mark.parametrize("argv", [["--help"], ["data", "--help"], ["verifier", "--help"], ["verifier", "-h"]])
 def test_dispatchers_answer_help_with_0(argv, capsys):
     assert fspo_main(argv) == 0
     assert capsys.readouterr().out.startswith("usage: fspo")

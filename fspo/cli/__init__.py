@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
 import os
 import sys
 
@@ -37,9 +35,6 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv == ["--version"]:
-        print(f"fspo {importlib.metadata.version('fspo')}")
-        return 0
     try:
         return dispatch("fspo", SUBCOMMANDS, argv)
     except BrokenPipeError:

@@ -16,15 +16,31 @@ from fspo.utils.input_files import InputFileError, read_hf_config
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Every fspo command's help: the description as written, and each option's text ending in its default
-    unless the text already says it (or there is none worth saying: no value, off, an empty list)."""
+    """Every fspo command's help: the description as written, and each option's text ending in its default as the
+    user would type it, unless the text already says it (or there is none worth saying: no value, off, an empty
+    list)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        unsaid = action.default in (None, False, [], argparse.SUPPRESS) or "default" in text
-        if unsaid or not action.option_strings:
+        if "default" in text or not action.option_strings or default_is_unset(action.default):
             return text
-        return f"{text} (default %(default)s)"
+        return f"{text} (default {typed_default(action).replace('%', '%%')})"
+
+
+def default_is_unset(default: object) -> bool:
+    """No value, off (False, not 0: a seed of 0 is a value), an empty list, or argparse's SUPPRESS."""
+    return default is None or default is False or default == [] or default == argparse.SUPPRESS
+
+
+def typed_default(action: argparse.Action) -> str:
+    """An option's default as typed on the command line: a list space-separated, an on-switch by its flag."""
+    default = action.default
+    if default is True:
+        # --x/--no-x on by default: the flag that keeps it so; a store_false switch: off when given.
+        return action.option_strings[0] if isinstance(action, argparse.BooleanOptionalAction) else "off when not given"
+    if isinstance(default, (list, tuple)):
+        return " ".join(str(item) for item in default)
+    return str(default)
 
 
 class UsageError(ValueError):

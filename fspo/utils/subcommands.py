@@ -8,6 +8,7 @@ callable taking ``argv``.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Callable, Mapping
 
@@ -27,12 +28,19 @@ def usage(prog: str, commands: Mapping[str, Command], noun: str = "command") -> 
 def dispatch(prog: str, commands: Mapping[str, Command], argv: list[str] | None, noun: str = "command") -> int:
     """Run the command named by ``argv[0]`` with the rest of ``argv``; its exit status.
 
-    No name or ``-h``/``--help`` prints the commands (0); an unknown name prints them on stderr (2).
+    ``-h``/``--help`` prints the commands (0); no name or an unknown one prints them on stderr (2), as argparse
+    does for a missing argument. ``--version`` anywhere prints fspo's version and runs nothing (0).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
+    if "--version" in argv:
+        print(f"fspo {importlib.metadata.version('fspo')}")
+        return 0
+    if argv[:1] in (["-h"], ["--help"]):
         print(usage(prog, commands, noun))
         return 0
+    if not argv:
+        print(f"{prog}: name a {noun}\n\n{usage(prog, commands, noun)}", file=sys.stderr)
+        return 2
     name, rest = argv[0], argv[1:]
     if name not in commands:
         print(f"{prog}: unknown {noun} {name!r}\n\n{usage(prog, commands, noun)}", file=sys.stderr)

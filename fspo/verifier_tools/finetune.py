@@ -302,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         print(usage)
         return 0
     if not argv or argv[0] != "train":
-        print(usage, file=sys.stderr)
+        problem = f"unknown command {argv[0]!r}" if argv else "name a command"
+        print(f"fspo verifier: {problem}\n\n{usage}", file=sys.stderr)
         return 2
     args = _parser().parse_args(argv[1:])
     try:
