@@ -96,3 +96,13 @@ def test_a_list_default_is_its_items_space_separated(items):
 def test_an_on_switch_default_is_the_flag_that_keeps_it_on():
     on = argparse.BooleanOptionalAction(["--evidence-in-prompt", "--no-evidence-in-prompt"], "e", default=True)
     assert typed_default(on) == "--evidence-in-prompt"
+
+
+def test_one_name_per_meaning_across_commands():
+    # --model is a model folder wherever it is an option, a served name is --judge-model, and a verifier option
+    # not given its own flag is --verifier-option.
+    found = shown_defaults()
+    model_helps = {c: t for c, o, _, t in found if o == "--model"}
+    assert model_helps and all(re.search(r"folder|directory", t) for t in model_helps.values()), model_helps
+    assert [c for c, o, _, _ in found if o == "--option"] == []
+    assert {c for c, o, _, _ in found if o == "--judge-model"} == {"fspo verify", "fspo evaluate"}

@@ -83,7 +83,7 @@ def test_verify_bad_input_is_a_clear_error(tmp_path, capsys):
     bad.write_text('{"evidence": "x"}\n')
     assert fspo_main(["verify", str(bad)]) == 2
     assert "line 1" in capsys.readouterr().err
-    assert fspo_main(["verify", str(_write(tmp_path, ROWS)), "--option", "nope=1"]) == 2
+    assert fspo_main(["verify", str(_write(tmp_path, ROWS)), "--verifier-option", "nope=1"]) == 2
     assert "valid options" in capsys.readouterr().err
 
 
@@ -115,15 +115,17 @@ def test_verify_names_a_model_path_that_does_not_exist(tmp_path, capsys):
 
 
 def test_an_option_cannot_name_another_verifier_than_the_command_line(tmp_path, capsys):
-    """Was: `--verifier lexical --option name=minicheck` scored with MiniCheck and reported "verifier lexical" at
+    """Was: `--verifier lexical --verifier-option name=minicheck` scored with MiniCheck and reported "verifier lexical" at
     lexical's threshold; `fspo evaluate --verifier-option name=...` likewise."""
     rows = str(_write(tmp_path, ROWS))
-    assert fspo_main(["verify", rows, "--verifier", "lexical", "--option", "name=minicheck"]) == 2
+    assert fspo_main(["verify", rows, "--verifier", "lexical", "--verifier-option", "name=minicheck"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--option name=minicheck contradicts --verifier lexical" in err
-    assert fspo_main(["verify", rows, "--option", "threshold=0.2"]) == 2
+    assert err.count("\n") == 1 and "--verifier-option name=minicheck contradicts --verifier lexical" in err
+    assert fspo_main(["verify", rows, "--verifier-option", "threshold=0.2"]) == 2
     assert "give the threshold with --threshold" in capsys.readouterr().err
-    assert fspo_main(["verify", rows, "--verifier", "lexical", "--option", "name=lexical", "--limit", "1"]) == 0
+    assert (
+        fspo_main(["verify", rows, "--verifier", "lexical", "--verifier-option", "name=lexical", "--limit", "1"]) == 0
+    )
     capsys.readouterr()
     evaluate = ["evaluate", "--model", str(tmp_path), "--data", rows, "--output-dir", str(tmp_path / "out")]
     assert fspo_main([*evaluate, "--verifier", "lexical", "--verifier-option", "name=factcg"]) == 2

@@ -15,7 +15,7 @@ Example:
     fspo verify --labelled halueval --verifier embedding --chart reliability.png
     fspo verify --labelled my_claims.parquet --verifier nli --model-path ./verifier
     fspo verify rows.jsonl --verifier hhem --device cuda --evidence-top-k 3
-    fspo verify rows.jsonl --verifier llm_judge --url http://localhost:8000/v1 --model Qwen/Qwen3-8B
+    fspo verify rows.jsonl --verifier llm_judge --url http://localhost:8000/v1 --judge-model Qwen/Qwen3-8B
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from fspo.verifier_tools.quality import summarise
 PROG = "fspo verify"
 CHART_SUFFIXES = (".png", ".pdf", ".svg")
 # Verifier options exposed as flags (``--model-path`` -> ``model_path``), with their help; anything else via
-# ``--option``. Each is the fspo.verifier option of that name (fspo.config.verifier.VerifierConfig), not imported
+# ``--verifier-option``. Each is the fspo.verifier option of that name (fspo.config.verifier.VerifierConfig), not imported
 # here: that would import verl, and `fspo verify` starts in a tenth of a second. Their numbers' ranges are
 # fspo.config.numeric_options.VERIFIER_NUMBERS, as the config's.
 _FLAG_OPTIONS = {
@@ -67,6 +67,9 @@ _FLAG_OPTIONS = {
     "timeout_s": (float, "llm_judge: seconds per request before it counts as failed"),
     "max_retries": (int, "llm_judge: retries after a timeout, a connection error or HTTP 408/429/5xx"),
 }
+# Flags not spelled as their option: --model is a model folder in every other command, so the judge's served name
+# is --judge-model, as in `fspo evaluate`.
+_FLAG_NAMES = {"model": "--judge-model"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,18 +125,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     for option, (kind, help_) in _FLAG_OPTIONS.items():
         parser.add_argument(
-            "--" + option.replace("_", "-"),
+            _FLAG_NAMES.get(option, "--" + option.replace("_", "-")),
             type=VERIFIER_NUMBERS[option].parse if option in VERIFIER_NUMBERS else kind,
             default=None,
             dest=option,
             help=help_,
         )
     parser.add_argument(
-        "--option",
+        "--verifier-option",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="any other fspo.verifier option (JSON value, e.g. --option stride=64)",
+        help="any other fspo.verifier option (JSON value, e.g. --verifier-option stride=64)",
     )
     return parser
 
@@ -149,7 +152,7 @@ def parse_option(text: str) -> tuple[str, object]:
         return key, value
 
 
-def verifier_options(texts: list[str], verifier: str, flag: str = "--option") -> dict:
+def verifier_options(texts: list[str], verifier: str, flag: str = "--verifier-option") -> dict:
     """The ``KEY=VALUE`` options of ``texts`` as a dict; ValueError for one that is not ``KEY=VALUE`` or that
     contradicts the command line: ``name`` other than ``verifier`` (the command would report one verifier and
     score with another), ``threshold`` (the command's ``--threshold`` decides the verdicts)."""
@@ -193,10 +196,10 @@ def response_steps(response: str, claims_only: bool):
 
 
 def verifier_settings(args) -> dict:
-    """The ``fspo.verifier`` block the command line describes: name, threshold, flags, then ``--option``s."""
+    """The ``fspo.verifier`` block the command line describes: name, threshold, flags, then ``--verifier-option``s."""
     config: dict = {"name": args.verifier, "threshold": args.threshold}
     config.update({k: getattr(args, k) for k in _FLAG_OPTIONS if getattr(args, k) is not None})
-    config.update(verifier_options(args.option, args.verifier))
+    config.update(verifier_options(args.verifier_option, args.verifier))
     return config
 
 
@@ -335,7 +338,7 @@ def check_arguments(args) -> str | None:
     if args.limit is not None and args.limit < 1:
         return f"--limit must be >= 1, got {args.limit}"
     try:
-        verifier_options(args.option, args.verifier)
+        verifier_options(args.verifier_option, args.verifier)
     except ValueError as error:
         return str(error)
     problem = missing_model_path(args.model_path)
