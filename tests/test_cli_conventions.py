@@ -106,3 +106,7 @@ def test_one_name_per_meaning_across_commands():
     assert model_helps and all(re.search(r"folder|directory", t) for t in model_helps.values()), model_helps
     assert [c for c, o, _, _ in found if o == "--option"] == []
     assert {c for c, o, _, _ in found if o == "--judge-model"} == {"fspo verify", "fspo evaluate"}
+
+
+def test_no_help_reads_default_default():
+    assert [(c, o) for c, o, _, t in shown_defaults() if "(default default)" in t] == []

@@ -106,7 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--variants-per-prompt", type=COUNT.parse, default=1, help="variants made per prompt (default 1)"
     )
     build.add_argument("--variant-url", help="--variants llm: an OpenAI-compatible server (root, /v1 or full URL)")
-    build.add_argument("--variant-model", default="default", help="--variants llm: the model name sent")
+    build.add_argument(
+        "--variant-model", default="default", help="--variants llm: the model name sent (default: the name 'default')"
+    )
     build.add_argument("--variant-api-key-env", help="--variants llm: environment variable holding the API key")
     build.add_argument("--seed", type=SEED.parse, default=0, help="seed of the swap corruption (default 0)")
     fit = commands.add_parser(

@@ -139,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="OpenAI-compatible server (root, /v1 or full chat-completions URL), e.g. a vLLM server",
     )
     judge.add_argument(
-        "--judge-model", default="default", help="model name sent to the judge (and part of the cache key)"
+        "--judge-model",
+        default="default",
+        help="model name sent to the judge (and part of the cache key; default: the name 'default')",
     )
     judge.add_argument(
         "--judge-api-key-env",
