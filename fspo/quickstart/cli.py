@@ -41,7 +41,7 @@ from fspo.utils.output_dir import OutputConflict, check_output_paths, output_opt
 # answering in free text; one worked example shows it the step-by-step format FSPO labels. As a user turn
 # answered by an assistant turn it is followed far more often than inside the system message: sampled at the
 # training settings, the untrained model closed an <answer> block in 59 of 96 rollouts instead of 12
-# (benchmarks/dead_steps.py). A 12-step run still had a gradient on only 4 steps (docs/results.md).
+# (benchmarks/dead_steps.py).
 TASK = (
     "Answer the question from the context. First copy the facts you need from the context inside "
     "<think> </think>, then give the short answer inside <answer> </answer>."
