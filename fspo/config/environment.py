@@ -4,7 +4,7 @@
 A bad value is one :class:`EnvironmentVariableError` naming the variable and what it accepts. ``fspo <command>``
 and ``fspo-train`` check every declared variable (:func:`check_environment`) before they write anything, and refuse
 a bad one as one line with exit status 2. An empty value is an unset one (``FSPO_CPU_THREADS= cmd`` unsets it for
-one command), except where a declaration says otherwise. A switch takes exactly its words: ``FSPO_DRY_RUN=on`` is
+one command), except where a declaration says otherwise. A switch takes exactly its words, in any case: ``FSPO_DRY_RUN=on`` is
 refused, never read as on or as off. The Hugging Face switches take huggingface_hub's true words
 (huggingface_hub/constants.py:12, ``ENV_VARS_TRUE_VALUES``) and their opposites, so fspo reads them as the hub does.
 """
@@ -64,7 +64,7 @@ class Switch:
         return f"{'/'.join(self.on)} (on) or {'/'.join(self.off)} (off)"
 
     def parse(self, text: str) -> bool | None:
-        word = text.strip().lower()
+        word = text.lower()  # not stripped: huggingface_hub and Ray read " 1" as off
         return True if word in self.on else False if word in self.off else None
 
 
