@@ -342,3 +342,20 @@ def test_an_option_value_nested_too_deeply_is_kept_as_text():
     deep = nested(5000, "list")
     assert parse_option(f"k={deep}") == ("k", deep)
     assert parse_option("k=64") == ("k", 64)
+
+
+def test_the_quickstart_scans_the_trainers_log_as_bytes(tmp_path, capsys):
+    """The log is no user input and is never decoded (it was, with errors="replace"): a stray byte passes, and a
+    mark cut mid-write is found once its line ends."""
+    from fspo.quickstart.cli import RunProgress
+
+    log = tmp_path / "train.log"
+    progress = RunProgress("fspo", log, steps=2, questions=4, started=0.0)
+    log.write_bytes(b"warning: caf\xe9\nfspo: validation beg")
+    progress.poll()
+    assert progress.validating_since is None
+    with open(log, "ab") as handle:
+        handle.write(b"ins\n")
+    progress.poll()
+    assert progress.validating_since is not None
+    assert "validating on 4 held-out questions before training" in capsys.readouterr().out
