@@ -70,22 +70,23 @@ def read_stdin_text(stream=None) -> str:
 
 
 def unpaired_surrogate(value: Any) -> str | None:
-    """The first string in ``value`` (nested lists and dicts, keys too) that UTF-8 cannot encode, or None.
-
-    Walked with a stack, not recursion: JSON the parser just accepted may be nested nearly as deep as Python's
-    recursion limit, which a recursive walk started a few frames down would pass."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return item
-        elif isinstance(item, dict):
-            stack += reversed([*item.keys(), *item.values()])
-        elif isinstance(item, list | tuple):
-            stack += reversed(item)
+    """The first string in ``value`` (nested lists and dicts, keys too) that UTF-8 cannot encode, or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value
+        return None
+    if isinstance(value, dict):
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        return None
+    for item in items:
+        found = unpaired_surrogate(item)
+        if found is not None:
+            return found
     return None
 
 
