@@ -64,7 +64,7 @@ def test_the_environment_overrides_the_choice(monkeypatch, fresh_choice):
     assert compute_dtype_choice().dtype == BFLOAT16
     compute_dtype_choice.cache_clear()
     monkeypatch.setenv("FSPO_CPU_DTYPE", "fp8")
-    with pytest.raises(ValueError, match="FSPO_CPU_DTYPE must be float32 or bfloat16, got 'fp8'"):
+    with pytest.raises(ValueError, match="environment variable FSPO_CPU_DTYPE must be float32 or bfloat16, got 'fp8'"):
         compute_dtype_choice()
 
 
@@ -74,7 +74,7 @@ def test_threads_are_the_cores_this_process_may_use(monkeypatch):
     monkeypatch.setenv("FSPO_CPU_THREADS", "3")
     assert cpu_threads() == 3
     monkeypatch.setenv("FSPO_CPU_THREADS", "0")
-    with pytest.raises(ValueError, match="FSPO_CPU_THREADS must be a positive integer"):
+    with pytest.raises(ValueError, match=r"FSPO_CPU_THREADS must be an integer in \[1, 4096\], got '0'"):
         cpu_threads()
 
 

@@ -181,13 +181,16 @@ def test_misnamed_field_in_gsm8k(tmp_path, capsys):
     )
 
 
-def test_non_utf8_bytes_are_replaced_not_fatal(tmp_path):
+def test_non_utf8_bytes_are_refused_naming_the_byte(tmp_path, capsys):
+    """Was: decoded with errors="replace", "cafés" in Latin-1 became "caf\ufffds" in the built set, exit 0."""
     source = tmp_path / "test.jsonl"
     line = json.dumps({"question": "How many caf\u00e9s?", "answer": "There are 3. #### 3"}).encode("utf-8")
     source.write_bytes(line.replace(b"caf\\u00e9s", b"caf\xe9s") + b"\n")
-    (row,) = build(tmp_path, "gsm8k", source)
-    assert row["extra_info"]["question"] == "How many caf\ufffds?"
-    assert row["reward_model"]["ground_truth"] == "3"
+    out = tmp_path / "out"
+    assert data_main(["gsm8k", "--output-dir", str(out), "--split", "test", "--input", str(source)]) == 2
+    (message,) = capsys.readouterr().err.splitlines()
+    assert message.endswith(f"{source} is not UTF-8 text (byte 26 is b'\\xe9'): save it as UTF-8")
+    assert not (out / "test.parquet").exists()
 
 
 # --- math --------------------------------------------------------------------------------------

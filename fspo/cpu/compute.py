@@ -23,6 +23,8 @@ import os
 import platform
 from dataclasses import dataclass
 
+from fspo.config.environment import environment_value
+
 # torch's dtype names; verl's ``PrecisionType`` reads them too (``float32`` = ``fp32``).
 FLOAT32 = "float32"
 BFLOAT16 = "bfloat16"
@@ -80,10 +82,8 @@ def choose_compute_dtype(features: CPUFeatures) -> DtypeChoice:
 @functools.lru_cache(maxsize=1)
 def compute_dtype_choice() -> DtypeChoice:
     """This machine's choice; ``FSPO_CPU_DTYPE=float32|bfloat16`` overrides it."""
-    forced = os.environ.get(DTYPE_ENV, "").strip().lower()
+    forced = environment_value(DTYPE_ENV)
     if forced:
-        if forced not in (FLOAT32, BFLOAT16):
-            raise ValueError(f"{DTYPE_ENV} must be {FLOAT32} or {BFLOAT16}, got {forced!r}")
         return DtypeChoice(forced, f"set by {DTYPE_ENV}")
     return choose_compute_dtype(CPUFeatures.detect())
 
@@ -102,11 +102,9 @@ def torch_compute_dtype():
 
 def cpu_threads() -> int:
     """Threads a CPU process computes with: ``FSPO_CPU_THREADS``, else every core this process may use."""
-    forced = os.environ.get(THREADS_ENV, "").strip()
-    if forced:
-        if not forced.isdigit() or int(forced) < 1:
-            raise ValueError(f"{THREADS_ENV} must be a positive integer, got {forced!r}")
-        return int(forced)
+    forced = environment_value(THREADS_ENV)
+    if forced is not None:
+        return forced
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import os
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import Any, Optional
 import ray
 import torch
 
+from fspo.config.environment import ENVIRONMENT, environment_value
 from fspo.cpu.compute import use_all_threads
 from fspo.cpu.row_attention import ROW_ATTENTION
 from fspo.cpu.row_attention import register as register_row_attention
@@ -191,17 +191,12 @@ def _score_processors(settings: SamplingSettings) -> list:
 
 DECODE_ROWS_ENV = "FSPO_DECODE_ROWS"
 NO_KEYS = 2**62  # a key start past any cache: the row's attention is skipped (filler and finished rows)
-DEFAULT_DECODE_ROWS = 8
+DEFAULT_DECODE_ROWS = ENVIRONMENT[DECODE_ROWS_ENV].default
 
 
 def decode_rows() -> int:
     """Rows in every decoding step (:func:`generate_batch`): ``FSPO_DECODE_ROWS``, else 8."""
-    value = os.environ.get(DECODE_ROWS_ENV, "").strip()
-    if not value:
-        return DEFAULT_DECODE_ROWS
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"{DECODE_ROWS_ENV} must be a positive integer, got {value!r}")
-    return int(value)
+    return environment_value(DECODE_ROWS_ENV)
 
 
 @contextlib.contextmanager
@@ -634,7 +629,7 @@ class HFServerAdapter(_adapter_base()):
 
     def __init__(self, config, model_config, device_mesh, replica_rank: int = -1):
         super().__init__(config, model_config, device_mesh)
-        rank = int(os.environ.get("RANK", 0))
+        rank = environment_value("RANK")
         rollout_world_size = (
             self.config.tensor_model_parallel_size
             * self.config.data_parallel_size

@@ -21,7 +21,7 @@ from typing import Any
 
 from fspo.launch.hub_deadline import hub_timeout_s, no_answer
 from fspo.utils.atomic_file import replacing
-from fspo.utils.input_files import InputFileError, jsonl_lines, parse_json, parse_jsonl, read_bytes, read_parquet_rows
+from fspo.utils.input_files import InputFileError, jsonl_lines, parse_json, parse_jsonl, read_parquet_rows, read_text
 
 SOURCE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
@@ -122,7 +122,7 @@ def read_rows(path: str | Path) -> list[dict]:
 def read_source_file(path: str | Path) -> list[dict]:
     """Records of one local source file: JSON Lines, a JSON list (or {"data": [...]}), parquet or CSV.
 
-    Bytes that are not UTF-8 are replaced rather than aborting the whole file. Read through
+    Bytes that are not UTF-8 are refused, naming the first one's offset (never replaced). Read through
     :mod:`fspo.utils.input_files` (JSON Lines split on ``\\n`` only, a byte-order mark dropped); its one-line errors
     come back as :class:`SourceFileError`.
     """
@@ -132,7 +132,7 @@ def read_source_file(path: str | Path) -> list[dict]:
         if suffix == ".parquet":
             return read_parquet_rows(path)
         # utf-8-sig: a byte-order mark (Windows editors, Excel's CSV) is not part of the first record.
-        text = read_bytes(path, "source file").decode("utf-8-sig", errors="replace")
+        text = read_text(path, "source file")
         if suffix == ".jsonl":
             return parse_jsonl(path, jsonl_lines(text))
         if suffix == ".json":

@@ -13,19 +13,21 @@ the order first named, each written ``"<title>: <sentences>"`` and joined by a b
 
 from __future__ import annotations
 
-import json
-
 from fspo.data.builder import Example
 from fspo.data.io import SourceFieldError, dedupe, get_field
 from fspo.utils.field_text import clean_text
+from fspo.utils.input_files import InputFileError, parse_json, parse_json_bytes
 
 
 def _decoded(value, where: str, name: str):
+    """A field some mirrors store as a JSON string, parsed (strict UTF-8 for bytes); other values as they are."""
     if isinstance(value, (str, bytes)):
         try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            raise SourceFieldError(f"{where}: field {name!r} is a string but not JSON") from None
+            if isinstance(value, bytes):
+                return parse_json_bytes(where, value, None, f", field {name!r}")
+            return parse_json(where, value, None, f", field {name!r}")
+        except InputFileError as error:
+            raise SourceFieldError(f"{error} (a field stored as a string must be JSON)") from None
     return value
 
 

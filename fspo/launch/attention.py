@@ -23,13 +23,13 @@ Triton cross-entropy without the package and take ``logprobs_from_logits_v2``: a
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from omegaconf import DictConfig, OmegaConf
 
+from fspo.config.environment import environment_value
 from fspo.config.vocabulary import ConfigError
 
 # verl's default for every FSDP model: actor, reference and critic (verl.workers.config.model.HFModelConfig).
@@ -103,7 +103,7 @@ WORKER_IMPORTS_ENV = "FSPO_GPU_WORKER_IMPORTS"
 def worker_importable(module: str) -> bool:
     """Whether ``module`` imports where verl's GPU workers run: :data:`WORKER_IMPORTS_ENV` when set (what a GPU
     node of the cluster answered), else this machine's install (a GPU machine launching its own workers)."""
-    listed = os.environ.get(WORKER_IMPORTS_ENV)
+    listed = environment_value(WORKER_IMPORTS_ENV)
     if listed is not None:
         return module in {name.strip() for name in listed.split(",") if name.strip()}
     return importable(module)

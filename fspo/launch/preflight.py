@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
+from fspo.config.environment import environment_value
 from fspo.config.vocabulary import DEFAULT_MODELS, HHEM_FOUNDATION, MODEL_BACKENDS, ConfigError
 from fspo.launch.cuda_driver import check_node_driver
 from fspo.launch.hub_deadline import no_answer
@@ -75,20 +76,19 @@ class ModelNeed:
     remote_code: bool = False  # also the modules its config.json's auto_map names
 
 
-# The values huggingface_hub takes for true (huggingface_hub.constants.ENV_VARS_TRUE_VALUES).
-HUB_TRUE_VALUES = ("1", "ON", "YES", "TRUE")
-
-
 def hub_offline() -> bool:
     """Whether huggingface_hub in a process started now would be offline: read now, by its rule (its
     ``constants.HF_HUB_OFFLINE``, fixed at import): ``HF_HUB_OFFLINE`` when set to anything, else
     transformers' older ``TRANSFORMERS_OFFLINE``; ``HF_HUB_OFFLINE=0`` wins over ``TRANSFORMERS_OFFLINE=1``."""
-    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE")
-    return value is not None and value.upper() in HUB_TRUE_VALUES
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        value = environment_value(name)
+        if value is not None:
+            return value
+    return False
 
 
 def preflight_requested() -> bool:
-    return os.environ.get("FSPO_PREFLIGHT", "1").strip().lower() not in ("0", "false", "no", "off")
+    return environment_value("FSPO_PREFLIGHT")
 
 
 def looks_like_hub_id(ref: str) -> bool:

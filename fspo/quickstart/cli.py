@@ -182,7 +182,7 @@ class RunProgress:
         self.name, self.log_path, self.steps, self.questions = name, log_path, steps, questions
         self.started, self.heartbeat_s = started, heartbeat_s
         self.read_to = 0
-        self.pending = ""
+        self.pending = b""
         self.trained = 0
         self.validating_since: float | None = None
         self.validated = False
@@ -200,7 +200,7 @@ class RunProgress:
     def poll(self) -> None:
         """Reads the log's new lines; called about once a second while the trainer runs."""
         for line in self._new_lines():
-            if self.VALIDATION_MARK in line and self.validating_since is None:
+            if self.VALIDATION_MARK.encode() in line and self.validating_since is None:
                 self.validating_since = time.time()
                 # verl validates after a step's update and logs both in that step's record.
                 when = f"after step {self.trained + 1}" if self.validated else "before training"
@@ -225,14 +225,16 @@ class RunProgress:
         if self.trained < self.steps and (self.trained or any(key.startswith("val") for key in data)):
             self.say(f"training step {self.trained + 1}/{self.steps}: rollouts, verifier, update")
 
-    def _new_lines(self) -> list[str]:
+    def _new_lines(self) -> list[bytes]:
+        """The log's lines written since the last call, as bytes: the trainer's output is scanned for a mark,
+        never decoded, so a stray byte in it neither stops the quickstart nor is replaced."""
         if not self.log_path.is_file():
             return []
-        with open(self.log_path, encoding="utf-8", errors="replace") as log:
+        with open(self.log_path, "rb") as log:
             log.seek(self.read_to)
-            text = log.read()
+            data = log.read()
             self.read_to = log.tell()
-        lines = (self.pending + text).split("\n")
+        lines = (self.pending + data).split(b"\n")
         self.pending = lines.pop()  # a line still being written
         return lines
 

@@ -10,10 +10,10 @@ tokenizer and its chat template under a cache directory.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 from pathlib import Path
 
+from fspo.config.environment import environment_value
 from fspo.utils.output_dir import output_folder
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -51,7 +51,7 @@ def gguf_path() -> Path:
 
 def default_cache_dir() -> Path:
     """``$FSPO_CACHE`` or ``~/.cache/fspo``: where converted models are kept between runs."""
-    return Path(os.environ.get("FSPO_CACHE", Path.home() / ".cache" / "fspo"))
+    return Path(environment_value("FSPO_CACHE") or Path.home() / ".cache" / "fspo")
 
 
 def convert_smollm2(output_dir: str | Path | None = None, force: bool = False) -> Path:

@@ -20,6 +20,7 @@ from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.ppo.v1 import trainer_base
 
 from fspo.config.calibrated_thresholds import register_threshold_resolver
+from fspo.config.environment import EnvironmentVariableError, check_environment, environment_value
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
 from fspo.cpu import cpu_mode_requested
 from fspo.cpu.allocator import register_preload_resolver
@@ -137,7 +138,7 @@ def forwarded_env(cluster: str | None = None) -> dict[str, str]:
 
 
 def dry_run_requested() -> bool:
-    return os.environ.get("FSPO_DRY_RUN", "0").lower() in ("1", "true", "yes")
+    return environment_value("FSPO_DRY_RUN")
 
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"  # fspo/config
@@ -212,7 +213,7 @@ def record_gpu_worker_imports() -> None:
     """Decide the attention fallback for the GPU workers, not this GPU-less driver: the flash-attention packages
     a GPU node imports go to :data:`fspo.launch.attention.WORKER_IMPORTS_ENV`, read by the config checks. A value the
     user set is kept; a node that cannot run the check in time leaves the decision to this machine, said in a line."""
-    if WORKER_IMPORTS_ENV in os.environ:
+    if environment_value(WORKER_IMPORTS_ENV) is not None:
         return
     try:
         found = importable_on_a_gpu_node(tuple(FLASH_ATTENTION_MODULES.values()), GPU_NODE_CHECK_TIMEOUT_S)
@@ -281,11 +282,13 @@ def main(argv: list[str] | None = None) -> int:
     register_config_resolvers()
     args = list(sys.argv[1:] if argv is None else argv)
     try:
+        # Before Hydra makes its run folder: FSPO_DRY_RUN=on is refused here, not taken for a real run.
+        check_environment()
         # Hydra's own flags (--help, --cfg job, ...) are its to read; the overrides are checked here.
         overrides = get_args_parser().parse_known_args(args)[0].overrides
         check_overrides(overrides)
         check_override_keys(overrides, CONFIG_DIR, CONFIG_NAME)
-    except UsageError as error:
+    except (UsageError, EnvironmentVariableError) as error:
         return refuse("fspo", error)
     if dry_run_requested():
         args = without_hydra_outputs(args)

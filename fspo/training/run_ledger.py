@@ -17,6 +17,8 @@ import time
 
 import psutil
 
+from fspo.config.environment import environment_value
+
 LEDGER_ENV = "FSPO_RUN_LEDGER"
 SAMPLE_S = 1.0
 
@@ -115,7 +117,7 @@ def _workers_of_raylets(
 @contextlib.contextmanager
 def ledger_entry(label: str):
     """Record the enclosed trainer run in ``$FSPO_RUN_LEDGER`` (nothing when it is unset)."""
-    path = os.environ.get(LEDGER_ENV)
+    path = environment_value(LEDGER_ENV)
     if not path:
         yield
         return

@@ -27,6 +27,8 @@ import time
 import urllib.error
 import urllib.request
 
+from fspo.utils.input_files import parse_json_bytes
+
 logger = logging.getLogger(__name__)
 
 _THINK_RE = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
@@ -104,7 +106,7 @@ class ChatClient:
     def _post(self, body: dict) -> dict:
         request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=self.headers, method="POST")
         with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            return json.loads(response.read())
+            return parse_json_bytes(self.url, response.read())
 
     def _post_within_deadline(self, body: dict) -> dict:
         """`_post` in a daemon thread, given up (TimeoutError) once ``timeout_s`` has passed; a thread left

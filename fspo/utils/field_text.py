@@ -5,15 +5,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fspo.utils.input_files import decode_utf8
+
 
 def clean_text(value: Any) -> str:
-    """A field as a clean string: None/NaN -> "", bytes decoded as UTF-8 (bad bytes replaced), stripped."""
+    """A field as a clean string: None/NaN -> "", bytes decoded as strict UTF-8, stripped; bytes that are not
+    UTF-8 are one :class:`fspo.utils.input_files.InputFileError` (a command's one-line refusal), never replaced."""
     if value is None:
         return ""
     if isinstance(value, float) and math.isnan(value):
         return ""
     if isinstance(value, bytes):
-        value = value.decode("utf-8", errors="replace")
+        value = decode_utf8("a text field", value)
     return str(value).strip()
 
 

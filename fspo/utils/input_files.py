@@ -3,7 +3,9 @@ Face config.json), each turning every failure into one :class:`InputFileError` n
 
 A missing or unreadable file, bytes that are not UTF-8, malformed text, the wrong top-level type and text holding
 an unpaired surrogate (JSON's ``"\\udcff"`` escape: Python reads it, but cannot encode it to print or write it)
-are all refused here, so that no command meets them later as a traceback. ``fspo <command>`` prints the error
+are all refused here, so that no command meets them later as a traceback. JSON nested too deeply to parse is
+refused too. Every JSON the package parses goes through :func:`parse_json`, a file, standard input, an option's
+value or a server's answer (tests/test_input_doors.py holds it so). ``fspo <command>`` prints the error
 as one line and exits 2 (:func:`fspo.utils.subcommands.dispatch`).
 
 JSON Lines are split on ``\\n`` only: ``str.splitlines`` also splits on U+2028, U+2029, U+0085 and others
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,16 +46,27 @@ def read_bytes(path: str | os.PathLike, what: str = "file") -> bytes:
         raise InputFileError(f"{_name(path)} cannot be read ({error.strerror or error})") from None
 
 
-def read_text(path: str | os.PathLike, what: str = "text file") -> str:
-    """The UTF-8 text of ``path`` (a byte-order mark dropped); bytes that are not UTF-8 are refused."""
-    data = read_bytes(path, what)
+def decode_utf8(path: str | os.PathLike, data: bytes, where: str = "") -> str:
+    """``data`` (read from ``path``) as UTF-8 text, a byte-order mark dropped; bytes that are not UTF-8 are
+    refused, naming the first one's offset: never replaced, so "Zürich" in Latin-1 is no "Z\ufffdrich"."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise InputFileError(
-            f"{_name(path)} is not UTF-8 text (byte {error.start} is {data[error.start : error.start + 1]!r}): "
+            f"{_name(path)}{where} is not UTF-8 text (byte {error.start} is {data[error.start : error.start + 1]!r}): "
             "save it as UTF-8"
         ) from None
+
+
+def read_text(path: str | os.PathLike, what: str = "text file") -> str:
+    """The UTF-8 text of ``path`` (a byte-order mark dropped); bytes that are not UTF-8 are refused."""
+    return decode_utf8(path, read_bytes(path, what))
+
+
+def read_stdin_text(stream=None) -> str:
+    """Standard input as UTF-8 text, read as bytes and decoded strictly (:func:`decode_utf8`), whatever the locale:
+    a text stream would decode by the locale and turn bad bytes into surrogates."""
+    return decode_utf8("<stdin>", (stream or sys.stdin.buffer).read())
 
 
 def unpaired_surrogate(value: Any) -> str | None:
@@ -105,6 +119,11 @@ def parse_json(path: str | os.PathLike, text: str, expect: type | None = dict, w
         raise InputFileError(f"{_name(path)}{where}: holds {_type_name(value)}, expected {wanted}")
     _check_encodable(path, value, where)
     return value
+
+
+def parse_json_bytes(path: str | os.PathLike, data: bytes, expect: type | None = dict, where: str = "") -> Any:
+    """``data`` (read from ``path``) as strict UTF-8 (:func:`decode_utf8`), then as JSON (:func:`parse_json`)."""
+    return parse_json(path, decode_utf8(path, data, where), expect, where)
 
 
 def validate(path: str | os.PathLike, value: Any, schema: Any, where: str = "") -> Any:

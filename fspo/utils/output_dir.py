@@ -39,8 +39,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from fspo.config.environment import environment_value
 from fspo.utils.arguments import UsageError
 from fspo.utils.atomic_file import write_text_atomically
+from fspo.utils.input_files import InputFileError, parse_json_bytes, read_json
 
 RECORD = ".fspo-outputs.json"
 LOCK = ".fspo-lock"
@@ -165,10 +167,9 @@ def record_entries(folder: Path) -> dict[str, str]:
     if _kind(record) == LINK:
         raise OutputConflict(f"{RECORD} is a symbolic link: fspo keeps its record of outputs in a plain file")
     try:
-        data = json.loads(record.read_text(encoding="utf-8"))
-        written = data["written"]
+        written = read_json(record)["written"]
         entries = {p: c for p, c in written.items() if isinstance(p, str) and isinstance(c, str)}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+    except (InputFileError, KeyError, TypeError, AttributeError):
         return {}
     for entry in entries:
         problem = entry_problem(entry) or _link_on_the_way(folder, entry)
@@ -267,7 +268,7 @@ def claim_output_folder(flag: str, folder: str | os.PathLike, command: str) -> P
     path = output_folder(flag, folder)
     newly = path not in _HELD
     if newly:
-        held_for_us = os.environ.get(HELD_ENV, "").split(":", 1)[-1]
+        held_for_us = (environment_value(HELD_ENV) or "").split(":", 1)[-1]
         _check_ancestors(flag, path, {*_HELD, Path(held_for_us)} if held_for_us else set(_HELD))
         made = [parent for parent in (path, *path.parents) if not parent.exists()][::-1]
         try:
@@ -354,9 +355,9 @@ def _same_file(fd: int, path: Path) -> bool:
 def _holder(fd: int) -> str:
     """Who holds the lock, from what the holder wrote in the file: ``pid N: command, since T``."""
     try:
-        holder = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+        holder = parse_json_bytes(LOCK, os.pread(fd, 4096, 0))
         return f"pid {int(holder['pid'])}: {holder['command']}, since {holder['since']}"
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+    except (ValueError, KeyError, TypeError):  # InputFileError (not JSON) is a ValueError
         return "a process that left no name"
 
 

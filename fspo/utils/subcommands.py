@@ -12,6 +12,7 @@ import importlib.metadata
 import sys
 from collections.abc import Callable, Mapping
 
+from fspo.config.environment import EnvironmentVariableError, check_environment
 from fspo.utils.arguments import refuse
 from fspo.utils.input_files import InputFileError
 
@@ -45,6 +46,10 @@ def dispatch(prog: str, commands: Mapping[str, Command], argv: list[str] | None,
     if name not in commands:
         print(f"{prog}: unknown {noun} {name!r}\n\n{usage(prog, commands, noun)}", file=sys.stderr)
         return 2
+    try:
+        check_environment()  # a bad FSPO_* value refused before the command writes anything
+    except EnvironmentVariableError as error:
+        return refuse(f"{prog} {name}", error)
     runner = commands[name][0]
     run = importlib.import_module(runner).main if isinstance(runner, str) else runner
     # Lazy like the commands: fspo.utils.output_dir is small, but `fspo --help` needs none of it.

@@ -35,7 +35,7 @@ from fspo.launch.preflight import check_verifier, looks_like_hub_id
 from fspo.steps import reasoning_span, reasoning_steps
 from fspo.utils.arguments import HelpFormatter
 from fspo.utils.atomic_file import replacing
-from fspo.utils.input_files import jsonl_lines, parse_jsonl, read_text
+from fspo.utils.input_files import InputFileError, jsonl_lines, parse_json, parse_jsonl, read_stdin_text, read_text
 from fspo.utils.output_dir import OutputConflict, check_output_paths, output_option
 from fspo.utils.record_schemas import verify_row
 from fspo.verifier_tools.labelled import SOURCES, SPLITS, load_labelled
@@ -147,8 +147,8 @@ def parse_option(text: str) -> tuple[str, object]:
     if not sep or not key:
         raise ValueError(f"an option must be KEY=VALUE, got {text!r}")
     try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
+        return key, parse_json(f"--option {key}", value, None)
+    except InputFileError:  # not JSON (or nested too deeply to read): the text itself
         return key, value
 
 
@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = verifier_settings(args)
         if args.input == "-":
-            rows = read_rows(jsonl_lines(sys.stdin.read()), args.evidence_key, args.response_key, args.limit)
+            rows = read_rows(jsonl_lines(read_stdin_text()), args.evidence_key, args.response_key, args.limit)
         else:
             lines = jsonl_lines(read_text(args.input, "JSON Lines file"))
             rows = read_rows(lines, args.evidence_key, args.response_key, args.limit, args.input)

@@ -11,10 +11,11 @@ cannot find or read (missing offline, no weights) is one line, not its several-l
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 from pathlib import Path
+
+from fspo.utils.input_files import InputFileError, parse_json_bytes
 
 
 def from_pretrained_checked(model_class, model_path: str, **kwargs):
@@ -57,8 +58,8 @@ def check_safetensors_header(path: str | os.PathLike) -> None:
             problem = f"its header says {length} bytes, the file holds {size}" if length else "it is too short"
         else:
             try:
-                header = json.loads(handle.read(length))
-            except (UnicodeDecodeError, json.JSONDecodeError):
+                header = parse_json_bytes(path, handle.read(length))
+            except InputFileError:
                 header = None
             if not isinstance(header, dict):
                 problem = "its header is not a JSON object"

@@ -25,7 +25,6 @@ evidence).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -38,6 +37,7 @@ import torch
 from fspo.config.verifier import VerifierConfig
 from fspo.config.vocabulary import DEFAULT_MODELS, HHEM_FOUNDATION
 from fspo.launch.preflight import check_verifier, has_tokenizer_files
+from fspo.utils.input_files import parse_json
 from fspo.verifiers.base import Pair
 from fspo.verifiers.batching import Features
 from fspo.verifiers.checked_load import from_pretrained_checked
@@ -156,7 +156,7 @@ def claim_splits_off(tokenizer, prompt: str) -> bool:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or not prompt.endswith(" {text2}") or prompt.count("{text2}") != 1:
         return False
-    pre_tokenizer = json.loads(backend.to_str()).get("pre_tokenizer") or {}
+    pre_tokenizer = parse_json("the tokenizer's serialization", backend.to_str()).get("pre_tokenizer") or {}
     first = (pre_tokenizer.get("pretokenizers") or [pre_tokenizer])[0] if pre_tokenizer else {}
     if first.get("type") != "WhitespaceSplit":
         return False

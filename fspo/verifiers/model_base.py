@@ -34,6 +34,7 @@ from collections.abc import Sequence
 
 import torch
 
+from fspo.config.environment import environment_value
 from fspo.config.vocabulary import GPU_DTYPES, LONG_EVIDENCE
 from fspo.cpu.compute import FLOAT32, compute_dtype_choice
 from fspo.verifiers.base import Pair, PairPipeline
@@ -108,7 +109,7 @@ def ray_cuda_index(ray_gpu_ids: Sequence[str], cuda_visible_devices: str | None)
 def _noset_cuda_index() -> int | None:
     """:func:`ray_cuda_index` of this process when Ray leaves ``CUDA_VISIBLE_DEVICES`` alone, else ``None``."""
     ray = sys.modules.get("ray")
-    if str(os.environ.get(NOSET_CUDA_VISIBLE_DEVICES, "")).lower() not in ("1", "true"):
+    if not environment_value(NOSET_CUDA_VISIBLE_DEVICES):
         return None
     if ray is None or not ray.is_initialized():
         return None
