@@ -10,6 +10,7 @@ the guard reads the update's metrics as the trainer does (``fspo/training/traine
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 
 import pytest
@@ -174,3 +175,28 @@ def test_an_infinite_score_from_any_backend_is_a_failed_step_not_a_label(value, 
     assert (info["fspo_steps"], info["fspo_supported"], info["fspo_unsupported"]) == (3, 1, 0)
     assert (info["fspo_unverifiable"], info["fspo_failed_steps"], info["fspo_verifier_failed"]) == (2, 1, 0)
     assert set(decode_labels(info["fspo_labels"], length)) == {0, 1}
+
+
+def test_a_command_whose_verifier_gives_nan_stops_in_one_line(checker_path, tmp_path, capsys):
+    """Outside training no guard counts failures: ``fspo verify`` (as every command, through the one dispatcher,
+    ``fspo/utils/subcommands.py``) stops with one line naming the setting to change, not a traceback."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from fspo.cli import main
+
+    nan_checker = tmp_path / "nan_checker"
+    model = AutoModelForSequenceClassification.from_pretrained(checker_path)
+    with torch.no_grad():
+        model.classifier.out_proj.bias.fill_(math.nan)
+    model.save_pretrained(nan_checker)
+    AutoTokenizer.from_pretrained(checker_path).save_pretrained(nan_checker)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"evidence": EVIDENCE, "response": "<think>" + RESPONSE}) + "\n")
+
+    capsys.readouterr()  # the build's progress bars
+    argv = ["verify", str(rows), "--verifier", "minicheck", "--model-path", str(nan_checker), "--device", "cpu"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]  # after transformers' weight-loading progress bar
+    assert last.startswith("fspo verify: ") and "NaN or ±inf" in last and "dtype" in last

@@ -47,6 +47,11 @@ class UsageError(ValueError):
     """An argument or input file that cannot work, with what to fix."""
 
 
+class SettingFailure(RuntimeError):
+    """A command that cannot go on under its settings (a verifier whose model gives NaN in float16), with the
+    setting to change: every ``fspo`` command prints it as one line and exits 2."""
+
+
 def refuse(prog: str, error: Exception | str) -> int:
     """Print ``prog: error`` as one line on stderr; the exit status of a refused command (2)."""
     print(f"{prog}: {' '.join(str(error).split())}", file=sys.stderr)

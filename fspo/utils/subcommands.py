@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Mapping
 
 from fspo.config.environment import EnvironmentVariableError, check_environment
-from fspo.utils.arguments import refuse
+from fspo.utils.arguments import SettingFailure, refuse
 from fspo.utils.input_files import InputFileError
 
 Command = tuple[str | Callable[[list[str]], int | None], str]
@@ -57,7 +57,8 @@ def dispatch(prog: str, commands: Mapping[str, Command], argv: list[str] | None,
 
     try:
         return int(run(rest) or 0)
-    except (InputFileError, OutputConflict) as error:  # any command's input file or output folder
+    # Any command's input file or output folder, or a setting it cannot go on under.
+    except (InputFileError, OutputConflict, SettingFailure) as error:
         return refuse(f"{prog} {name}", error)
     finally:
         release_output_folders()  # the output folders this command claimed: their locks end with it

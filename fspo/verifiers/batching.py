@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
+from fspo.utils.arguments import SettingFailure
+
 logger = logging.getLogger(__name__)
 
 Features = Mapping[str, Sequence[int]]  # one tokenized sequence: input_ids (+ token_type_ids)
@@ -108,9 +110,9 @@ _BROKEN_DEVICE_SIGNS = (
 )
 
 
-class NonFiniteOutput(RuntimeError):
+class NonFiniteOutput(SettingFailure):
     """A model forward gave NaN or ±inf for some rows: the call failed (counted by the run-level guard),
-    it did not find the pairs unverifiable."""
+    it did not find the pairs unverifiable. A command that scores outside training stops with its one line."""
 
 
 def non_finite_rows(output: torch.Tensor) -> list[int]:
@@ -187,8 +189,8 @@ def run_batched(
         if bad:
             raise NonFiniteOutput(
                 f"the verifier model gave NaN or ±inf for {len(bad)} of {len(indices)} rows of a micro-batch (a "
-                "float16 overflow or broken weights): use fspo.verifier.dtype=float32, tf32 or bfloat16, or check "
-                "the checkpoint"
+                "float16 overflow or broken weights): use fspo.verifier.dtype=float32, tf32 or bfloat16 (a command's "
+                "--verifier-option dtype=...), or check the checkpoint"
             )
         for row, i in enumerate(indices):
             results[i] = output[row]
