@@ -13,7 +13,7 @@ SUBCOMMANDS: dict[str, Command] = {
     "verify": ("fspo.verifier_tools.verify", "score each reasoning step of JSONL rows {evidence, response}"),
     "verifier": (
         "fspo.verifier_tools.finetune",
-        "verifier train: fine-tune a cross-encoder verifier on labelled claims",
+        "train: fine-tune a cross-encoder verifier on labelled claims; download: a verifier's weights",
     ),
     "data": (
         "fspo.data.registry",
