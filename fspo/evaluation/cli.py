@@ -304,6 +304,10 @@ def check_prompts_render(args: argparse.Namespace, benchmarks: dict[str, list[di
 
     tokenizers = {}
     for model_name, model_dir in args.model:
+        try:  # the weights files first: reading them takes milliseconds, a tokenizer a second or more
+            check_model_files(str(model_dir))
+        except ValueError as error:
+            raise UsageError(f"--model {error}") from None
         # Quiet: its warnings would bury a refusal's one line (the model's own come when it loads).
         verbosity = transformers_logging.get_verbosity()
         transformers_logging.set_verbosity_error()

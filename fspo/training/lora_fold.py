@@ -194,7 +194,6 @@ def fold_merged_model(merged_dir: Path, actor_dir: Path, trust_remote_code: bool
     """Fold ``merged_dir/lora_adapter`` into the base model verl's merger wrote there, in place, stored in
     :data:`FOLD_DTYPE`; returns the line that says what was folded. Checks first (:func:`check_lora_checkpoint`)."""
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
 
     adapter_dir = merged_dir / "lora_adapter"
     if not (adapter_dir / "adapter_config.json").is_file():
@@ -213,6 +212,8 @@ def fold_merged_model(merged_dir: Path, actor_dir: Path, trust_remote_code: bool
         stored_shapes(merged_dir),
         str(actor_dir),
     )
+    from transformers import AutoModelForCausalLM  # seconds: after the checks
+
     model = from_pretrained_checked(
         AutoModelForCausalLM, str(merged_dir), trust_remote_code=trust_remote_code, dtype=FOLD_DTYPE, device_map="cpu"
     )

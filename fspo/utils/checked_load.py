@@ -36,7 +36,8 @@ def from_pretrained_checked(
 ):
     """``model_class.from_pretrained(model_path, **kwargs)`` after :func:`check_model_files`; ValueError naming the
     checkpoint, its architecture and the weights it lacks where transformers reports any newly initialised (missing
-    keys, or mismatched shapes), unless ``missing_ok`` (a base model given a fresh head to train)."""
+    keys, or mismatched shapes), unless ``missing_ok``: the caller fills or trains what is missing (a base model
+    given a fresh head to train, HHEM's t5 weights re-read from its file)."""
     check_model_files(model_path, positions_needed, needed_for, **_config_options(kwargs))
     model, report = _read(model_path, model_class.from_pretrained, output_loading_info=True, **kwargs)
     fresh = [*report.get("missing_keys", ()), *(_key(item) for item in report.get("mismatched_keys", ()))]

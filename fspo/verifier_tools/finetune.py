@@ -282,6 +282,10 @@ def check_arguments(args: argparse.Namespace) -> None:
     check_output_paths("--output-dir", args.output_dir, EXPECTED_FILES, PROG, record=False)
     base_model = args.base_model or minilm_path()
     check_model_dir("--base-model", base_model)
+    try:  # the weights files and the config first: milliseconds, the tokenizer a second
+        check_model_files(base_model, args.max_length, f"--max-length {args.max_length}")
+    except ValueError as error:
+        raise UsageError(f"--base-model {error}") from None
     try:
         special = load_tokenizer(base_model).num_special_tokens_to_add(pair=True)
     except Exception as error:  # noqa: BLE001 - any load failure: say which and why
@@ -292,10 +296,6 @@ def check_arguments(args: argparse.Namespace) -> None:
             f"--max-length {args.max_length} leaves a claim no token beside the evidence; the nli "
             f"backend needs >= {shortest} with this tokenizer"
         )
-    try:
-        check_model_files(base_model, args.max_length, f"--max-length {args.max_length}")
-    except ValueError as error:
-        raise UsageError(f"--base-model {error}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
