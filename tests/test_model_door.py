@@ -82,6 +82,7 @@ def test_only_the_door_loads_models_tokenizers_and_configs():
         "from peft import PeftModel\nPeftModel.from_pretrained(model, path)",
         "loader = getattr(cls, 'x').from_pretrained",
     ],
+    ids=["a model class", "a tokenizer import", "transformers.AutoConfig", "peft's loader", "the loader as a value"],
 )
 def test_a_planted_side_door_is_found(source):
     assert side_doors(ast.parse(source))
