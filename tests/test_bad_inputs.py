@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -113,8 +114,8 @@ def inputs(tmp_path_factory):
         shutil.copytree(tokenizer, folder)
         if config is not None:
             (folder / "config.json").write_text(config)
-        if weights:
-            (folder / "model.safetensors").write_bytes(b"")
+        if weights:  # a readable header that holds no tensor: fspo.utils.checked_load passes it
+            (folder / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")
         if not chat_template:
             settings = json.loads((folder / "tokenizer_config.json").read_text())
             settings.pop("chat_template", None)
@@ -295,7 +296,12 @@ def test_fspo_evaluate(inputs, capsys, argv, status, message):
 VERIFIER_TRAIN_BASE = ["verifier", "train", "--data", "{labelled_bom}", "--output-dir", "{root}/verifier"]
 VERIFIER_TRAIN = [
     ("--max-length too short for a claim", ["--max-length", "7"], 2, "the nli backend needs >= 8"),
-    ("--max-length past the positions", ["--max-length", "100000"], 2, "longer than the base model's 512 positions"),
+    (
+        "--max-length past the positions",
+        ["--max-length", "100000"],
+        2,
+        "has 512 positions (max_position_embeddings) but --max-length 100000",
+    ),
     ("a NaN learning rate", ["--learning-rate", "nan"], 2, "--learning-rate: must be a finite number above 0"),
     ("a negative learning rate", ["--learning-rate=-1e-5"], 2, "--learning-rate: must be a finite number above 0"),
     ("threads 0", ["--threads", "0"], 2, "--threads: must be >= 1"),

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fspo.verifiers.checked_load import check_safetensors_header, from_pretrained_checked
+from fspo.utils.checked_load import check_safetensors_header, from_pretrained_checked
 
 shapes = st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=3), min_size=1, max_size=3)
 

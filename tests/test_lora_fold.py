@@ -252,3 +252,30 @@ def test_fold_command_refuses_metadata_without_an_adapter(merged_lora, capsys):
     assert main([str(merged_lora["merged"]), str(merged_lora["actor"])]) == 1
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "has lora_train_meta.json but its weights hold no LoRA adapter" in line
+
+
+@pytest.mark.parametrize(
+    ("alpha", "adapter_factor", "refusal"),
+    [
+        (1e300, 1, "lora_alpha=1e+300 / r=8 is inf"),  # issue 71: it folded, exit 0, into inf weights
+        (1e-300, 1, "lora_alpha=1e-300 / r=8 is 0.0"),
+        (3e38, 1e6, "gives non-finite weights"),  # a finite scale whose product B A overflows float32
+    ],
+    ids=["scale past float32", "scale below float32", "fold overflows"],
+)
+def test_fold_command_refuses_a_scale_float32_cannot_hold(merged_lora, capsys, alpha, adapter_factor, refusal):
+    from safetensors.torch import save_file
+
+    from fspo.training.lora_fold import main
+
+    adapter_dir = merged_lora["merged"] / "lora_adapter"
+    config = json.loads((adapter_dir / "adapter_config.json").read_text())
+    (adapter_dir / "adapter_config.json").write_text(json.dumps({**config, "lora_alpha": alpha}))
+    (merged_lora["actor"] / "lora_train_meta.json").write_text(json.dumps({"r": config["r"], "lora_alpha": alpha}))
+    adapter = {name: (tensor.float() * adapter_factor) for name, tensor in merged_lora["adapter"].items()}
+    save_file(adapter, adapter_dir / "adapter_model.safetensors")
+    before = {path: path.read_bytes() for path in merged_lora["merged"].rglob("*") if path.is_file()}
+    assert main([str(merged_lora["merged"]), str(merged_lora["actor"])]) == 1
+    err = capsys.readouterr().err
+    assert refusal in err.strip().splitlines()[-1] and "Traceback" not in err, err  # after transformers' progress bar
+    assert {path: path.read_bytes() for path in merged_lora["merged"].rglob("*") if path.is_file()} == before

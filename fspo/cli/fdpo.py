@@ -52,6 +52,7 @@ from fspo.utils.arguments import (
     refuse,
 )
 from fspo.utils.atomic_file import write_text_atomically
+from fspo.utils.checked_load import check_model_files
 from fspo.utils.output_dir import check_output_paths, output_option
 from fspo.utils.record_schemas import Prediction
 from fspo.verifier_tools.verify import verifier_options
@@ -343,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--lambda must be a finite number >= 0, got {args.factuality_lambda}")
         check_count("--batch-size", args.batch_size)
         check_count("--max-length", args.max_length)
+        try:  # the weights files and the position table, before TRL and the model load (seconds)
+            check_model_files(args.model, args.max_length, f"--max-length {args.max_length}")
+        except ValueError as error:
+            raise UsageError(f"--model {error}") from None
         try:
             # Lazy: TRL (the `fdpo` extra) and its model stack load only to train.
             from fspo.methods.fdpo.trainer import read_pairs, train

@@ -38,6 +38,7 @@ from fspo.config.environment import ENVIRONMENT, environment_value
 from fspo.cpu.compute import use_all_threads
 from fspo.cpu.row_attention import ROW_ATTENTION
 from fspo.cpu.row_attention import register as register_row_attention
+from fspo.utils.checked_load import from_pretrained_checked, load_tokenizer
 from fspo.utils.coalesce import Coalescer
 
 logger = logging.getLogger(__name__)
@@ -378,7 +379,7 @@ class HFRolloutServer:
     """
 
     def __init__(self, config, model_config, replica_rank: int = 0, max_batch_size: int = 0):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
         from verl.utils.config import omega_conf_to_dataclass
         from verl.utils.torch_dtypes import PrecisionType
         from verl.workers.config import HFModelConfig
@@ -391,10 +392,15 @@ class HFRolloutServer:
 
         path = self.model_config.local_path
         trust = bool(self.model_config.trust_remote_code)
-        self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
-        # `rollout.dtype`: the CPU preset sets it to the actor's compute dtype (fspo.cpu.compute).
-        self.model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=PrecisionType.to_dtype(self.config.dtype), trust_remote_code=trust, attn_implementation="sdpa"
+        self.tokenizer = load_tokenizer(path, trust_remote_code=trust)
+        # `rollout.dtype`: the CPU preset sets it to the actor's compute dtype (fspo.cpu.compute). The position
+        # table was checked against the run's lengths before Ray started (fspo.training.config_checks).
+        self.model = from_pretrained_checked(
+            AutoModelForCausalLM,
+            path,
+            dtype=PrecisionType.to_dtype(self.config.dtype),
+            trust_remote_code=trust,
+            attn_implementation="sdpa",
         )
         self.model.eval()
         self.pad_id = pad_token_id(self.tokenizer)

@@ -16,6 +16,7 @@ from fspo.config.numeric_options import COUNT, SEED
 from fspo.data.io import SourceFileError, make_row, read_hub, read_records, source_files, write_parquet
 from fspo.training.prompt_formats import PROMPT_FORMATS, build_messages, count_prompt_tokens
 from fspo.utils.arguments import HelpFormatter, UsageError, check_count
+from fspo.utils.checked_load import load_tokenizer
 from fspo.utils.output_dir import check_output_paths, output_option
 
 
@@ -77,12 +78,6 @@ class DatasetSpec:
     offline: Callable[[str, argparse.Namespace], list[Path] | None] | None = None
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
     evidence_in_prompt: bool = False
-
-
-def load_tokenizer(path: str):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path)
 
 
 def build_rows(

@@ -16,6 +16,7 @@ from fspo.config.numeric_options import COUNT
 from fspo.training.data_checks import FileReport, scan_file
 from fspo.training.prompt_formats import check_prompt_format
 from fspo.utils.arguments import HelpFormatter, refuse
+from fspo.utils.checked_load import load_tokenizer
 
 
 def _summary(values: list[int]) -> str:
@@ -123,10 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fspo data check: {error}", file=sys.stderr)
             return 2
     if args.tokenizer:
-        from transformers import AutoTokenizer
-
         try:
-            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+            tokenizer = load_tokenizer(args.tokenizer)
         except Exception as error:  # noqa: BLE001 - any load failure: say which and why
             return refuse("fspo data check", f"cannot load the tokenizer {args.tokenizer!r}: {error}")
         if args.prompt_format is None and not tokenizer.chat_template:

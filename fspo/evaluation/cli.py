@@ -39,6 +39,7 @@ from fspo.evaluation.report import accumulated_results, write_results
 from fspo.training.prompt_formats import PROMPT_FORMATS
 from fspo.utils.arguments import HelpFormatter, UsageError, check_count, check_model_dir, check_probability, refuse
 from fspo.utils.chat_client import ChatClient
+from fspo.utils.checked_load import check_model_files, load_tokenizer
 from fspo.utils.input_files import InputFileError, read_parquet_rows
 from fspo.utils.output_dir import check_output_paths, output_option
 from fspo.verifier_tools.verify import verifier_options
@@ -297,28 +298,43 @@ def read_benchmarks(args: argparse.Namespace) -> dict[str, list[dict]]:
 
 
 def check_prompts_render(args: argparse.Namespace, benchmarks: dict[str, list[dict]]) -> dict[str, object]:
-    """Every row renders with each model's tokenizer (its chat template, or ``--prompt-format``), checked before
+    """Every row renders with each model's tokenizer (its chat template, or ``--prompt-format``), and the longest
+    prompt plus ``--max-new-tokens`` fits the model's position table (its weights files read too), checked before
     any model loads. Returns the tokenizers by model folder: the transformers backend generates with them (a Qwen
     tokenizer takes seconds to load in transformers 5)."""
-    from transformers import AutoTokenizer
     from transformers.utils import logging as transformers_logging
 
     tokenizers = {}
     for model_name, model_dir in args.model:
+        try:  # the weights files first: reading them takes milliseconds, a tokenizer a second or more
+            check_model_files(str(model_dir))
+        except ValueError as error:
+            raise UsageError(f"--model {error}") from None
         # Quiet: its warnings would bury a refusal's one line (the model's own come when it loads).
         verbosity = transformers_logging.get_verbosity()
         transformers_logging.set_verbosity_error()
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        except Exception as error:  # noqa: BLE001 - any load failure: say which folder and why
+            tokenizer = load_tokenizer(str(model_dir))
+        except ValueError as error:
             raise UsageError(f"--model {model_dir}: its tokenizer does not load ({error})") from None
         finally:
             transformers_logging.set_verbosity(verbosity)
+        longest = 0
         for bench_name, rows in benchmarks.items():
             try:
-                render_prompts(tokenizer, rows, args.prompt_format)
+                prompts = render_prompts(tokenizer, rows, args.prompt_format)
             except Exception as error:  # noqa: BLE001 - a row the template cannot render
                 raise UsageError(f"benchmark {bench_name} does not render for model {model_name}: {error}") from None
+            encoded = tokenizer(prompts, add_special_tokens=False)["input_ids"]  # as the generator encodes them
+            longest = max([longest, *map(len, encoded)])
+        try:
+            check_model_files(
+                str(model_dir),
+                longest + args.max_new_tokens,
+                f"the longest prompt ({longest} tokens) + --max-new-tokens {args.max_new_tokens}",
+            )
+        except ValueError as error:
+            raise UsageError(f"--model {error}") from None
         tokenizers[str(model_dir)] = tokenizer
     return tokenizers
 
@@ -356,13 +372,16 @@ def evaluate(
     args.output_dir = check_output_paths("--output-dir", args.output_dir, output_paths(args), PROG)
     predictions_dir = args.output_dir / "predictions"
     for model_name, model_dir in args.model:
-        generator = build_generator(
-            model_dir,
-            settings,
-            args.backend,
-            tensor_parallel_size=args.tensor_parallel_size,
-            tokenizer=tokenizers.get(str(model_dir)),
-        )
+        try:
+            generator = build_generator(
+                model_dir,
+                settings,
+                args.backend,
+                tensor_parallel_size=args.tensor_parallel_size,
+                tokenizer=tokenizers.get(str(model_dir)),
+            )
+        except ValueError as error:  # fspo.utils.checked_load's refusal: weights that do not fill the model
+            raise UsageError(f"--model {error}") from None
         for bench_name, rows in benchmarks.items():
             metrics = evaluate_model(
                 model_dir,

@@ -8,6 +8,7 @@ from typing import Protocol
 
 from fspo.cpu.compute import torch_compute_dtype
 from fspo.training.prompt_formats import render_prompt
+from fspo.utils.checked_load import from_pretrained_checked, load_tokenizer
 from fspo.utils.input_files import read_hf_config
 
 
@@ -160,11 +161,11 @@ class HFGenerator:
     def __init__(self, model_dir: str | Path, settings: GenerationSettings, device: str | None = None, tokenizer=None):
         """``tokenizer``: the model's, already loaded (it is set to pad on the left); None loads it."""
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         self.settings = settings
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(str(model_dir))
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(str(model_dir))
         self.tokenizer.padding_side = "left"  # generation continues from the right edge of every prompt
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -174,7 +175,8 @@ class HFGenerator:
             dtype = torch.bfloat16
         else:  # bf16 only on a CPU with bf16 instructions: elsewhere it is several times slower
             dtype = torch_compute_dtype()
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
+        # Positions were checked against the prompts (fspo.evaluation.cli.check_prompts_render).
+        self.model = from_pretrained_checked(AutoModelForCausalLM, str(model_dir), dtype=dtype).to(self.device).eval()
         eos = self.model.generation_config.eos_token_id
         self.generation_config = hf_generation_config(
             settings, self.tokenizer.eos_token_id if eos is None else eos, self.tokenizer.pad_token_id

@@ -31,6 +31,7 @@ from fspo.config.environment import environment_value
 from fspo.config.vocabulary import DEFAULT_MODELS, HHEM_FOUNDATION, MODEL_BACKENDS, ConfigError
 from fspo.launch.cuda_driver import check_node_driver
 from fspo.launch.hub_deadline import no_answer
+from fspo.utils.checked_load import check_model_files
 from fspo.utils.input_files import InputFileError, read_hf_config, read_json, read_safetensors_index
 
 if TYPE_CHECKING:  # annotations only: the config dataclasses import verl, which `fspo verify` need not load
@@ -74,6 +75,9 @@ class ModelNeed:
     files: tuple[tuple[str, ...], ...]  # groups of alternatives
     download: str  # the command that pre-downloads it into the HF cache
     remote_code: bool = False  # also the modules its config.json's auto_map names
+    # (tokens, the settings that need them): checked against a local folder's position table, with its weights'
+    # headers (fspo.utils.checked_load.check_model_files).
+    positions: tuple[int, str] | None = None
 
 
 def hub_offline() -> bool:
@@ -220,6 +224,10 @@ def resolve_local(need: ModelNeed) -> str | None:
             raise ConfigError(
                 f"{need.key}={need.ref} lacks {', '.join(missing)}: fix the path (a Hugging Face model folder)"
             )
+        try:
+            check_model_files(str(local), *(need.positions or (None, "")))
+        except ValueError as error:
+            raise ConfigError(f"{need.key}: {error}") from None
         return str(local)
     if not looks_like_hub_id(need.ref):
         raise ConfigError(f"{need.key}={need.ref} does not exist: fix the path (a Hugging Face model folder or hub id)")

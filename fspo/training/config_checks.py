@@ -48,13 +48,26 @@ def _as_list(value) -> list[str]:
     return [str(value)]
 
 
-def check_model_path(path: str, key: str = "actor_rollout_ref.model.path") -> None:
-    """``key`` names a model: a complete local folder, or a hub id. Whether a hub id can be had (from the
-    HF cache, under ``HF_HUB_OFFLINE`` too, or from the hub) is the preflight's to say, in the dry run and
-    the run alike (:func:`fspo.launch.preflight.resolve`)."""
+def check_model_path(
+    path: str, key: str = "actor_rollout_ref.model.path", positions: tuple[int, str] | None = None
+) -> None:
+    """``key`` names a model: a complete local folder (its weights' headers readable, its position table
+    holding ``positions``' tokens), or a hub id. Whether a hub id can be had (from the HF cache, under
+    ``HF_HUB_OFFLINE`` too, or from the hub) is the preflight's to say, in the dry run and the run alike
+    (:func:`fspo.launch.preflight.resolve`)."""
     if not path:
         raise ConfigError(f"{key} is not set: give a Hugging Face model directory or hub id")
-    resolve_local(ModelNeed(key, path, MODEL_FILES, f"hf download {path}"))
+    resolve_local(ModelNeed(key, path, MODEL_FILES, f"hf download {path}", positions=positions))
+
+
+def sequence_positions(config: DictConfig) -> tuple[int, str] | None:
+    """The tokens a rollout's prompt and response take together, and the keys that set them; None where either
+    length is not a positive integer (check_positive_counts names it)."""
+    prompt = OmegaConf.select(config, "data.max_prompt_length", default=None)
+    response = OmegaConf.select(config, "data.max_response_length", default=None)
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (prompt, response)):
+        return None
+    return prompt + response, f"data.max_prompt_length + data.max_response_length ({prompt} + {response})"
 
 
 def uses_fspo_scorer(config: DictConfig) -> bool:
@@ -132,7 +145,7 @@ def check_cpu_settings(config: DictConfig) -> None:
 
 def check_config(config: DictConfig, settings: FSPOConfig) -> None:
     """Raise :class:`ConfigError` for the first class of problem found in the model, the data and the platform."""
-    check_model_path(config.actor_rollout_ref.model.path)
+    check_model_path(config.actor_rollout_ref.model.path, positions=sequence_positions(config))
     check_data_files("data.train_files", config.data.train_files, config, settings)
     if config.data.get("val_files"):
         check_data_files("data.val_files", config.data.val_files, config, settings)

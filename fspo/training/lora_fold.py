@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from fspo.utils.checked_load import check_model_files, check_safetensors_header, from_pretrained_checked
 from fspo.utils.input_files import InputFileError, read_json
 
 # float32's 24-bit mantissa resolves lora_alpha/r * B A next to W (~2^-24 of W's size); bf16's 8 bits do not.
@@ -94,6 +95,13 @@ def check_lora_checkpoint(
                 f"lora_adapter/adapter_config.json has {key}={adapter_config.get(key)!r} but the run trained with "
                 f"{key}={trained!r} ({meta_file}): merge again from the checkpoint"
             )
+    scale = float(torch.tensor(alpha / rank, dtype=FOLD_DTYPE))
+    if not (math.isfinite(scale) and scale >= torch.finfo(FOLD_DTYPE).tiny):
+        raise LoraCheckpointError(
+            f"lora_adapter/adapter_config.json and {meta_file}: lora_alpha={alpha!r} / r={rank} is {scale!r} as "
+            f"{FOLD_DTYPE} (the fold would write inf or unchanged weights): merge from a checkpoint trained with a "
+            "lora_alpha / r within float32's range"
+        )
     for option in UNSUPPORTED_OPTIONS:
         if adapter_config.get(option):
             raise LoraCheckpointError(
@@ -186,7 +194,6 @@ def fold_merged_model(merged_dir: Path, actor_dir: Path, trust_remote_code: bool
     """Fold ``merged_dir/lora_adapter`` into the base model verl's merger wrote there, in place, stored in
     :data:`FOLD_DTYPE`; returns the line that says what was folded. Checks first (:func:`check_lora_checkpoint`)."""
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
 
     adapter_dir = merged_dir / "lora_adapter"
     if not (adapter_dir / "adapter_config.json").is_file():
@@ -195,6 +202,8 @@ def fold_merged_model(merged_dir: Path, actor_dir: Path, trust_remote_code: bool
         adapter_config = read_json(adapter_dir / "adapter_config.json")
     except InputFileError as error:
         raise LoraCheckpointError(str(error)) from None
+    check_model_files(str(merged_dir))  # the base's headers, read next for their shapes
+    check_safetensors_header(adapter_dir / "adapter_model.safetensors")
     adapter = load_file(adapter_dir / "adapter_model.safetensors")
     lora = check_lora_checkpoint(
         read_train_meta(actor_dir),
@@ -203,12 +212,19 @@ def fold_merged_model(merged_dir: Path, actor_dir: Path, trust_remote_code: bool
         stored_shapes(merged_dir),
         str(actor_dir),
     )
-    model = AutoModelForCausalLM.from_pretrained(
-        merged_dir, trust_remote_code=trust_remote_code, dtype=FOLD_DTYPE, device_map="cpu"
+    from transformers import AutoModelForCausalLM  # seconds: after the checks
+
+    model = from_pretrained_checked(
+        AutoModelForCausalLM, str(merged_dir), trust_remote_code=trust_remote_code, dtype=FOLD_DTYPE, device_map="cpu"
     )
     base = model.state_dict()
     with torch.no_grad():
         for name, weight in folded_weights(base, adapter, lora).items():
+            if not torch.isfinite(weight).all():  # a finite scale on large adapter weights can still overflow
+                raise LoraCheckpointError(
+                    f"lora_adapter/adapter_model.safetensors: folding {name} gives non-finite weights "
+                    f"(lora_alpha/r={lora.scale:g} times B A overflows {FOLD_DTYPE}); nothing was written"
+                )
             base[name].copy_(weight)
     for stale in [*merged_dir.glob("*.safetensors"), *merged_dir.glob("*.safetensors.index.json")]:
         stale.unlink()
@@ -229,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         print(fold_merged_model(args.merged_dir, args.actor_dir, args.trust_remote_code))
-    except LoraCheckpointError as error:
+    except ValueError as error:  # LoraCheckpointError, or fspo.utils.checked_load's refusal of the merged model
         print(error, file=sys.stderr)  # merge_checkpoint.sh prefixes what failed
         return 1
     return 0

@@ -27,6 +27,7 @@ from pathlib import Path
 from fspo.config.numeric_options import COUNT, POSITIVE_LOSS_TERM, SEED
 from fspo.launch.preflight import minilm_path
 from fspo.utils.arguments import HelpFormatter, UsageError, check_count, check_model_dir, check_positive_number, refuse
+from fspo.utils.checked_load import check_model_files, from_pretrained_checked, load_tokenizer
 from fspo.utils.output_dir import check_output_paths, install_staged, output_option, staging_folder
 from fspo.verifier_tools.download import main as download_main
 from fspo.verifier_tools.labelled import LabelledPair, load_labelled
@@ -156,12 +157,19 @@ def _train(
     provenance: dict,
 ) -> Path:
     import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
 
     torch.manual_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(base_model)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        base_model, num_labels=2, id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()}
+    tokenizer = load_tokenizer(base_model)
+    model = from_pretrained_checked(  # the 2-way head is new: it is what training fits
+        AutoModelForSequenceClassification,
+        base_model,
+        positions_needed=max_length,
+        needed_for=f"--max-length {max_length}",
+        missing_ok=True,
+        num_labels=2,
+        id2label=ID2LABEL,
+        label2id={v: k for k, v in ID2LABEL.items()},
     )
     reset_pooler(model)
     model.train()
@@ -266,7 +274,6 @@ def smallest_max_length(special_tokens: int) -> int:
 def check_arguments(args: argparse.Namespace) -> None:
     """Refuse (:class:`fspo.utils.arguments.UsageError`) settings that would fail mid-training or save a model the
     ``nli`` backend refuses, before any pair is read or weight loaded (the tokenizer and config load, small)."""
-    from transformers import AutoConfig, AutoTokenizer
 
     check_count("--steps", args.steps)
     check_count("--batch-size", args.batch_size)
@@ -275,19 +282,20 @@ def check_arguments(args: argparse.Namespace) -> None:
     check_output_paths("--output-dir", args.output_dir, EXPECTED_FILES, PROG, record=False)
     base_model = args.base_model or minilm_path()
     check_model_dir("--base-model", base_model)
+    try:  # the weights files and the config first: milliseconds, the tokenizer a second
+        check_model_files(base_model, args.max_length, f"--max-length {args.max_length}")
+    except ValueError as error:
+        raise UsageError(f"--base-model {error}") from None
     try:
-        special = AutoTokenizer.from_pretrained(base_model).num_special_tokens_to_add(pair=True)
-        positions = getattr(AutoConfig.from_pretrained(base_model), "max_position_embeddings", None)
-    except Exception as error:  # noqa: BLE001 - any load failure: say which folder and why
-        raise UsageError(f"--base-model {base_model}: its tokenizer or config does not load ({error})") from None
+        special = load_tokenizer(base_model).num_special_tokens_to_add(pair=True)
+    except Exception as error:  # noqa: BLE001 - any load failure: say which and why
+        raise UsageError(f"--base-model {base_model}: its tokenizer does not load ({error})") from None
     shortest = smallest_max_length(special)
     if args.max_length < shortest:
         raise UsageError(
             f"--max-length {args.max_length} leaves a claim no token beside the evidence; the nli "
             f"backend needs >= {shortest} with this tokenizer"
         )
-    if positions and args.max_length > positions:
-        raise UsageError(f"--max-length {args.max_length} is longer than the base model's {positions} positions")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from fspo.launch.preflight import minilm_path
+from fspo.utils.checked_load import from_pretrained_checked, load_tokenizer
 from fspo.verifiers.base import UNVERIFIABLE, Pair
 from fspo.verifiers.batching import Features, run_batched
 from fspo.verifiers.model_base import ModelVerifier
@@ -41,11 +42,11 @@ class EmbeddingVerifier(ModelVerifier):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoModel
 
         model_path = model_path or minilm_path()
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path)
-        self.model = AutoModel.from_pretrained(model_path, dtype=self.dtype).to(self.device).eval()
+        self.tokenizer = load_tokenizer(tokenizer_path or model_path)
+        self.model = from_pretrained_checked(AutoModel, model_path, dtype=self.dtype).to(self.device).eval()
         self.max_length = max_length
 
     # Texts, not pairs, are the model's rows here: each distinct sentence and claim is embedded once.

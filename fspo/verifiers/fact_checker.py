@@ -26,9 +26,9 @@ from collections.abc import Sequence
 
 import torch
 
+from fspo.utils.checked_load import from_pretrained_checked, load_tokenizer
 from fspo.verifiers.base import Pair
 from fspo.verifiers.batching import Features
-from fspo.verifiers.checked_load import from_pretrained_checked
 from fspo.verifiers.model_base import ModelVerifier
 
 # Evidences whose chunks a verifier keeps: a prompt's evidence comes back with each of its rollouts and
@@ -123,9 +123,9 @@ class TemplateClassifierVerifier(TemplateVerifier):
 
 def load_sequence_classifier(model_path: str, tokenizer_path: str | None, dtype: torch.dtype, device: torch.device):
     """(model, fast tokenizer) of a 2-way ``AutoModelForSequenceClassification`` checkpoint."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path, use_fast=True)
+    tokenizer = load_tokenizer(tokenizer_path or model_path, use_fast=True)
     model = from_pretrained_checked(AutoModelForSequenceClassification, model_path, dtype=dtype)
     if model.config.num_labels != 2:
         raise ValueError(f"{model_path} has {model.config.num_labels} labels; a fact checker has 2 (1 = supported)")

@@ -37,10 +37,10 @@ import torch
 from fspo.config.verifier import VerifierConfig
 from fspo.config.vocabulary import DEFAULT_MODELS, HHEM_FOUNDATION
 from fspo.launch.preflight import check_verifier, has_tokenizer_files
+from fspo.utils.checked_load import from_pretrained_checked, load_config, load_tokenizer
 from fspo.utils.input_files import parse_json
 from fspo.verifiers.base import Pair
 from fspo.verifiers.batching import Features
-from fspo.verifiers.checked_load import from_pretrained_checked
 from fspo.verifiers.model_base import (
     EVIDENCE_SPANS_CACHED,
     VERIFIER_ACTIVATION_BYTES,
@@ -110,13 +110,7 @@ def load_hhem(
             name="hhem", model_path=model_path, tokenizer_path=tokenizer_path, trust_remote_code=trust_remote_code
         )
     )
-    from transformers import (
-        AutoConfig,
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-        PretrainedConfig,
-        T5ForTokenClassification,
-    )
+    from transformers import AutoModelForSequenceClassification, PretrainedConfig, T5ForTokenClassification
 
     config, _ = PretrainedConfig.get_config_dict(model_path)
     # HHEM-2.1-Open keeps `foundation` and `prompt` as class attributes of its config class, so they
@@ -128,7 +122,10 @@ def load_hhem(
         model = from_pretrained_checked(T5ForTokenClassification, model_path, dtype=dtype)
     elif trust_remote_code:
         try:
-            model = AutoModelForSequenceClassification.from_pretrained(model_path, trust_remote_code=True)
+            # Its t5 weights are re-read below: what the remote code leaves at random is filled (missing_ok).
+            model = from_pretrained_checked(
+                AutoModelForSequenceClassification, model_path, trust_remote_code=True, missing_ok=True
+            )
         except Exception as error:  # noqa: BLE001 - any remote-code failure has the same way round
             logger.warning(
                 "HHEM remote code failed (%r); loading its weights into T5ForTokenClassification",
@@ -139,12 +136,12 @@ def load_hhem(
             _load_t5_state(model.t5, model_path)
             model = model.to(dtype)
     if model is None:
-        model = T5ForTokenClassification(AutoConfig.from_pretrained(foundation, num_labels=2))
+        model = T5ForTokenClassification(load_config(foundation, num_labels=2))
         _load_t5_state(model, model_path)
         model = model.to(dtype)
     if tokenizer_path is None:
         tokenizer_path = model_path if has_tokenizer_files(model_path) else foundation
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    tokenizer = load_tokenizer(tokenizer_path)
     return model.to(device).eval(), tokenizer, prompt
 
 

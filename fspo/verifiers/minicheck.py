@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from fspo.config.vocabulary import DEFAULT_MODELS
-from fspo.verifiers.checked_load import from_pretrained_checked
+from fspo.utils.checked_load import from_pretrained_checked, load_tokenizer
 from fspo.verifiers.chunking import minicheck_chunks, whitespace_word_counts
 from fspo.verifiers.fact_checker import (
     TemplateClassifierVerifier,
@@ -99,9 +99,9 @@ class MiniCheckT5(TemplateVerifier):
 
     def __init__(self, model_path: str = MINICHECK_FLAN_T5, tokenizer_path: str | None = None, **kwargs):
         super().__init__(**kwargs)
-        from transformers import AutoTokenizer, T5ForConditionalGeneration
+        from transformers import T5ForConditionalGeneration
 
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path, use_fast=True)
+        self.tokenizer = load_tokenizer(tokenizer_path or model_path, use_fast=True)
         self.model = (
             from_pretrained_checked(T5ForConditionalGeneration, model_path, dtype=self.dtype).to(self.device).eval()
         )

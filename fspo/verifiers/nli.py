@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 import torch
 
+from fspo.utils.checked_load import check_window, from_pretrained_checked, load_tokenizer
 from fspo.verifiers.base import Pair
 from fspo.verifiers.batching import Features
-from fspo.verifiers.checked_load import check_window, from_pretrained_checked
 from fspo.verifiers.model_base import ModelVerifier
 
 ENTAILMENT_NAMES = (
@@ -91,11 +91,9 @@ class NLIVerifier(ModelVerifier):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoModelForSequenceClassification
 
-        self.tokenizer = AutoTokenizer.from_pretrained(
-            tokenizer_path or model_path, trust_remote_code=trust_remote_code
-        )
+        self.tokenizer = load_tokenizer(tokenizer_path or model_path, trust_remote_code=trust_remote_code)
         self.model = (
             from_pretrained_checked(
                 AutoModelForSequenceClassification, model_path, dtype=self.dtype, trust_remote_code=trust_remote_code

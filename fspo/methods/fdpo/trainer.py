@@ -18,10 +18,11 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 from trl import DPOConfig, DPOTrainer
 
 from fspo.methods.fdpo.loss import FDPO_BETA, FDPO_LAMBDA
+from fspo.utils.checked_load import from_pretrained_checked, load_tokenizer
 from fspo.utils.input_files import read_jsonl
 from fspo.utils.output_dir import install_staged, staging_folder
 from fspo.utils.record_schemas import Pair
@@ -115,8 +116,14 @@ def build_trainer(
     seed: int = 0,
 ) -> FDPOTrainer:
     """The :class:`FDPOTrainer` ``fspo fdpo train`` runs: ``model_dir`` (float32) on ``pairs``, checkpoints off."""
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    tokenizer = load_tokenizer(str(model_dir))
+    model = from_pretrained_checked(
+        AutoModelForCausalLM,
+        str(model_dir),
+        positions_needed=max_length,
+        needed_for=f"--max-length {max_length}",
+        dtype=torch.float32,
+    )
     config = DPOConfig(
         output_dir=str(output_dir),
         beta=beta,
