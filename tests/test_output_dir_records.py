@@ -171,3 +171,18 @@ def test_the_cases_the_issue_names_are_refused_and_delete_nothing(tmp_path):
         refusal = run("merge_checkpoint.sh", out, ["config.json"])
         assert refusal is not None and json.dumps(entry) in refusal, refusal
         assert snapshot(outside) == before and not (out / "config.json").exists()
+
+
+def test_a_record_entry_no_file_can_have_is_refused_before_anything_is_written(tmp_path):
+    """An entry JSON escapes as an unpaired surrogate (``"\\ud800"``): the one JSON reader refuses such text, and
+    the record that holds it is refused naming the record, as any entry that breaks the rule, not read as empty (then
+    the command wrote into the folder and over the user's record)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / RECORD).write_text(
+        json.dumps({"written": {"\ud800": "fspo data synthetic", "ok.txt": "fspo data synthetic"}})
+    )
+    before = snapshot(out)
+    refusal = run("fspo data synthetic", out, [])
+    assert refusal is not None and RECORD in refusal and "unpaired surrogate" in refusal, refusal
+    assert snapshot(out) == before

@@ -28,6 +28,10 @@ class InputFileError(ValueError):
     """A file the project reads that cannot be used, with its path and what is wrong."""
 
 
+class UnpairedSurrogate(InputFileError):
+    """Text that JSON's ``\\ud800``-``\\udfff`` escapes made: Python reads it, no file name or output can hold it."""
+
+
 def _name(path: str | os.PathLike) -> str:
     # A path from a non-UTF-8 file name carries surrogates: shown escaped, so the message itself can be printed.
     return str(path).encode("utf-8", "backslashreplace").decode("utf-8")
@@ -94,7 +98,7 @@ def _check_encodable(path, value: Any, where: str = "") -> None:
     bad = unpaired_surrogate(value)
     if bad is not None:
         shown = bad.encode("utf-8", "backslashreplace").decode("utf-8")[:60]
-        raise InputFileError(
+        raise UnpairedSurrogate(
             f"{_name(path)}{where}: text {shown!r} holds an unpaired surrogate (a \\ud800-\\udfff escape), which "
             "is not Unicode text and cannot be written out: fix or drop it"
         )

@@ -42,7 +42,7 @@ from pathlib import Path, PurePosixPath
 from fspo.config.environment import environment_value
 from fspo.utils.arguments import UsageError
 from fspo.utils.atomic_file import write_text_atomically
-from fspo.utils.input_files import InputFileError, parse_json_bytes, read_json
+from fspo.utils.input_files import InputFileError, UnpairedSurrogate, parse_json_bytes, read_json
 
 RECORD = ".fspo-outputs.json"
 LOCK = ".fspo-lock"
@@ -169,6 +169,8 @@ def record_entries(folder: Path) -> dict[str, str]:
     try:
         written = read_json(record)["written"]
         entries = {p: c for p, c in written.items() if isinstance(p, str) and isinstance(c, str)}
+    except UnpairedSurrogate as error:  # an entry no file can have: refused like any entry that breaks the rule
+        raise OutputConflict(f"{error}; fspo deletes nothing on its word: fix or delete the record") from None
     except (InputFileError, KeyError, TypeError, AttributeError):
         return {}
     for entry in entries:
