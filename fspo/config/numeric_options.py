@@ -16,8 +16,6 @@ import math
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-import msgspec
-
 # The dtypes a value ends up in, and the closed range each holds.
 FLOAT32_MAX = 3.4028234663852886e38
 DTYPE_RANGES = {
@@ -91,6 +89,8 @@ class Number:
 
     def schema(self) -> Any:
         """This number as a msgspec type: its range (and dtype range) as constraints, so NaN and inf fail too."""
+        import msgspec  # here: set-up imports this module (through fspo.cli) before msgspec is installed
+
         low, high = DTYPE_RANGES[self.dtype]
         if self.low is not None:
             low = max(low, self.low)
