@@ -155,7 +155,8 @@ def build_qwen3_model(output_dir: str | Path, thinking_2507: bool = False, **siz
         num_attention_heads=sizes.get("num_heads", 4),
         num_key_value_heads=sizes.get("num_kv_heads", 2),
         head_dim=16,
-        max_position_embeddings=4096,
+        # Qwen3-8B's table: the model door checks a run's prompt + response lengths against it
+        max_position_embeddings=40960,
         tie_word_embeddings=True,
         eos_token_id=end_of_turn,
         pad_token_id=tokenizer.pad_token_id,
@@ -202,7 +203,8 @@ def build_tiny_model(
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=num_kv_heads,
-        max_position_embeddings=4096,
+        # Qwen2.5-7B-Instruct's table: the model door checks a run's prompt + response lengths against it
+        max_position_embeddings=32768,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=eos_id,
@@ -242,7 +244,8 @@ def build_tiny_llama(output_dir: str | Path, seed: int = 0) -> Path:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=4096,
+        # Llama-3.1-8B-Instruct's table: the model door checks a run's prompt + response lengths against it
+        max_position_embeddings=131072,
         rope_scaling={
             "rope_type": "llama3",
             "factor": 8.0,
