@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 import subprocess
 import zipfile
 from pathlib import Path
@@ -320,7 +321,7 @@ def fake_model(tmp_path_factory):
     model before they read their records."""
     model = tmp_path_factory.mktemp("model")
     (model / "config.json").write_text('{"model_type": "qwen2"}')
-    (model / "model.safetensors").write_bytes(b"\x00" * 8)
+    (model / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")  # a header the model door reads
     return model
 
 
