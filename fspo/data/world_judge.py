@@ -33,17 +33,24 @@ _FACT_PATTERNS = (
     ("mentored_by", re.compile(r"^(?P<s>.+?) was mentored by (?P<o>.+?)\.?$")),
 )
 
-# Phrases a step may use for each relation: the generator's own, and close paraphrases.
-# "is in"/"is located in" mean city_in for a city and headquartered_in for a company (resolved by type).
+# Phrases a step may use for each relation: the generator's own, its restatements (fspo.data.synthetic's
+# restate: "A's birthplace is B", "The headquarters of A are in B", "B was the mentor of A") and close
+# paraphrases. "is in"/"are in"/"is located in" mean city_in for a city and headquartered_in for a company
+# (resolved by type). A phrase of _INVERSE names its relation's object first ("B was the mentor of A").
 _STEP_PHRASES = (
-    ("born_in", r"(?:was|is) born in"),
+    ("born_in", r"(?:was|is) born in|birthplace is|birthplace was"),
     ("city_in", r"is a city in|is a city of"),
     ("works_for", r"works for|works at|is employed by|worked for"),
-    ("headquartered_in", r"is headquartered in|is based in|has its headquarters in|headquartered in"),
+    (
+        "headquartered_in",
+        r"is headquartered in|is based in|has its headquarters in|headquarters (?:are|is) in|headquartered in",
+    ),
     ("founded_in", r"was founded in|was established in|founded in"),
     ("mentored_by", r"was mentored by|is mentored by"),
-    ("located_in", r"is located in|is in|lies in"),
+    ("mentor_of", r"(?:was|is) the mentor of|mentored"),
+    ("located_in", r"is located in|are located in|is in|are in|lies in"),
 )
+_INVERSE = {"mentor_of": "mentored_by"}
 _PHRASE = re.compile(
     r"\b(?:" + "|".join(f"(?P<{name}>{phrase})" for name, phrase in _STEP_PHRASES) + r")\b", re.IGNORECASE
 )
@@ -179,7 +186,10 @@ def read_claims(step: str, world: World) -> tuple[list[Fact], int]:
         after = [m for m in mentions if m[0] >= phrase.end() and m[1] <= limit]
         if before and after:
             subject, obj = before[-1][2], after[0][2]
-            claims.append(Fact(subject, _relation(phrase.lastgroup, subject, world), obj))
+            if phrase.lastgroup in _INVERSE:
+                claims.append(Fact(obj, _INVERSE[phrase.lastgroup], subject))
+            else:
+                claims.append(Fact(subject, _relation(phrase.lastgroup, subject, world), obj))
     return claims, len({m[2] for m in mentions})
 
 
