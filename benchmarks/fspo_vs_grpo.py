@@ -70,7 +70,13 @@ from fspo.data.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_st
 from fspo.evaluation.intervals import CONFIDENCE, t_interval, t_quantile
 from fspo.quickstart.cli import VAL_ROWS, prepare_data, run_overrides, say, train
 from fspo.quickstart.cli import VERIFIER as QUICKSTART_VERIFIER
-from fspo.quickstart.step_report import TRAINING_VERIFIERS, VERIFIER_THRESHOLDS, step_report, validation_samples
+from fspo.quickstart.step_report import (
+    TRAINING_VERIFIERS,
+    VERIFIER_THRESHOLDS,
+    is_right,
+    step_report,
+    validation_samples,
+)
 from fspo.steps import reasoning_steps
 
 # arm -> the overrides that make it; all train against the quickstart's lexical verifier. knowrl and fapo are
@@ -118,6 +124,21 @@ COMPARED_FIGURES = [("hallucinated_step_rate", "hallucinated-step rate"), ("answ
 TARGET_HALF_WIDTH = 0.05
 # Resamples of the paired bootstrap over held-out questions that estimates the questions' share of the noise.
 QUESTION_RESAMPLES = 1000
+# The fields of a per-question record (question_figures); records written before the last three were kept lack them.
+QUESTION_FIELDS = ("contradicted", "claims", "f1", "unseen", "steps", "exact_match", "gold_chain_stated")
+# Per answer, over all of a run's held-out questions (answer_metrics): (key, column title). Defined for every run
+# that answered a question, unlike the pooled hallucinated-step rate, which a run with no judged step lacks and
+# which a run writing one claim in 32 answers sets alone.
+ANSWER_FIGURES = [
+    ("flawed_positive_share", "flawed positives per question"),
+    ("supported_chain_accuracy", "supported-chain accuracy"),
+    ("exact_match", "exact match"),
+    ("steps_per_answer", "steps per answer"),
+    ("non_claim_share", "steps that are no claim"),
+    ("hallucinated_step_rate", "hallucinated-step rate, pooled (secondary)"),
+]
+# The per-answer figures compared between arms, paired over seeds.
+COMPARED_ANSWER_FIGURES = ["flawed_positive_share", "supported_chain_accuracy", "exact_match"]
 # The chart shows the rates (0..1); steps per answer stays in the table.
 CHART_FIGURES = [(key, title) for key, title in FIGURES if key != "steps_per_answer"]
 
@@ -176,7 +197,8 @@ def figures(dump: Path, rows: list[dict], answer_f1: float | None) -> dict:
 
 def question_figures(samples: list[dict], rows: list[dict]) -> dict[str, list[float]]:
     """Per held-out question (its row's index, as a string for JSON): [contradicted steps, judged claims, F1,
-    contradicted steps the training verifier passes], from a validation pass's ``validation_samples``.
+    contradicted steps the training verifier passes, steps, exact match, every gold hop stated as a supported
+    step], from a validation pass's ``validation_samples`` (:data:`QUESTION_FIELDS`).
 
     What the run's hallucinated-step rate (contradicted / claims, summed over questions) and answer F1 (the
     mean) are made of, so that a comparison can tell the questions' part of its noise from the runs'; and
@@ -192,12 +214,22 @@ def question_figures(samples: list[dict], rows: list[dict]) -> dict[str, list[fl
     for sample in samples:
         world = build_world(sample["evidence"], sample["gold_facts"])
         steps = [step.text for step in reasoning_steps(sample["response"])]
-        verdicts = [judge_step(step, world).verdict for step in steps]
+        judgments = [judge_step(step, world) for step in steps]
+        verdicts = [judgment.verdict for judgment in judgments]
         scores = verifier.score([(sample["evidence"], step) for step in steps]) if steps else []
         contradicted = sum(verdict == CONTRADICTED for verdict in verdicts)
         unseen = sum(v == CONTRADICTED and score >= threshold for v, score in zip(verdicts, scores, strict=True))
         claims = contradicted + sum(verdict == SUPPORTED for verdict in verdicts)
-        out[str(row_of[sample["evidence"]])] = [contradicted, claims, float(sample["f1"] or 0.0), unseen]
+        stated = {claim for judgment in judgments if judgment.verdict == SUPPORTED for claim in judgment.claims}
+        out[str(row_of[sample["evidence"]])] = [
+            contradicted,
+            claims,
+            float(sample["f1"] or 0.0),
+            unseen,
+            len(steps),
+            int(sample.get("ground_truth") is not None and is_right(sample["response"], sample["ground_truth"])),
+            int(world.gold <= stated),
+        ]
     return out
 
 
@@ -401,6 +433,103 @@ def figure_value(figures: dict, key: str) -> float | None:
         contradicted = sum(q[0] for q in counts)
         return sum(q[3] for q in counts) / contradicted if contradicted else None
     return figures.get(key)
+
+
+def is_exact_match(record: list[float]) -> bool:
+    """Whether a per-question record's answer is right (the outcome scorer's exact match). A record written
+    before exact match was kept has F1 1 instead: the same thing for the synthetic worlds' one-word answers (a
+    city, a country, a year), whose token F1 is 1 only when the normalised answer equals the gold one."""
+    return bool(record[5]) if len(record) > 5 else record[2] == 1.0
+
+
+def answer_metrics(figures: dict) -> dict[str, float | None]:
+    """A validation pass's per-answer figures (:data:`ANSWER_FIGURES`), from its per-question records, each over
+    all its held-out questions:
+
+    - flawed-positive share: right answers (exact match) holding a step the world judge contradicts;
+    - supported-chain accuracy: right answers stating every gold hop as a supported step, none contradicted
+      (None for records written before the gold chain was kept);
+    - exact match; steps per answer;
+    - the share of steps that are no claim (the judge finds no relation to check), None without a step;
+    - the pooled hallucinated-step rate (contradicted / judged claims), None without a judged claim.
+
+    Records written before steps were kept per question take the pass's step count (``figures["steps"]``).
+    """
+    records = list(figures.get("per_question", {}).values())
+    if not records:
+        return dict.fromkeys((key for key, _ in ANSWER_FIGURES), None)
+    questions = len(records)
+    complete = all(len(record) >= len(QUESTION_FIELDS) for record in records)
+    right = [is_exact_match(record) for record in records]
+    steps = sum(record[4] for record in records) if complete else figures.get("steps")
+    claims = sum(record[1] for record in records)
+    chains = sum(ok and record[6] and not record[0] for ok, record in zip(right, records)) if complete else None
+    return {
+        "flawed_positive_share": sum(ok and record[0] > 0 for ok, record in zip(right, records)) / questions,
+        "supported_chain_accuracy": None if chains is None else chains / questions,
+        "exact_match": sum(right) / questions,
+        "steps_per_answer": None if steps is None else steps / questions,
+        "non_claim_share": (steps - claims) / steps if steps else None,
+        "hallucinated_step_rate": sum(record[0] for record in records) / claims if claims else None,
+    }
+
+
+def answer_comparisons(results: list[dict]) -> list[dict]:
+    """Each paired comparison the runs allow in the per-answer figures (:data:`COMPARED_ANSWER_FIGURES`):
+    per-seed differences after training and their t interval."""
+    arms = {r["arm"] for r in results}
+    after = {(r["arm"], r["seed"]): answer_metrics(r["after"]) for r in results}
+    rows = []
+    for arm, baseline in COMPARISONS:
+        if arm not in arms or baseline not in arms:
+            continue
+        for key in COMPARED_ANSWER_FIGURES:
+            per_seed = {}
+            for seed in sorted({r["seed"] for r in results}):
+                mine, theirs = after.get((arm, seed), {}).get(key), after.get((baseline, seed), {}).get(key)
+                if mine is not None and theirs is not None:
+                    per_seed[seed] = mine - theirs
+            mean, low, high, n = t_interval(list(per_seed.values()))
+            sd = statistics.stdev(per_seed.values()) if n > 1 else math.nan
+            rows.append(
+                {"arm": arm, "baseline": baseline, "figure": key, "mean": mean, "low": low, "high": high}
+                | {"seeds": n, "sd": sd, "per_seed": per_seed}
+            )
+    return rows
+
+
+def answer_table(results: list[dict]) -> str:
+    """The per-answer figures: mean ± std per arm (and the base model, once a seed), then the paired
+    differences with their intervals."""
+    first = next((r["arm"] for r in results if r["before"] is not None), None)
+    groups: dict[str, list[dict]] = {"base model": [answer_metrics(r["before"]) for r in results if r["arm"] == first]}
+    for result in results:
+        groups.setdefault(result["arm"], []).append(answer_metrics(result["after"]))
+    lines = [
+        "Per answer, over all held-out questions (a flawed positive: a right answer holding a contradicted step; a",
+        "supported chain: a right answer stating every gold hop as a supported step, none contradicted); mean ± std",
+        "over each arm's runs:",
+        "",
+        "| arm | runs | " + " | ".join(title for _, title in ANSWER_FIGURES) + " |",
+        "|---|---|" + "---|" * len(ANSWER_FIGURES),
+    ]
+    for name, runs in groups.items():
+        cells = []
+        for key, _ in ANSWER_FIGURES:
+            mean, std, count = mean_std([run[key] for run in runs])
+            cells.append(
+                "n/a" if count == 0 else f"{mean:.3f} ± {std:.3f}" + (f" (n={count})" if count < len(runs) else "")
+            )
+        lines.append(f"| {name} | {len(runs)} | " + " | ".join(cells) + " |")
+    titles = dict(ANSWER_FIGURES)
+    lines += ["", "| difference | figure | mean | 95% interval | seeds | sd |", "|---|---|---|---|---|---|"]
+    for row in answer_comparisons(results):
+        sd = "n/a" if math.isnan(row["sd"]) else f"{row['sd']:.3f}"
+        lines.append(
+            f"| {row['arm']} − {row['baseline']} | {titles[row['figure']]} | {_number(row['mean'])} | "
+            f"[{_number(row['low'])}, {_number(row['high'])}] | {row['seeds']} | {sd} |"
+        )
+    return "\n".join(lines)
 
 
 def mean_std(values: list[float | None]) -> tuple[float, float, int]:
@@ -621,6 +750,7 @@ def report(results: list[dict], steps: int, val_rows: int, paired: list[dict] | 
             comparison_table(comparisons(results) if paired is None else paired),
             live_steps_table(results),
             "Every run's figures after training:\n\n" + per_seed_table(results),
+            answer_table(results),
         ]
     )
 
@@ -723,6 +853,13 @@ def main(argv: list[str] | None = None) -> int:
                 "wall_seconds": round(wall_s, 1),
                 "runs": results,
                 "comparisons": paired,
+                # Per answer (answer_metrics): each run's figures before and after training, and the paired differences.
+                "per_answer": [
+                    {"arm": r["arm"], "seed": r["seed"]}
+                    | {when: None if r[when] is None else answer_metrics(r[when]) for when in ("before", "after")}
+                    for r in results
+                ],
+                "answer_comparisons": answer_comparisons(results),
             },
             indent=2,
         )

@@ -303,8 +303,13 @@ def _world_rows():
         {
             "data_source": "synthetic_multihop",
             "extra_info": {"evidence": EVIDENCE[0], "gold_facts": ["Ada Lin works for Sun Co."]},
+            "reward_model": {"ground_truth": "Pell"},
         },
-        {"data_source": "synthetic_multihop", "extra_info": {"evidence": EVIDENCE[1], "gold_facts": []}},
+        {
+            "data_source": "synthetic_multihop",
+            "extra_info": {"evidence": EVIDENCE[1], "gold_facts": ["Cy Moe works for Fen Inc."]},
+            "reward_model": {"ground_truth": "Vale"},
+        },
         {"data_source": "other", "extra_info": {}},
     ]
 
@@ -322,8 +327,9 @@ def _write_dump(path, outputs):
 def test_question_figures_count_each_answered_question_by_its_row(tmp_path):
     _write_dump(tmp_path / "12.jsonl", [INVENTING, COPYING])
     figures = bench.question_figures(bench.validation_samples(tmp_path / "12.jsonl", _world_rows()), _world_rows())
-    # [contradicted, judged claims, F1, contradicted that the lexical verifier passes]
-    assert figures == {"0": [2, 3, 0.0, 1], "1": [0, 2, 1.0, 0]}
+    # [contradicted, judged claims, F1, contradicted that the lexical verifier passes, steps, exact match,
+    # every gold hop stated as a supported step]
+    assert figures == {"0": [2, 3, 0.0, 1, 4, 0, 0], "1": [0, 2, 1.0, 0, 2, 1, 1]}
     assert bench.figure_value({"per_question": figures}, "verifier_blind_rate") == 0.5
 
 
@@ -339,8 +345,8 @@ def test_a_finished_result_gets_its_per_question_figures_from_its_dumps(tmp_path
     finished = {**_run("fspo", 0, 0.5, 0.2), "dtype": "float32", "config": bench.run_config("fspo", 0, args)}
     (out / "result.json").write_text(json.dumps(finished))
     result = bench.run_once("fspo", 0, args, tmp_path / "model", clock=0.0)
-    assert result["before"]["per_question"]["0"] == [2, 3, 0.0, 1]
-    assert result["after"]["per_question"]["0"] == [0, 2, 0.0, 0]
+    assert result["before"]["per_question"]["0"] == [2, 3, 0.0, 1, 4, 0, 0]
+    assert result["after"]["per_question"]["0"] == [0, 2, 0.0, 0, 2, 1, 1]
     assert json.loads((out / "result.json").read_text()) == result  # kept: the next summary reads it
     assert bench.figure_value(result["before"], "verifier_blind_rate") == 0.5
     assert bench.figure_value(_run("fspo", 0, 0.5, 0.2)["after"], "verifier_blind_rate") is None
