@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fspo.config.numeric_options import Number
+from fspo.config.numeric_options import COUNT, FSPO_NUMBERS, LOSS_TERM, OPEN_PROBABILITY, Number
 
 
 class EnvironmentVariableError(ValueError):
@@ -99,7 +99,40 @@ class Text:
         return text
 
 
+class FolderProblem(ValueError):
+    """Why a folder variable's value cannot be used, without the variable's name."""
+
+
+@dataclass(frozen=True)
+class Folder(Text):
+    """A variable that names a folder, checked as an output folder is (``writes``: fspo writes there, so
+    :func:`fspo.utils.output_dir.output_folder`'s check: not a file, not under one, writable) or as an input folder
+    (it is read: not a file). An empty value is refused, not read as unset: a program that takes it as given
+    (``HF_HOME``, a Hydra override) would use the working folder."""
+
+    empty_is_unset: bool = False
+    accepts: str = "a folder fspo can write"
+    writes: bool = True
+
+    def parse(self, text: str) -> str:
+        if not text.strip():
+            raise FolderProblem("empty names the working folder: unset it or name a folder")
+        if not self.writes:
+            path = os.path.expanduser(text)
+            if "\x00" not in path and os.path.exists(path) and not os.path.isdir(path):
+                raise FolderProblem(f"{path} is a file, not a folder")
+            return text
+        from fspo.utils.output_dir import OutputConflict, output_folder  # here: output_dir reads this module
+
+        try:
+            output_folder("", text)
+        except OutputConflict as error:
+            raise FolderProblem(" ".join(str(error).split())) from None
+        return text
+
+
 Variable = NumberVariable | Switch | Choice | Text
+_INPUT_FOLDER = "a folder (not a file)"
 
 # Bounds that keep a typo (an extra digit) from asking torch for millions of threads or a rollout tensor of
 # millions of rows: well above any CPU this backend runs on.
@@ -127,7 +160,7 @@ ENVIRONMENT: dict[str, Variable] = {
         "fspo-train when it launches from a GPU-less machine",
         empty_is_unset=False,
     ),
-    "FSPO_CACHE": Text(None, "where converted models are kept between runs (default ~/.cache/fspo)"),
+    "FSPO_CACHE": Folder(None, "where converted models are kept between runs (default ~/.cache/fspo)"),
     "FSPO_RUN_LEDGER": Text(None, "a JSON Lines file CI appends each trainer run's time to"),
     "FSPO_OUTPUT_FOLDER_HELD": Text(None, "pid:folder, the output folder a parent command holds for this one"),
     # Set by torch's and verl's launchers in each worker process.
@@ -137,6 +170,13 @@ ENVIRONMENT: dict[str, Variable] = {
     # Ray reads it with ray/_common/utils.py:58 env_bool: "1"/"true" on, anything else off.
     "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": Switch(
         False, "Ray leaves CUDA_VISIBLE_DEVICES alone in its actors (set node-wide)"
+    ),
+    # huggingface_hub takes it as given (constants.py: os.getenv("HF_HOME", ...)): empty, its cache is ./hub.
+    "HF_HOME": Folder(
+        None,
+        "Hugging Face's folder (its hub cache, token); read, and written by downloads",
+        writes=False,
+        accepts=_INPUT_FOLDER,
     ),
     "HF_HUB_OFFLINE": Switch(
         None,
@@ -153,14 +193,63 @@ ENVIRONMENT: dict[str, Variable] = {
 }
 
 
+# The launch scripts' own variables (recipes/*.sh, evaluate/run.sh), which only those scripts read: each script asks
+# ``python -m fspo.config.environment <script>`` to check them once at its top, before bash arithmetic or a Hydra
+# override uses one. Their defaults are the scripts' (their headers list them).
+_FREQUENCY = Number("an integer >= -1 (-1 or 0: never)", int, -1, dtype="int64")
+SCRIPT_ENVIRONMENT: dict[str, Variable] = {
+    "NNODES": NumberVariable(
+        Number(f"an integer in [1, {_MAX_CPU_WORKERS}]", int, 1, _MAX_CPU_WORKERS, dtype="int64"), None, "nodes"
+    ),
+    "N_GPUS_PER_NODE": NumberVariable(Number("an integer in [1, 64]", int, 1, 64, dtype="int64"), None, "GPUs a node"),
+    "CPU_WORKERS": NumberVariable(
+        Number(f"an integer in [1, {_MAX_CPU_WORKERS}]", int, 1, _MAX_CPU_WORKERS, dtype="int64"),
+        None,
+        "run_cpu.sh's FSDP workers",
+    ),
+    "TOTAL_EPOCHS": NumberVariable(COUNT, None, "trainer.total_epochs"),
+    "SAVE_FREQ": NumberVariable(_FREQUENCY, None, "trainer.save_freq"),
+    "TEST_FREQ": NumberVariable(_FREQUENCY, None, "trainer.test_freq"),
+    "CKPT_KEEP": NumberVariable(COUNT, None, "checkpoints verl keeps (actor, critic)"),
+    "STEPS": NumberVariable(COUNT, None, "run_cpu.sh's trainer.total_training_steps"),
+    "STEP_REWARD_WEIGHT": NumberVariable(FSPO_NUMBERS["step_reward_weight"], None, "fspo.step_reward_weight"),
+    "KNOWRL_FACT_WEIGHT": NumberVariable(FSPO_NUMBERS["knowrl_fact_weight"], None, "fspo.knowrl_fact_weight"),
+    "FAPO_PENALTY": NumberVariable(FSPO_NUMBERS["fapo_penalty"], None, "fspo.fapo_penalty"),
+    "CKPT_DIR": Folder(None, "trainer.default_local_dir, where the run's checkpoints go"),
+    # evaluate/run.sh (TOP_K goes to fspo evaluate's --top-k only, which checks it)
+    "DATA_DIR": Folder(None, "the folder of <benchmark>/test.parquet", writes=False, accepts=_INPUT_FOLDER),
+    "OUTPUT_DIR": Folder(None, "where fspo evaluate writes"),
+    "TEMPERATURE": NumberVariable(LOSS_TERM, None, "--temperature"),
+    "TOP_P": NumberVariable(OPEN_PROBABILITY, None, "--top-p"),
+    "SAMPLES": NumberVariable(COUNT, None, "--samples"),
+    "AIME_SAMPLES": NumberVariable(COUNT, None, "--samples on AIME"),
+    "MAX_NEW_TOKENS": NumberVariable(COUNT, None, "--max-new-tokens"),
+    "BATCH_SIZE": NumberVariable(COUNT, None, "--batch-size"),
+}
+# Which of them each script reads (and, with them, every variable of ENVIRONMENT).
+SCRIPT_VARIABLES = {
+    "recipes": (
+        "NNODES", "N_GPUS_PER_NODE", "CPU_WORKERS", "TOTAL_EPOCHS", "SAVE_FREQ", "TEST_FREQ", "CKPT_KEEP", "STEPS",
+        "STEP_REWARD_WEIGHT", "KNOWRL_FACT_WEIGHT", "FAPO_PENALTY", "CKPT_DIR",
+    ),
+    "evaluate": ("DATA_DIR", "OUTPUT_DIR", "TEMPERATURE", "TOP_P", "SAMPLES", "AIME_SAMPLES", "MAX_NEW_TOKENS", "BATCH_SIZE"),
+}  # fmt: skip
+
+
 def environment_value(name: str, environ: Mapping[str, str] | None = None) -> Any:
     """The value of declared variable ``name`` in ``environ`` (default: this process's), as its declaration reads
     it; its default when unset; one :class:`EnvironmentVariableError` when it cannot be read so."""
-    variable = ENVIRONMENT[name]
+    variable = ENVIRONMENT[name] if name in ENVIRONMENT else SCRIPT_ENVIRONMENT[name]
     text = (os.environ if environ is None else environ).get(name)
     if text is None or (text.strip() == "" and not (isinstance(variable, Text) and not variable.empty_is_unset)):
         return variable.default
-    value = variable.parse(text)
+    try:
+        value = variable.parse(text)
+    except FolderProblem as problem:
+        reason = shown(str(problem), 160)[1:-1]
+        raise EnvironmentVariableError(
+            f"environment variable {name} must be {variable.accepts}, got {shown(text)}: {reason}"
+        ) from None
     if value is None:
         raise EnvironmentVariableError(f"environment variable {name} must be {variable.accepts}, got {shown(text)}")
     return value
@@ -170,3 +259,26 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
     """Every declared variable readable (:func:`environment_value`), else the first one's error."""
     for name in ENVIRONMENT:
         environment_value(name, environ)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fspo.config.environment recipes|evaluate``: check every variable of :data:`ENVIRONMENT` and the
+    script's own (:data:`SCRIPT_VARIABLES`); exit 2 with one line naming the first bad one."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] not in SCRIPT_VARIABLES:
+        print(f"usage: python -m fspo.config.environment {'|'.join(SCRIPT_VARIABLES)}", file=sys.stderr)
+        return 2
+    try:
+        check_environment()
+        for name in SCRIPT_VARIABLES[args[0]]:
+            environment_value(name)
+    except EnvironmentVariableError as error:
+        print(error, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
