@@ -129,6 +129,20 @@ class FSPOConfig(BaseConfig):
             "took 4.0 s at every step with 2-s checks, 2.6-3.3 s with 0.25-s ones."
         },
     )
+    skip_dead_steps: bool = field(
+        default=False,
+        metadata={
+            "help": "Skip the update, and the passes only it needs, when every advantage is 0. That is when every "
+            "group's rewards are equal (the flip keeps 0); the old-policy and reference passes and the actor update "
+            "are skipped and fspo/step_skipped logged. Such a step has no "
+            "gradient, but AdamW still moves the weights on it: weight decay, and the momentum of earlier steps "
+            "(0.67 x lr per weight after one live step, measured); a skip leaves them, AdamW's step count and the "
+            "LR schedule where they were, so a run's weights differ from an unskipped run's after its first dead "
+            "step. Only with an estimator computed from the rewards alone (grpo, rloo, reinforce_plus_plus...), no "
+            "critic, no KL loss or KL in the reward, entropy_coeff 0 (the trainer's log says which). false = "
+            "verl's behaviour (the published figures)."
+        },
+    )
     dump_dir: Optional[str] = field(
         default=None,
         metadata={

@@ -17,6 +17,7 @@ from typing import Optional
 
 import torch
 import transfer_queue as tq
+from omegaconf import OmegaConf
 from tensordict import TensorDict
 from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
 from verl.workers.utils.padding import response_to_nested
@@ -58,6 +59,59 @@ def canonical_row_order(keys: Sequence[str], prompt_order: dict[str, int]) -> li
         return (prompt_order.get(uid, len(prompt_order)), uid, *numbers, keys[index])
 
     return sorted(range(len(keys)), key=position)
+
+
+# verl 0.9.1's advantage estimators that read nothing but the rewards, the response mask and the prompt groups
+# (their signatures in verl/trainer/ppo/core_algos.py), so a step's advantages are known before the old-policy pass.
+# GAE reads a critic's values, the optimal-token baselines the old-policy log-probs, ReMax a greedy baseline.
+REWARD_ONLY_ESTIMATORS = (
+    "grpo",
+    "grpo_vectorized",
+    "grpo_passk",
+    "rloo",
+    "rloo_vectorized",
+    "opo",
+    "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+)
+# verl's policy losses that are -advantage x a function of the policy (core_algos.py: vanilla, gspo): no gradient
+# where every advantage is 0.
+ADVANTAGE_SCALED_LOSSES = ("vanilla", "gspo")
+
+
+def dead_step_blocker(config, use_critic: bool) -> Optional[str]:
+    """Why a step whose advantages are all 0 may still change the policy, or cannot be known dead before the
+    old-policy pass (the setting to change, as a phrase); None when neither holds: such a step can be skipped."""
+
+    def setting(key: str, default=None):
+        value = OmegaConf.select(config, key, default=default)
+        return default if value is None else value
+
+    estimator = str(setting("algorithm.adv_estimator"))
+    bypass = bool(setting("algorithm.rollout_correction.bypass_mode", False))
+    if estimator not in REWARD_ONLY_ESTIMATORS:
+        return f"algorithm.adv_estimator={estimator} reads more than the rewards"
+    if use_critic:
+        return "a critic is trained"
+    if setting("algorithm.use_kl_in_reward", False):
+        return "algorithm.use_kl_in_reward=true: the rewards read the reference pass"
+    if setting("actor_rollout_ref.actor.use_kl_loss", False):
+        return "actor_rollout_ref.actor.use_kl_loss=true: the KL loss has a gradient"
+    if float(setting("actor_rollout_ref.actor.entropy_coeff", 0.0)) != 0.0:
+        return "actor_rollout_ref.actor.entropy_coeff != 0: the entropy bonus has a gradient"
+    loss_mode = setting("actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla")
+    if loss_mode not in ADVANTAGE_SCALED_LOSSES:
+        return f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} is not -advantage x ratio"
+    if setting("distillation.enabled", False):
+        return "distillation.enabled=true: the distillation loss has a gradient"
+    if setting("actor_rollout_ref.rollout.calculate_log_probs", False) and not bypass:
+        return "the rollout correction (rollout.calculate_log_probs=true, no bypass_mode) reads the old-policy pass"
+    return None
+
+
+def advantages_all_zero(advantages: torch.Tensor, response_mask: torch.Tensor) -> bool:
+    """Whether every response token's advantage is exactly 0 (a NaN is not): the update would have no gradient."""
+    return bool((advantages[response_mask.bool()] == 0).all())
 
 
 class DrawnBatches:
@@ -130,6 +184,14 @@ class FSPOAdvantageMixin:
         self._fspo_prompt_order: dict[str, int] = {}  # uid -> when the prompt was drawn (canonical_row_order)
         verifier = self.fspo.verifier
         self.fspo_verifier_loss = VerifierLossGuard(verifier.max_failed_share, verifier.max_failed_steps)
+        # fspo.skip_dead_steps: the advantage runs before the old-policy pass, and a dead update is skipped.
+        self._fspo_early_advantage = False
+        self._fspo_advantage_done = False  # this update's advantage already ran (early)
+        self._fspo_dead_update = False  # this update's advantages are all 0 (set by _compute_advantage)
+        blocker = dead_step_blocker(self.config, self.use_critic) if self.fspo.skip_dead_steps else None
+        if self.fspo.skip_dead_steps and self.fspo.enable:
+            self._fspo_early_advantage = blocker is None
+            print(f"fspo: skip_dead_steps {'on' if blocker is None else f'off: {blocker}'}", flush=True)
 
     def _build_replay_buffer(self):
         # verl's base __init__ builds the buffer before this class's __init__ has read the fspo block.
@@ -184,10 +246,30 @@ class FSPOAdvantageMixin:
         print(f"{VALIDATION_BEGINS} (global step {self.global_steps})", flush=True)
         super().on_validate_begin()
 
-    def _compute_advantage(self, batch, metrics: dict):
-        batch = super()._compute_advantage(batch, metrics=metrics)
-        if not self.fspo.enable:
+    def _compute_old_log_prob(self, batch, metrics: dict):
+        # fspo.skip_dead_steps: the advantages (rewards and labels only) decide whether the update has a gradient
+        # before the passes that only the update needs; verl's loop then finds them done (_compute_advantage).
+        if self._fspo_early_advantage:
+            batch = self._compute_advantage(batch, metrics=metrics)
+            self._fspo_advantage_done = True
+            if self._fspo_dead_update:
+                return batch
+        return super()._compute_old_log_prob(batch, metrics=metrics)
+
+    def _compute_ref_log_prob(self, batch, metrics: dict):
+        if self._fspo_early_advantage and self._fspo_dead_update:
             return batch
+        return super()._compute_ref_log_prob(batch, metrics=metrics)
+
+    def _compute_advantage(self, batch, metrics: dict):
+        if self._fspo_advantage_done:
+            self._fspo_advantage_done = False
+            return batch
+        batch = super()._compute_advantage(batch, metrics=metrics)
+        return self._shape_advantages(batch, metrics) if self.fspo.enable else batch
+
+    def _shape_advantages(self, batch, metrics: dict):
+        """The flip of verl's advantages by the step labels, its metrics, and whether the update is dead."""
         data = tq.kv_batch_get(
             keys=batch.keys,
             partition_id=batch.partition_id,
@@ -204,6 +286,7 @@ class FSPOAdvantageMixin:
         advantages, response_mask = padded["advantages"], padded["response_mask"]
         shaped = apply_step_labels(advantages, labels, response_mask) if self.fspo.flips else advantages
 
+        self._fspo_dead_update = advantages_all_zero(shaped, response_mask)
         update = update_metrics(counted, flip_stats(advantages, shaped, labels, response_mask), rejects + missing)
         metrics.update(update)
         # FAPO's stage: the share of prompts whose fully correct rollouts outnumber the failed ones.
@@ -231,6 +314,12 @@ class FSPOAdvantageMixin:
             name = dump_file_name(self.global_steps, self.parameter_sync_step, self.local_trigger_step)
             save_atomically(record, os.path.join(self.fspo_dump_dir, name))
             self._fspo_step_record = None
+        if self._fspo_early_advantage:
+            skipped, self._fspo_dead_update = self._fspo_dead_update, False
+            metrics["fspo/step_skipped"] = float(skipped)
+            if skipped:
+                # No gradient: AdamW, its step count and the LR schedule stay where they were (fspo.skip_dead_steps).
+                return batch
         return super()._update_actor(batch, metrics=metrics)
 
 
