@@ -42,6 +42,8 @@ its trained weights are deleted unless ``--keep-models`` (an RL run's checkpoint
     python benchmarks/fspo_vs_grpo.py --seeds 1 --steps 1 --val-rows 4   # the smoke test of this script
     python benchmarks/fspo_vs_grpo.py --baseline knowrl --baseline fapo --baseline fdpo   # all six arms
     python benchmarks/fspo_vs_grpo.py --table benchmarks/results/fspo_vs_grpo.json   # the committed tables
+    python benchmarks/fspo_vs_grpo.py --world shortcut --arms fspo grpo --seeds 16 --val-rows 64 \
+        --output-dir outputs/shortcut    # the pre-registered comparison (benchmarks/preregistration_shortcut.md)
 
 ``--collect`` trains nothing: it tabulates the runs of ``--arms`` and ``--seeds`` that have finished, and names
 the ones left out, so that arms measured with different numbers of seeds (or in several invocations) make one
@@ -66,6 +68,7 @@ from pathlib import Path
 
 from fspo.cpu.compute import DTYPE_ENV, FLOAT32
 from fspo.data.io import read_rows
+from fspo.data.synthetic import WORLDS
 from fspo.data.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
 from fspo.evaluation.intervals import CONFIDENCE, t_interval, t_quantile
 from fspo.quickstart.cli import VAL_ROWS, prepare_data, run_overrides, say, train
@@ -148,6 +151,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per arm (0, 1, ...; default 3)")
     parser.add_argument("--steps", type=int, default=12, help="training steps per run (the quickstart's 12)")
     parser.add_argument("--val-rows", type=int, default=VAL_ROWS, help=f"held-out questions (default {VAL_ROWS})")
+    parser.add_argument(
+        "--world",
+        default="default",
+        choices=WORLDS,
+        help="the synthetic world of the training and held-out questions (shortcut: a wrong chain often still "
+        "reaches the right answer, fspo.data.synthetic_shortcut)",
+    )
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=None, help=f"default {' '.join(DEFAULT_ARMS)}")
     parser.add_argument(
         "--baseline",
@@ -304,6 +314,8 @@ def run_config(arm: str, seed: int, args) -> list[str]:
         f"val_rows={args.val_rows}",
         f"model={args.model.name if args.model else 'SmolLM2-135M-Instruct'}",
         f"dtype={FLOAT32}",
+        # Only another world is named, so the runs finished before --world existed keep their configuration.
+        *([f"world={args.world}"] if args.world != "default" else []),
     ]
 
 
@@ -347,7 +359,7 @@ def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
         say(clock, f"[{arm} seed {seed}] {why}: training it again")
     # A half-finished run's checkpoint would be resumed by verl: start it afresh.
     shutil.rmtree(out, ignore_errors=True)
-    train_file, val_file = prepare_data(args.output_dir / "data" / f"seed{seed}", seed, args.val_rows)
+    train_file, val_file = prepare_data(args.output_dir / "data" / f"seed{seed}", seed, args.val_rows, args.world)
     setup = {"model": model, "train": train_file, "val": val_file}
     started = time.time()
     steps = args.steps

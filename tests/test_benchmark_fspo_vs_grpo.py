@@ -643,3 +643,12 @@ def test_the_docs_generator_refuses_any_file_but_a_results_json_in_one_line(cont
     assert code in (0, 1, 2)
     if code == 2:
         assert err.getvalue().count("\n") == 1 and err.getvalue().startswith(f"--results {path}: "), err.getvalue()
+
+
+def test_a_run_on_another_world_names_it_and_the_default_worlds_configuration_is_unchanged():
+    """--world shortcut enters the run's configuration (a default-world run is not reused for it); a default-world
+    run's configuration is as before --world existed, so the committed runs stay finished."""
+    default = bench.run_config("fspo", 0, bench._parser().parse_args([]))
+    shortcut = bench.run_config("fspo", 0, bench._parser().parse_args(["--world", "shortcut"]))
+    assert shortcut == [*default, "world=shortcut"]
+    assert not any(entry.startswith("world=") for entry in default)
