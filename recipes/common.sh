@@ -7,8 +7,9 @@
 #
 # Environment (defaults in brackets):
 #   MODEL_PATH        HF model dir or hub id                     [set by each recipe]
-#   TRAIN_FILES       Hydra list of train parquet files          [[data/hotpotqa/train.parquet,data/simplerl_math/train.parquet]]
-#   VAL_FILES         Hydra list of validation parquet files     [[data/hotpotqa/test.parquet]]
+#   TRAIN_FILES       a train parquet file, or a Hydra list of them [[data/hotpotqa/train.parquet,data/simplerl_math/train.parquet]]
+#   VAL_FILES         a validation parquet file, or a Hydra list    [[data/hotpotqa/test.parquet]]
+#                     (one file is taken as given, any character; in a [list] quote a name that holds , or spaces)
 #   NNODES            nodes in the Ray cluster                   [1]
 #   N_GPUS_PER_NODE   GPUs per node                              [8]
 #   PROJECT           trainer.project_name (logger project)      [fspo]
@@ -45,6 +46,42 @@ if [[ -z "${PYTHON:-}" && -x "$FSPO_REPO_ROOT/.venv/bin/python" ]]; then
 fi
 PYTHON=${PYTHON:-python}
 
+# Every number and folder above is checked once, here, by the environment door (fspo/config/environment.py: kind,
+# range, a folder that is a file or empty), before bash or Hydra reads it: one line naming the variable, exit 2.
+if [[ -z "${FSPO_PRINT_OVERRIDE:-}" ]]; then
+    (cd "$FSPO_REPO_ROOT" && "$PYTHON" -m fspo.config.environment recipes) || exit 2
+fi
+
+# fspo_quoted VALUE: VALUE as one quoted value of Hydra's override grammar, read back exactly as given: spaces,
+# parentheses, = , quotes and any letter are text. Hydra unescapes only backslashes before a quote or the closing
+# one (hydra/grammar/OverrideLexer.g4, QUOTED_VALUE); OmegaConf, which reads the value next, only backslashes before
+# ${ (an interpolation): each such run is doubled and the ${ or quote escaped.
+fspo_quoted() {
+    local value=$1 text="" run="" char i
+    for ((i = 0; i < ${#value}; i++)); do  # OmegaConf's level: ${ is text
+        char=${value:i:1}
+        if [[ $char == '\' ]]; then run+=$char; continue; fi
+        if [[ $char == '$' && ${value:i+1:1} == '{' ]]; then text+="$run$run\\"; else text+=$run; fi
+        text+=$char
+        run=""
+    done
+    text+=$run
+    value=$text text="" run=""
+    for ((i = 0; i < ${#value}; i++)); do  # Hydra's level: a quote is text
+        char=${value:i:1}
+        if [[ $char == '\' ]]; then run+=$char; continue; fi
+        if [[ $char == "'" ]]; then text+="$run$run\\"; else text+=$run; fi
+        text+=$char
+        run=""
+    done
+    printf "'%s'" "$text$run$run"
+}
+
+# fspo_quoted_files VALUE: a Hydra list ([...]) as given, else one file, quoted (fspo_quoted).
+fspo_quoted_files() {
+    if [[ $1 == \[* ]]; then printf '%s' "$1"; else fspo_quoted "$1"; fi
+}
+
 # fspo_launch OVERRIDE... : run fspo.training.main with the shared overrides, then the given ones.
 # Needs MODEL_PATH and EXPERIMENT set (each recipe sets a default).
 fspo_launch() {
@@ -58,14 +95,14 @@ fspo_launch() {
     cd "$FSPO_REPO_ROOT"
     set -x
     exec "$PYTHON" -m fspo.training.main \
-        actor_rollout_ref.model.path="$MODEL_PATH" \
-        data.train_files="$TRAIN_FILES" \
-        data.val_files="$VAL_FILES" \
+        actor_rollout_ref.model.path="$(fspo_quoted "$MODEL_PATH")" \
+        data.train_files="$(fspo_quoted_files "$TRAIN_FILES")" \
+        data.val_files="$(fspo_quoted_files "$VAL_FILES")" \
         trainer.nnodes="$NNODES" \
         trainer.n_gpus_per_node="$N_GPUS_PER_NODE" \
-        trainer.project_name="$PROJECT" \
-        trainer.experiment_name="$EXPERIMENT" \
-        trainer.default_local_dir="$ckpt_dir" \
+        trainer.project_name="$(fspo_quoted "$PROJECT")" \
+        trainer.experiment_name="$(fspo_quoted "$EXPERIMENT")" \
+        trainer.default_local_dir="$(fspo_quoted "$ckpt_dir")" \
         trainer.logger="$LOGGER" \
         trainer.save_freq="$SAVE_FREQ" \
         trainer.test_freq="$TEST_FREQ" \

@@ -1,0 +1,150 @@
+"""Paths and numbers the launch scripts hand to Hydra: quoted so that any folder name reads back as given, and
+checked by the environment door (fspo/config/environment.py) before bash or Hydra reads them.
+
+Every recipe is dry-run (tests/test_recipes.py's ``run_recipe``) with its paths in one folder whose name holds
+what Hydra's grammar would otherwise read: spaces, parentheses, ``=``, ``,``, both quotes and non-ASCII letters.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+# pytest imports tests in importlib mode (no sibling imports): load test_recipes.py's helpers by path.
+_spec = importlib.util.spec_from_file_location("recipe_dry_runs", Path(__file__).with_name("test_recipes.py"))
+_recipe_dry_runs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_recipe_dry_runs)
+REPO, RECIPES, printed_config, run_recipe, weights_env = (
+    _recipe_dry_runs.REPO,
+    _recipe_dry_runs.RECIPES,
+    _recipe_dry_runs.printed_config,
+    _recipe_dry_runs.run_recipe,
+    _recipe_dry_runs.weights_env,
+)
+EVERY_RECIPE = sorted(path.name for path in RECIPES.glob("run_*.sh"))
+
+# One folder name with every character Hydra's override grammar reads as syntax when unquoted, and letters
+# outside ASCII.
+ODD_NAME = "runs (copy) a=b,c 'q' \"d\" Zürich"
+
+
+def quoted(values: list[str]) -> list[str]:
+    """common.sh's fspo_quoted of each value, in one bash."""
+    script = 'source "$1"; shift; for v in "$@"; do fspo_quoted "$v"; printf "\\0"; done'
+    process = subprocess.run(
+        ["bash", "-c", script, "bash", str(RECIPES / "common.sh"), *values],
+        env={"FSPO_PRINT_OVERRIDE": "unused", "PATH": "/usr/bin:/bin"},  # sourced only: no check, nothing starts
+        capture_output=True,
+        check=True,
+    )
+    return process.stdout.decode("utf-8").split("\0")[:-1]
+
+
+def read_back(value: str) -> str:
+    """``key=value`` as Hydra parses it and OmegaConf then resolves it (what the composed config holds)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    parsed = OverridesParser.create().parse_override(f"key={value}").value()
+    return OmegaConf.to_container(OmegaConf.create({"key": parsed}), resolve=True)["key"]
+
+
+# Text a bash argument can hold (no NUL) and UTF-8 can encode (no lone surrogate).
+ARGUMENT_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30)
+SYNTAX_TEXT = st.text(st.sampled_from("\\'\"${}[](),= :a/ü"), max_size=12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(values=st.lists(st.one_of(ARGUMENT_TEXT, SYNTAX_TEXT), min_size=1, max_size=12))
+def test_a_quoted_value_reads_back_as_given(values):
+    """Backslashes before a quote or ${, interpolations, brackets and quotes of both kinds come back unchanged."""
+    assert [read_back(value) for value in quoted(values)] == values
+
+
+@pytest.fixture(scope="module")
+def odd_paths(tmp_path_factory) -> dict[str, str]:
+    """MODEL_PATH (a link to the tiny policy), CKPT_DIR, TRAIN_FILES and VAL_FILES, all in a folder named ODD_NAME."""
+    folder = tmp_path_factory.mktemp("paths") / ODD_NAME
+    folder.mkdir()
+    (folder / "policy").symlink_to(weights_env()["MODEL_PATH"])
+    return {
+        "MODEL_PATH": str(folder / "policy"),
+        "CKPT_DIR": str(folder / "ckpt"),
+        "TRAIN_FILES": str(folder / "train.parquet"),  # not built: a dry run checks only files that exist
+        "VAL_FILES": str(folder / "val, test.parquet"),
+        "EXPERIMENT": ODD_NAME,
+    }
+
+
+@pytest.fixture(scope="module")
+def odd_path_runs(odd_paths) -> dict[str, subprocess.CompletedProcess]:
+    """Every recipe's dry run with odd_paths, two at a time."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(EVERY_RECIPE, pool.map(lambda name: run_recipe(name, **odd_paths), EVERY_RECIPE)))
+
+
+@pytest.mark.parametrize("name", EVERY_RECIPE)
+def test_every_recipe_hands_hydra_a_path_with_any_character_as_given(odd_path_runs, odd_paths, name):
+    config = printed_config(odd_path_runs[name])
+    assert config["actor_rollout_ref"]["model"]["path"] == odd_paths["MODEL_PATH"]
+    assert config["trainer"]["default_local_dir"] == odd_paths["CKPT_DIR"]
+    assert config["trainer"]["experiment_name"] == odd_paths["EXPERIMENT"]
+    assert config["data"]["train_files"] == odd_paths["TRAIN_FILES"]
+    assert config["data"]["val_files"] == odd_paths["VAL_FILES"]
+
+
+def refusal(name: str, **env: str) -> str:
+    """The one line a recipe exits 2 with, before Hydra starts."""
+    env = {**os.environ, "FSPO_DRY_RUN": "1", "MODEL_PATH": "unused", **env}
+    process = subprocess.run(["bash", str(RECIPES / name)], env=env, capture_output=True, text=True, timeout=60)
+    assert process.returncode == 2, process.stderr[-2000:]
+    assert "fspo.training.main" not in process.stderr  # refused before the launch
+    return process.stderr.strip()
+
+
+def test_a_recipe_refuses_a_bad_number_or_folder_in_one_line_before_it_launches(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("mine")
+    line = refusal("run_qwen2.5_7b_instruct.sh", CKPT_DIR=str(a_file))
+    assert line.startswith("environment variable CKPT_DIR must be a folder fspo can write, got '")
+    assert line.endswith("a_file is a file, not a folder: give a folder to write into") and "\n" not in line
+    assert refusal("run_qwen2.5_7b_instruct.sh", N_GPUS_PER_NODE=str(2**64)) == (
+        f"environment variable N_GPUS_PER_NODE must be an integer in [1, 64], got '{2**64}'"
+    )
+    assert refusal("run_baseline_fapo.sh", FAPO_PENALTY="1e39").startswith(
+        "environment variable FAPO_PENALTY must be a finite number >= 0"
+    )
+    # Empty, FSPO_CACHE would name the working folder (run_cpu.sh's SmolLM2 default, the quickstart's cache).
+    assert refusal("run_cpu.sh", FSPO_CACHE="") == (
+        "environment variable FSPO_CACHE must be a folder fspo can write, got '': empty names the working folder: "
+        "unset it or name a folder"
+    )
+    assert a_file.read_text() == "mine"
+
+
+def test_every_variable_the_scripts_read_is_declared():
+    """Every ${NAME} recipes/*.sh and evaluate/run.sh read from the environment is declared in the environment
+    door or is one of the texts they pass on as given (names, lists, commands)."""
+    import re
+
+    from fspo.config.environment import ENVIRONMENT, SCRIPT_ENVIRONMENT, SCRIPT_VARIABLES
+
+    texts = {  # passed on as given: a name, a Hydra list, a command, a choice fspo evaluate checks
+        "MODEL_PATH", "TRAIN_FILES", "VAL_FILES", "PROJECT", "EXPERIMENT", "LOGGER", "PYTHON", "PYTHONPATH",
+        "FSPO_PRINT_OVERRIDE", "RECIPE", "BENCHMARKS", "PROMPT_FORMAT", "VERIFIER", "JUDGE", "JUDGE_MODEL", "TOP_K",
+    }  # fmt: skip
+    scripts = {"recipes": sorted(RECIPES.glob("*.sh")), "evaluate": [REPO / "evaluate" / "run.sh"]}
+    for group, paths in scripts.items():
+        source = "\n".join(path.read_text() for path in paths)
+        assigned = set(re.findall(r"^\s*(?:local\s+)?([A-Za-z_][A-Za-z0-9_]*)=\(", source, re.M))  # bash arrays
+        read = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", source)) - {"BASH_SOURCE"} - assigned
+        undeclared = read - texts - set(ENVIRONMENT) - set(SCRIPT_VARIABLES[group])
+        assert undeclared == set(), group
+        assert set(SCRIPT_VARIABLES[group]) <= set(SCRIPT_ENVIRONMENT)
