@@ -26,7 +26,6 @@ from pathlib import Path
 from fspo.config.calibrated_thresholds import calibrated_threshold
 from fspo.config.numeric_options import COUNT, EPOCHS, LOSS_TERM, POSITIVE_LOSS_TERM, PROBABILITY, SEED
 from fspo.config.vocabulary import VERIFIER_NAMES
-from fspo.evaluation.records import read_records
 from fspo.methods.fdpo.loss import FDPO_BETA, FDPO_LAMBDA, FDPO_LAMBDA_SWEEP
 from fspo.methods.fdpo.pairs import (
     AUTHORS_MIX,
@@ -53,6 +52,7 @@ from fspo.utils.arguments import (
 )
 from fspo.utils.atomic_file import write_text_atomically
 from fspo.utils.checked_load import check_model_files
+from fspo.utils.input_files import read_jsonl
 from fspo.utils.output_dir import check_output_paths, output_option
 from fspo.utils.record_schemas import Prediction
 from fspo.verifier_tools.verify import verifier_options
@@ -235,12 +235,18 @@ def corruptor(args):
     return lambda question, response, evidence: llm_corruption(client, question, response)
 
 
-def build_pairs(args, verifier, threshold: float) -> int:
+def read_predictions(paths: list[str]) -> list[tuple[str, dict]]:
+    """``(where, record)`` of each predictions file's records. This command consumes them: a cut-short last line is
+    refused like any bad line (only `fspo evaluate`, resuming its own file, drops one)."""
     records = []
-    for path in args.predictions:
+    for path in paths:
         if not Path(path).is_file():
             raise UsageError(f"{path} does not exist: give the predictions JSONL of `fspo evaluate`")
-        records += [(f"{path} row {record.get('index')}", record) for record in read_records(path, Prediction)]
+        records += [(f"{path} row {record.get('index')}", record) for record in read_jsonl(path, schema=Prediction)]
+    return records
+
+
+def build_pairs(args, records: list[tuple[str, dict]], verifier, threshold: float) -> int:
     items = [
         (record.get("evidence") or "", [step_texts(text) for text in record.get("responses") or []])
         for _, record in records
@@ -325,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError("--variants llm needs --variant-url (an OpenAI-compatible server)")
             folder, name = pairs_file(args.pairs)
             check_output_paths("--pairs", folder, [name], prog, record=False)  # before minutes of scoring
+            records = read_predictions(args.predictions)  # before the verifier loads (seconds)
             threshold = calibrated_threshold(args.verifier) if args.threshold is None else args.threshold
             # Lazy: the verifier's config and backends import verl (seconds), after the arguments are checked.
             from fspo.config.verifier import verifier_config
@@ -335,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                 verifier = build_verifier(verifier_config({"name": args.verifier, **options}))
             except ValueError as error:
                 raise UsageError(str(error)) from None
-            return build_pairs(args, verifier, threshold)
+            return build_pairs(args, records, verifier, threshold)
         check_model_dir("--model", args.model)
         check_output_paths("--output-dir", args.output_dir, MODEL_FILES, prog, record=False)  # before the model loads
         for flag, value in (("--beta", args.beta), ("--learning-rate", args.learning_rate), ("--epochs", args.epochs)):

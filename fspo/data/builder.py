@@ -17,7 +17,7 @@ from fspo.data.io import SourceFileError, make_row, read_hub, read_records, sour
 from fspo.training.prompt_formats import PROMPT_FORMATS, build_messages, count_prompt_tokens
 from fspo.utils.arguments import HelpFormatter, UsageError, check_count
 from fspo.utils.checked_load import load_tokenizer
-from fspo.utils.output_dir import check_output_paths, output_option
+from fspo.utils.output_dir import check_output_paths, output_option, output_set
 
 
 @dataclass
@@ -209,8 +209,9 @@ def run_cli(spec: DatasetSpec, argv: list[str] | None = None) -> int:
             )
         built[split] = (rows, len(records))
     folder = check_output_paths("--output-dir", args.output_dir, planned, f"fspo data {spec.name}")
-    staged = {split: write_parquet(rows, folder / f".{split}.parquet.staged") for split, (rows, _) in built.items()}
-    for split, staged_path in staged.items():
-        path = staged_path.replace(folder / f"{split}.parquet")
-        print(f"{spec.name} {split}: {len(built[split][0])} rows (from {built[split][1]} records) -> {path}")
+    with output_set(folder, "--output-dir", f"fspo data {spec.name}") as staging:  # the splits move in together
+        for split, (rows, _) in built.items():
+            write_parquet(rows, staging / f"{split}.parquet")
+    for split, (rows, records) in built.items():
+        print(f"{spec.name} {split}: {len(rows)} rows (from {records} records) -> {folder / f'{split}.parquet'}")
     return 0

@@ -38,7 +38,7 @@ from fspo.data.synthetic_facts import (
 from fspo.data.synthetic_shortcut import example_maker as shortcut_example_maker
 from fspo.training.prompt_formats import PROMPT_FORMATS, build_messages, check_prompt_format
 from fspo.utils.arguments import HelpFormatter, UsageError, check_count, refuse
-from fspo.utils.output_dir import check_output_paths, output_option
+from fspo.utils.output_dir import check_output_paths, output_option, output_set
 
 DATA_SOURCE = "synthetic_multihop"
 # "default" is the world above; "shortcut" the test bed of fspo.data.synthetic_shortcut.
@@ -265,10 +265,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     except UsageError as error:
         return refuse("fspo data synthetic: error", error)
-    for split, size in sizes.items():
-        rows = make_rows(size, args.seed, args.prompt_format, split, args.evidence_in_prompt, args.world)
-        path = write_parquet(rows, folder / f"{split}.parquet")
-        print(f"synthetic {split}: {len(rows)} rows -> {path}")
+    built = {}
+    with output_set(folder, "--output-dir", "fspo data synthetic") as staging:  # the splits move in together
+        for split, size in sizes.items():
+            rows = make_rows(size, args.seed, args.prompt_format, split, args.evidence_in_prompt, args.world)
+            write_parquet(rows, staging / f"{split}.parquet")
+            built[split] = len(rows)
+    for split, count in built.items():
+        print(f"synthetic {split}: {count} rows -> {folder / f'{split}.parquet'}")
     return 0
 
 

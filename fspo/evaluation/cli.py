@@ -41,7 +41,7 @@ from fspo.utils.arguments import HelpFormatter, UsageError, check_count, check_m
 from fspo.utils.chat_client import ChatClient
 from fspo.utils.checked_load import check_model_files, load_tokenizer
 from fspo.utils.input_files import InputFileError, read_parquet_rows
-from fspo.utils.output_dir import check_output_paths, output_option
+from fspo.utils.output_dir import check_output_paths, output_option, output_set
 from fspo.verifier_tools.verify import verifier_options
 
 PROG = "fspo evaluate"
@@ -410,7 +410,9 @@ def evaluate(
                     "rows: truthfulqa_gen, halluqa_gen; `fspo data halluqa --form generation` builds the latter)"
                 )
         del generator  # free the model before loading the next one
-    paths = write_results(accumulated_results(args.output_dir, results), args.output_dir)
+    with output_set(args.output_dir, "--output-dir", PROG) as staging:  # the results files move in together
+        staged = write_results(accumulated_results(args.output_dir, results), staging)
+    paths = {kind: args.output_dir / path.name for kind, path in staged.items()}
     print(paths["markdown"].read_text(encoding="utf-8"))
     for kind, path in paths.items():
         print(f"{kind}: {path}")

@@ -184,8 +184,9 @@ def parse_jsonl(
 ) -> list[dict]:
     """The objects of JSON Lines ``lines`` (read from ``path``), one per non-blank line, each fitting ``schema``.
 
-    ``drop_partial_last``: a last line that does not parse and does not end in a newline is a write cut short
-    (a crash, a full disk), dropped; any other line that does not parse is refused.
+    ``drop_partial_last`` is for a command resuming its own output, and only for it: a last line that does not
+    parse and does not end in a newline is its write cut short (a crash, a full disk), dropped, and the drop is
+    said on stderr. A consumer of a file keeps the default: a cut-short last line is refused like any other.
     """
     ended = not lines or not lines[-1]  # the text ended with "\n"
     last = max((n for n, line in enumerate(lines) if line.strip()), default=-1)
@@ -198,15 +199,30 @@ def parse_jsonl(
             record = parse_json(path, line, dict, where)
         except InputFileError:
             if drop_partial_last and number == last and not ended:
+                print(
+                    f"{_name(path)}{where} was cut short (an interrupted write): dropped, resuming after it",
+                    file=sys.stderr,
+                )
                 break
             raise
         records.append(record if schema is None else validate(path, record, schema, where))
     return records
 
 
+def refuse_unfinished(path: str | os.PathLike) -> None:
+    """Refuse ``path`` when it is one of a set of output files a killed command was moving in (the files beside
+    it may be of the earlier set): :func:`fspo.utils.output_dir.unfinished_set`."""
+    from fspo.utils.output_dir import unfinished_set  # it reads its journal with this module
+
+    problem = unfinished_set(path)
+    if problem:
+        raise InputFileError(problem)
+
+
 def read_jsonl(path: str | os.PathLike, drop_partial_last: bool = False, schema: Any = None) -> list[dict]:
     """The objects of a JSON Lines file, one per non-blank line, each fitting ``schema`` when given
-    (:func:`parse_jsonl`)."""
+    (:func:`parse_jsonl`); refused while a set it belongs to is moving in (:func:`refuse_unfinished`)."""
+    refuse_unfinished(path)
     return parse_jsonl(path, jsonl_lines(read_text(path, "JSON Lines file")), schema, drop_partial_last)
 
 
@@ -230,6 +246,7 @@ def read_parquet(path: str | os.PathLike, columns: list[str] | None = None):
 
     if not Path(path).is_file():
         read_bytes(path, "parquet file")  # says missing, a folder or unreadable
+    refuse_unfinished(path)
     try:
         return pq.read_table(path, columns=columns)
     except Exception as error:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not parquet

@@ -11,6 +11,12 @@ a symbolic link to a folder (it is followed); a link inside it is never replaced
     ...write out/results.md, out/predictions/...
     # or, for files produced elsewhere first (a merge, save_pretrained): write them to staging_folder(folder)
     # then install_staged(staging, folder, "--target-dir", "merge_checkpoint.sh")
+    # several files of one result (train and test splits): with output_set(folder, flag, command) as staging: ...
+
+Files of one result move in as a set (:func:`install_staged`): staged, a journal (:data:`JOURNAL`) listing the
+renames, the renames, the journal removed; a kill at any point leaves the earlier set or the new one once the
+next claim of the folder finishes the journal, and a reader of a file the journal lists refuses until then
+(:func:`unfinished_set`).
 
 Every path fspo deletes, replaces or moves in goes through :func:`remove_output` or :func:`move_into`: resolved
 inside the output folder one name at a time (file descriptors opened without following links), so no record
@@ -19,7 +25,7 @@ refused (:func:`record_entries`). One command writes a folder at a time: :func:`
 the folder's advisory lock (:data:`LOCK`, ``fcntl.flock``) for the command's life and names the other
 process when it is taken.
 
-``python -m fspo.utils.output_dir check|install|hold ...`` does the same for scripts (scripts/merge_checkpoint.sh).
+``python -m fspo.utils.output_dir check|install|hold|finish ...`` does the same for scripts (scripts/merge_checkpoint.sh).
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -49,6 +56,11 @@ LOCK = ".fspo-lock"
 # Set by :func:`hold` for the command it runs: ``pid:folder``, a folder that process holds for it and its children.
 HELD_ENV = "FSPO_OUTPUT_FOLDER_HELD"
 STAGING_PREFIX = ".fspo-staging-"
+# A set of files moving in together (:func:`install_staged`): the staged folder renamed to ``SET_PREFIX<pid>``, and
+# the journal that lists its renames until they are all made.
+SET_PREFIX = ".fspo-set-"
+JOURNAL = ".fspo-journal.json"
+JOURNAL_ABOUT = "renames fspo was making when it stopped; the next fspo command writing this folder finishes them"
 
 # Kinds of what is at a path (lstat, links not followed); None: nothing there.
 FILE, FOLDER, LINK, OTHER = "file", "folder", "link", "other"
@@ -266,7 +278,8 @@ def claim_output_folder(flag: str, folder: str | os.PathLike, command: str) -> P
     write lock held by this process until :func:`release_output_folders` (the ``fspo`` dispatcher calls it as a
     command ends; so does the process's exit). Up front, before any work: a folder another command is writing
     (named by its pid and command line), a file, an unwritable folder or a tampered record is one
-    :class:`OutputConflict`. Claiming a folder this process holds again is free."""
+    :class:`OutputConflict`. A set of files a killed command was moving in is finished (:func:`finish_set`) and the
+    staging folders killed commands left are removed. Claiming a folder this process holds again is free."""
     path = output_folder(flag, folder)
     newly = path not in _HELD
     if newly:
@@ -285,6 +298,9 @@ def claim_output_folder(flag: str, folder: str | os.PathLike, command: str) -> P
         _HELD[path] = _Held(fd, os.getpid(), made)
     try:
         record_entries(path)
+        if newly:  # the folder is ours now: finish what a killed command left half done
+            finish_set(path)
+            _remove_orphans(path)
     except OutputConflict as error:
         if newly:
             _release(path)
@@ -489,9 +505,11 @@ def files_under(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_symlink() or not p.is_dir())
 
 
-def install_staged(staging: Path, folder: Path, flag: str, command: str) -> list[str]:
-    """Move every file of ``staging`` into ``folder`` under the rule, then delete the files ``command`` wrote
-    there before that this output no longer has (a smaller merge's extra shards); ``staging`` is removed.
+def install_staged(staging: Path, folder: Path, flag: str, command: str, prune: bool = True) -> list[str]:
+    """Move every file of ``staging`` into ``folder`` under the rule, as one set (:func:`_install_set`): a kill at
+    any point leaves the folder's earlier set or this one, never a mix. With ``prune``, the files ``command`` wrote
+    there before that this output no longer has (a smaller merge's extra shards) are deleted with the move;
+    ``staging`` is gone afterwards.
 
     Refuses (:class:`OutputConflict`) before moving anything when a file would replace one fspo did not write,
     or when the record lists an entry outside the folder or through a link. Returns the installed paths.
@@ -499,17 +517,155 @@ def install_staged(staging: Path, folder: Path, flag: str, command: str) -> list
     files = files_under(staging)
     check_output_paths(flag, folder, files, command)
     earlier = [p for p, c in record_entries(folder).items() if c == command and not p.endswith("/")]
-    stale = [p for p in earlier if p not in files]
-    for relative in files:
-        move_into(staging / relative, folder, relative)
-    for relative in stale:
-        remove_output(folder, relative)
-    forget_outputs(folder, stale)
-    if staging.parent == folder:
-        remove_output(folder, staging.name)
-    else:
-        shutil.rmtree(staging, ignore_errors=True)
+    stale = [p for p in earlier if p not in files] if prune else []
+    _install_set(staging, folder, files, stale, command)
     return files
+
+
+@contextmanager
+def output_set(folder: Path, flag: str, command: str, prune: bool = False) -> Iterator[Path]:
+    """A staging folder for the ``with`` block to write one result's files in (``train.parquet``, ``test.parquet``);
+    they move into ``folder`` together when the block ends (:func:`install_staged`), and nothing moves when it
+    raises. ``folder`` must be claimed (:func:`check_output_paths`)."""
+    staging = staging_folder(folder, command)
+    try:
+        yield staging
+        install_staged(staging, folder, flag, command, prune)
+    finally:
+        if os.path.lexists(staging):  # install_staged moved it away unless the block or the check failed
+            remove_output(folder, staging.name)
+
+
+# Test hook: called with a label at each point a set install can be killed at (tests/test_output_dir_sets.py).
+_SET_STEP: Callable[[str], None] | None = None
+
+
+def _step(label: str) -> None:
+    if _SET_STEP is not None:
+        _SET_STEP(label)
+
+
+def _install_set(staging: Path, folder: Path, files: list[str], stale: list[str], command: str) -> None:
+    """The files of ``staging`` into ``folder`` and ``stale`` out of it, all or nothing across a kill.
+
+    The staged files first move, as one folder, to ``.fspo-set-<pid>`` (out of reach of a caller's clean-up of
+    ``staging``); then :data:`JOURNAL` lists the renames, written atomically; then the renames; then the journal
+    goes. Killed before the journal is written, the folder holds its earlier set and an orphan that the next claim
+    removes (:func:`_remove_orphans`); killed after, the next claim finishes the renames (:func:`finish_set`), and
+    until then a reader of a listed file refuses (:func:`unfinished_set`)."""
+    _step("written")
+    moving = folder / f"{SET_PREFIX}{os.getpid()}"
+    remove_output(folder, moving.name)  # one a killed run of this pid left
+    try:
+        os.rename(staging, moving)
+    except OSError as error:  # staged on another file system (python -m fspo.utils.output_dir install)
+        if error.errno != errno.EXDEV:
+            raise
+        shutil.copytree(staging, moving, symlinks=True)
+        shutil.rmtree(staging)
+    _step("staged")
+    journal = {"about": JOURNAL_ABOUT, "command": command, "from": moving.name, "files": files, "stale": stale}
+    write_text_atomically(folder / JOURNAL, json.dumps(journal, indent=2) + "\n")
+    _step("journal written")
+    finish_set(folder)
+
+
+def read_journal(folder: Path) -> dict | None:
+    """The folder's pending :data:`JOURNAL` (None: none), its entries checked as a record's are: it is a file in
+    the user's folder, and nothing moves or is deleted on its word unless it names fspo's own set folder and paths
+    inside the output folder."""
+    path = folder / JOURNAL
+    if not os.path.lexists(path):
+        return None
+    problem = None
+    try:
+        journal = read_json(path) if _kind(path) == FILE else None
+    except InputFileError as error:
+        journal, problem = None, str(error)
+    if journal is not None:
+        names = journal.get("files"), journal.get("stale")
+        source = journal.get("from")
+        if not (isinstance(source, str) and source.startswith(SET_PREFIX) and "/" not in source):
+            problem = f"names {json.dumps(source)} as the set being moved in, not a {SET_PREFIX}* folder"
+        elif not all(isinstance(n, list) and all(isinstance(p, str) for p in n) for n in names):
+            problem = "does not list its files and stale paths as strings"
+        else:
+            bad = next((p for n in names for p in n if entry_problem(p)), None)
+            problem = bad and f"lists {json.dumps(bad)}, which {entry_problem(bad)}"
+    elif problem is None:
+        problem = "is not a plain file"
+    if problem:
+        raise OutputConflict(
+            f"{JOURNAL} {problem}; fspo moves and deletes nothing on its word: delete it and run the command again"
+        )
+    return journal
+
+
+def finish_set(folder: Path) -> None:
+    """Finish the set install :data:`JOURNAL` describes, if one is pending: each rename not yet made, the stale
+    paths deleted, then the journal removed. Safe to repeat after a kill at any point of it."""
+    journal = read_journal(folder)
+    if journal is None:
+        return
+    moving = folder / journal["from"]
+    for relative in journal["files"]:
+        if os.path.lexists(moving / relative):
+            move_into(moving / relative, folder, relative)
+            _step(f"moved {relative}")
+    for relative in journal["stale"]:
+        remove_output(folder, relative)
+    forget_outputs(folder, journal["stale"])
+    remove_output(folder, moving.name)
+    (folder / JOURNAL).unlink()
+
+
+def _orphan(name: str) -> bool:
+    """``name`` is a staging or set folder whose process (the pid its name ends with) is gone."""
+    if not name.startswith((STAGING_PREFIX, SET_PREFIX)):
+        return False
+    digits = name[len(name.rstrip("0123456789")) :]
+    if not digits or int(digits) == os.getpid() or name[-len(digits) - 1] not in "-.":
+        return False
+    try:
+        os.kill(int(digits), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):  # alive (another user's), or no pid at all
+        return False
+    return False
+
+
+def _remove_orphans(folder: Path) -> None:
+    """Remove the staging and set folders killed commands left in ``folder`` (no journal names them)."""
+    for entry in os.scandir(folder):
+        if entry.is_dir(follow_symlinks=False) and _orphan(entry.name):
+            remove_output(folder, entry.name)
+
+
+def unfinished_set(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be read yet (None: it can): it is one of a set of files a command was moving into its
+    output folder when it was killed (a :data:`JOURNAL` lists it), so the files beside it may be of the set before.
+    Every reader of an output calls this."""
+    resolved = Path(os.path.realpath(path))
+    for folder in resolved.parents:
+        if not os.path.lexists(folder / JOURNAL):
+            continue
+        relative = resolved.relative_to(folder).as_posix()
+        try:
+            journal = read_journal(folder)
+        except OutputConflict as error:
+            return f"{_shown(path)}: {folder}/{error}"
+        if journal and (relative in journal["files"] or relative in journal["stale"]):
+            return (
+                f"{_shown(path)} is one of the files `{journal['command']}` was moving into {folder} together when "
+                f"it stopped ({JOURNAL}); finish the move with `python -m fspo.utils.output_dir finish {folder}` "
+                "(or run the command again)"
+            )
+    return None
+
+
+def _shown(path: str | os.PathLike) -> str:
+    return os.fspath(path).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _open_folder(folder: Path, parts: tuple[str, ...], create: bool = False) -> int:
@@ -623,17 +779,22 @@ def hold(flag: str, folder: str, command: str, argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``check [--no-record] --flag=F --command=C FOLDER PATH...`` prints the resolved folder;
     ``install --flag=F --command=C STAGING FOLDER`` moves a staged output in; ``hold --flag=F --command=C FOLDER
-    -- CMD...`` runs CMD holding the folder's lock. Exit 2 with one line on stderr, ``C: F FOLDER: ...``, when
+    -- CMD...`` runs CMD holding the folder's lock; ``finish FOLDER`` finishes a set a killed command was moving in. Exit 2 with one line on stderr, ``C: F FOLDER: ...``, when
     the rule refuses."""
     parser = argparse.ArgumentParser(prog="python -m fspo.utils.output_dir", description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("check", "install", "hold"))
+    parser.add_argument("action", choices=("check", "install", "hold", "finish"))
     parser.add_argument("--flag", default="--output-dir", help="the option that named the folder")
     parser.add_argument("--command", default="fspo", help="the command that writes it")
     parser.add_argument("--no-record", action="store_true", help="check: record nothing")
-    parser.add_argument("paths", nargs="+", help="check: FOLDER PATH...; install: STAGING FOLDER; hold: FOLDER CMD...")
+    parser.add_argument(
+        "paths", nargs="+", help="check: FOLDER PATH...; install: STAGING FOLDER; hold: FOLDER CMD...; finish: FOLDER"
+    )
     args = parser.parse_args(argv)
     try:
-        if args.action == "check":
+        if args.action == "finish":  # the claim finishes a pending set
+            claim_output_folder(args.flag, args.paths[0], args.command)
+            release_output_folders()
+        elif args.action == "check":
             print(check_output_paths(args.flag, args.paths[0], args.paths[1:], args.command, not args.no_record))
         elif args.action == "hold":
             if len(args.paths) < 2:
