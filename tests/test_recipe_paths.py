@@ -8,6 +8,7 @@ what Hydra's grammar would otherwise read: spaces, parentheses, ``=``, ``,``, bo
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -148,3 +149,58 @@ def test_every_variable_the_scripts_read_is_declared():
         undeclared = read - texts - set(ENVIRONMENT) - set(SCRIPT_VARIABLES[group])
         assert undeclared == set(), group
         assert set(SCRIPT_VARIABLES[group]) <= set(SCRIPT_ENVIRONMENT)
+
+
+def train(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """``python -m fspo.training.main`` with ``overrides`` on a model that is not there: the config check fails
+    (exit 2) after Hydra has written its run folder, or Hydra's run folder is refused first (exit 2)."""
+    from fspo_testing.warm_python import warm_python
+
+    absent = f"actor_rollout_ref.model.path={cwd / 'absent'}"
+    flags = [arg for arg in overrides if arg.startswith("-")]  # Hydra's flags before the overrides (argparse)
+    rest = [arg for arg in overrides if not arg.startswith("-")]
+    command = [warm_python(), "-m", "fspo.training.main", *flags, "platform=cpu", absent, *rest]
+    env = {key: value for key, value in os.environ.items() if key != "FSPO_DRY_RUN"}
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_hydras_run_folder_is_claimed_and_never_written_through_a_link(tmp_path):
+    """fspo.launch.run_folder: a link at hydra.run.dir/.hydra is refused before Hydra writes (it replaced the
+    user's config.yaml); a link planted inside the run's own earlier .hydra/ is deleted, not written through; the
+    default dated folder is claimed like any output folder; a sweep is refused."""
+    users = tmp_path / "users"
+    users.mkdir()
+    (users / "config.yaml").write_text("mine")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / ".hydra").symlink_to(users)
+    process = train(tmp_path, f"hydra.run.dir={linked}")
+    assert process.returncode == 2
+    assert process.stderr.strip().splitlines()[-1] == (
+        f"fspo: hydra.run.dir {linked}: .hydra is a symbolic link: fspo does not replace links; fspo replaces only "
+        "what it wrote there (listed in .fspo-outputs.json): move it away or give another folder"
+    )
+    assert (users / "config.yaml").read_text() == "mine" and sorted(p.name for p in users.iterdir()) == ["config.yaml"]
+
+    ours = tmp_path / "ours"
+    assert (
+        train(tmp_path, f"hydra.run.dir={ours}")
+        .stderr.strip()
+        .endswith("does not exist: fix the path (a Hugging Face model folder or hub id)")
+    )
+    (ours / ".hydra" / "config.yaml").unlink()
+    (ours / ".hydra" / "config.yaml").symlink_to(users / "config.yaml")
+    assert "does not exist" in train(tmp_path, f"hydra.run.dir={ours}").stderr
+    assert (users / "config.yaml").read_text() == "mine"
+    assert not (ours / ".hydra" / "config.yaml").is_symlink()
+
+    assert train(tmp_path).returncode == 2
+    (dated,) = (tmp_path / "outputs").glob("*/*")
+    assert json.loads((dated / ".fspo-outputs.json").read_text())["written"] == {
+        ".hydra/": "fspo train",
+        "main.log": "fspo train",
+    }
+    sweep = train(tmp_path, "--multirun", "trainer.total_epochs=1,2")
+    assert sweep.returncode == 2 and sweep.stderr.strip().splitlines()[-1].startswith(
+        "fspo: --multirun is not supported"
+    )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -35,7 +36,7 @@ from fspo.quickstart.step_report import TRAINING_VERIFIERS, step_report, validat
 from fspo.utils.arguments import HelpFormatter, UsageError, check_model_dir, check_overrides
 from fspo.utils.atomic_file import write_text_atomically
 from fspo.utils.input_files import read_json
-from fspo.utils.output_dir import OutputConflict, check_output_paths, output_option, remove_output
+from fspo.utils.output_dir import HELD_ENV, OutputConflict, check_output_paths, output_option, remove_output
 
 # The instruction of every quickstart prompt. The paper's instruction alone leaves a 135M model
 # answering in free text; one worked example shows it the step-by-step format FSPO labels. As a user turn
@@ -528,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
         out = check_output_paths("--output-dir", args.output_dir, output_paths(args), PROG, record=False)
     except OutputConflict as error:
         parser.exit(2, f"{PROG}: {error}\n")
+    # The trainer claims its Hydra run folder, which lies in out (fspo.launch.run_folder): out is held for it.
+    os.environ[HELD_ENV] = f"{os.getpid()}:{out}"
     started = time.time()
     if args.model:
         model = args.model.resolve()

@@ -28,6 +28,7 @@ from fspo.cpu.compute import register_dtype_resolver
 from fspo.cpu.plugin import STATE as cpu_plugin_state
 from fspo.launch.attention import FLASH_ATTENTION_MODULES, WORKER_IMPORTS_ENV, importable_on_a_gpu_node
 from fspo.launch.hub_env import describe, driver_has_token, hub_env_vars, with_env_vars
+from fspo.launch.run_folder import CALLBACK_OVERRIDE
 from fspo.training.config_checks import validate
 from fspo.training.prompt_formats import register_chat_template_resolver
 from fspo.training.run_ledger import ledger_entry
@@ -292,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         return refuse("fspo", error)
     if dry_run_requested():
         args = without_hydra_outputs(args)
+    # Hydra's run folder is claimed under fspo's output rule before Hydra writes in it (fspo.launch.run_folder).
+    args = [*args, CALLBACK_OVERRIDE]
     sys.argv = [sys.argv[0], *with_platform_default(args)]
     _hydra_main()
     return 0
