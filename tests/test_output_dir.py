@@ -3,9 +3,11 @@ output folder, never replaces or writes through a link inside it, and refuses na
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import stat
 import tempfile
 from pathlib import Path
 
@@ -264,3 +266,70 @@ def test_a_folder_has_one_writer_at_a_time_named_when_refused(tmp_path):
     check_output_paths("--output-dir", out, ["train.parquet"], "fspo data synthetic")
     release_output_folders()
     assert not (out / LOCK).exists()
+
+
+# --- writability at every depth (unwritable_folder) --------------------------------------------------------------
+
+
+def _writable_by_mode(folder: Path) -> bool:
+    """What os.access says for a user who is not root: root writes into a folder whatever its mode."""
+    return bool(folder.stat().st_mode & stat.S_IWUSR)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    depth=st.integers(min_value=1, max_value=6),
+    locked=st.integers(min_value=0, max_value=6),
+    as_folder=st.booleans(),
+    extra=st.integers(min_value=0, max_value=3),
+)
+def test_a_read_only_folder_at_any_depth_is_refused_by_name_before_anything_is_written(depth, locked, as_folder, extra):
+    """A tree ``d1/d2/...`` of ``depth`` folders (``extra`` more under the last) with the folder at ``locked`` read-only
+    (0: none): a command planning the file ``d1/.../dN/out.txt``, or the folder ``d1/`` whose whole content is its
+    own, is refused naming the read-only folder exactly when it would have to write in it, and the record is not
+    written; otherwise the check passes."""
+    import unittest.mock
+
+    from fspo.utils import output_dir
+
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch) / "out"
+        chain = [f"d{n}" for n in range(1, depth + 1 + extra)]
+        root.joinpath(*chain).mkdir(parents=True)
+        planned = "d1/" if as_folder else "/".join(chain[:depth]) + "/out.txt"
+        (root / RECORD).write_text(json.dumps({"written": {"d1/": "fspo test"}}))  # an earlier run's folder
+        if locked:
+            target = root.joinpath(*chain[: min(locked, len(chain))])
+            target.chmod(0o555)
+        before = snapshot(root)
+        needs_locked = locked and (as_folder or min(locked, len(chain)) == depth)
+        try:
+            with unittest.mock.patch.object(output_dir, "_writable", _writable_by_mode):
+                check_output_paths("--output-dir", root, [planned], "fspo test")
+            assert not needs_locked, planned
+            release_output_folders()
+        except OutputConflict as error:
+            named = "/".join(chain[: min(locked, len(chain))])
+            assert needs_locked and f": {named} is not writable by this user" in str(error), str(error)
+            assert "\n" not in str(error) and snapshot(root) == before
+        finally:
+            for folder in [root, *root.rglob("*")]:
+                folder.chmod(0o755)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_sub_folder_is_refused_for_a_user(tmp_path):
+    """Was: the record written, then a PermissionError traceback as the file moved in."""
+    target = tmp_path / "merged"
+    (target / "lora_adapter").mkdir(parents=True)
+    (target / "lora_adapter").chmod(0o555)
+    staging = tmp_path / "staging"
+    (staging / "lora_adapter").mkdir(parents=True)
+    (staging / "lora_adapter" / "adapter.bin").write_text("new")
+    try:
+        with pytest.raises(OutputConflict, match="lora_adapter is not writable by this user"):
+            install_staged(staging, target, "--target-dir", "merge")
+        assert not (target / RECORD).exists() and not (target / "lora_adapter" / "adapter.bin").exists()
+    finally:
+        (target / "lora_adapter").chmod(0o755)
+        release_output_folders()

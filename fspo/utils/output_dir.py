@@ -440,7 +440,8 @@ def check_output_paths(
     Claims the folder (:func:`claim_output_folder`: its lock, its record checked), then refuses
     (:class:`OutputConflict`, one line naming the path and the fix) when any of ``planned`` would
     replace, delete or write through something fspo did not write: a file or non-empty folder the folder's
-    record does not list, a symbolic link, a file where a folder is needed. With ``record`` (the default) the
+    record does not list, a symbolic link, a file where a folder is needed; or when a folder it writes in, at any
+    depth, is not writable by this user (:func:`unwritable_folder`). With ``record`` (the default) the
     planned paths are then added to the record, so a re-run (or a run that failed half way) may replace them.
     A refused check lets go of a folder it claimed.
 
@@ -465,6 +466,12 @@ def check_output_paths(
                 f"{flag} {path}: {where} {why}{more}; fspo replaces only what it wrote there "
                 f"(listed in {RECORD}): move it away or give another folder"
             )
+        locked = unwritable_folder(path, planned)
+        if locked:
+            raise OutputConflict(
+                f"{flag} {path}: {locked} is not writable by this user, and fspo writes there: make it writable "
+                "(chmod u+w) or give another folder"
+            )
     except OutputConflict:
         if path not in claimed_before:
             _release(path)
@@ -472,6 +479,49 @@ def check_output_paths(
     if record:
         record_outputs(path, planned, command)
     return path
+
+
+# How many folders :func:`unwritable_folder` looks at under one planned folder: a run's checkpoint folder holds a few
+# hundred; past this the command may still meet a read-only one as it writes.
+WALK_LIMIT = 10_000
+
+
+def _writable(folder: Path) -> bool:
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
+def unwritable_folder(folder: Path, planned: Iterable[str]) -> str | None:
+    """The first folder (relative to ``folder``, ``.`` for itself) that writing ``planned`` needs to write in and
+    this user cannot, or None: for each planned path the deepest existing folder on its way (where its file or
+    missing folders are made), and under a planned folder ending in ``/`` every folder it holds (its content is
+    replaced or deleted), up to :data:`WALK_LIMIT` each; links are not followed (nothing is written through one)."""
+    for path in planned:
+        parts = _parts(path)
+        deepest = folder
+        for depth in range(1, len(parts) + path.endswith("/")):
+            if _kind(folder.joinpath(*parts[:depth])) != FOLDER:
+                break
+            deepest = folder.joinpath(*parts[:depth])
+        inside = [deepest]
+        if path.endswith("/") and deepest == folder.joinpath(*parts):
+            inside = _folders_under(deepest, WALK_LIMIT)
+        for candidate in inside:
+            if not _writable(candidate):
+                return candidate.relative_to(folder).as_posix()
+    return None
+
+
+def _folders_under(top: Path, limit: int) -> list[Path]:
+    """``top`` and the folders under it, breadth first, links not followed, at most ``limit``."""
+    found, pending = [], [top]
+    while pending and len(found) < limit:
+        current = pending.pop(0)
+        found.append(current)
+        try:
+            pending += sorted(Path(e.path) for e in os.scandir(current) if e.is_dir(follow_symlinks=False))
+        except OSError:  # unreadable: then also not writable as a whole, reported by _writable
+            continue
+    return found
 
 
 def record_outputs(folder: Path, paths: Iterable[str], command: str) -> None:
