@@ -38,6 +38,9 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [[ -z "${PYTHON:-}" && -x "$repo_root/.venv/bin/python" ]]; then PYTHON="$repo_root/.venv/bin/python"; fi
 PYTHON=${PYTHON:-python}
 export PYTHONPATH="$repo_root${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's fspo, whichever interpreter runs it
+# Every number and folder above is checked once by the environment door (fspo/config/environment.py), before bash,
+# awk or fspo evaluate reads it: one line naming the variable, exit 2.
+(cd "$repo_root" && "$PYTHON" -m fspo.config.environment evaluate) || exit 2
 
 recipe_value() {  # RECIPE_FILE KEY: the value the recipe gives KEY, the last one as Hydra keeps it; nothing starts
   FSPO_PRINT_OVERRIDE=$2 MODEL_PATH=${MODEL_PATH:-unused} bash "$1"
@@ -101,7 +104,12 @@ for name in $BENCHMARKS; do
   if [[ "$name" == aime* ]]; then aime+=(--data "$name=$file"); else plain+=(--data "$name=$file"); fi
 done
 
-# AIME runs separately with k samples; each run writes its own table under OUTPUT_DIR.
+# AIME runs separately with k samples; each run writes its own table under OUTPUT_DIR, AIME's in aime/, claimed here
+# under fspo's output rule (fspo/utils/output_dir.py) so that its run never writes through a link inside OUTPUT_DIR.
+if [[ ${#aime[@]} -gt 0 ]]; then
+  "$PYTHON" -m fspo.utils.output_dir check --flag=OUTPUT_DIR --command=evaluate/run.sh "$OUTPUT_DIR" aime/ >/dev/null \
+    || exit 2
+fi
 if [[ ${#plain[@]} -gt 0 ]]; then
   "$PYTHON" -m fspo.cli evaluate "${models[@]}" "${plain[@]}" --output-dir "$OUTPUT_DIR" "${common[@]}" \
     --samples "$SAMPLES" "$@"

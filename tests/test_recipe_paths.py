@@ -204,3 +204,31 @@ def test_hydras_run_folder_is_claimed_and_never_written_through_a_link(tmp_path)
     assert sweep.returncode == 2 and sweep.stderr.strip().splitlines()[-1].startswith(
         "fspo: --multirun is not supported"
     )
+
+
+def test_evaluate_run_sh_never_writes_through_a_link_in_its_output_folder_and_checks_its_variables(tmp_path):
+    """AIME's run writes OUTPUT_DIR/aime: a link there is refused before any fspo evaluate starts (it wrote
+    through it), and a bad number or a data folder that is a file is one line naming the variable."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    linked = tmp_path / "linked"
+    (linked / "out").mkdir(parents=True)
+    (linked / "out" / "aime").symlink_to(elsewhere)
+    process = _recipe_dry_runs.run_evaluate_sh(linked, MAX_NEW_TOKENS="8")
+    assert process.returncode == 2
+    assert process.stderr.strip().splitlines()[-1] == (
+        f"evaluate/run.sh: OUTPUT_DIR {linked / 'out'}: aime is a symbolic link: fspo does not replace links; fspo "
+        "replaces only what it wrote there (listed in .fspo-outputs.json): move it away or give another folder"
+    )
+    assert not any((linked / "calls").iterdir()) and not any(elsewhere.iterdir())
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for name, variable, value, line in (
+        ("nan", "TEMPERATURE", "nan", "environment variable TEMPERATURE must be a finite number >= 0, got 'nan'"),
+        ("file", "DATA_DIR", str(a_file), "environment variable DATA_DIR must be a folder (not a file), got "),
+    ):
+        (tmp_path / name).mkdir()
+        process = _recipe_dry_runs.run_evaluate_sh(tmp_path / name, **{variable: value, "MAX_NEW_TOKENS": "8"})
+        assert process.returncode == 2 and process.stderr.strip().startswith(line), process.stderr
+        assert "\n" not in process.stderr.strip() and not any((tmp_path / name / "calls").iterdir())

@@ -220,11 +220,24 @@ def test_every_recipe_is_dry_run_here_or_in_the_qwen3_file():
 def evaluate_run_sh_calls(root: Path, *, cwd: Path | None = None, **env: str) -> list[dict[str, str]]:
     """Each `fspo evaluate` that evaluate/run.sh starts, as {option: its last value} (argparse keeps the last), read
     by a stand-in interpreter that records its arguments and generates nothing (and has no vLLM)."""
+    process = run_evaluate_sh(root, cwd=cwd, **env)
+    assert process.returncode == 0, process.stderr
+    parsed = []
+    for call in sorted((root / "calls").iterdir(), key=lambda path: int(path.name)):
+        words = call.read_text().splitlines()
+        parsed.append({word: value for word, value in zip(words, words[1:]) if word.startswith("--")})
+    return parsed
+
+
+def run_evaluate_sh(root: Path, *, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    """evaluate/run.sh on gsm8k and aime2024 (empty files in root/data) with a stand-in interpreter that records
+    each `fspo evaluate` call in root/calls; OUTPUT_DIR root/out unless ``env`` sets it."""
     calls = root / "calls"
     calls.mkdir()
     python = root / "python"
-    python.write_text(
-        '#!/usr/bin/env bash\n[[ "$1" == -c ]] && exit 1\nprintf "%s\\n" "$@" > "$CALLS/$(ls "$CALLS" | wc -l)"\n'
+    python.write_text(  # the environment door and the output rule's check run in the real interpreter
+        f'#!/usr/bin/env bash\n[[ "$1" == -c ]] && exit 1\n[[ "$1 $2" == "-m fspo.cli" ]] || exec {sys.executable} "$@"\n'
+        'printf "%s\\n" "$@" > "$CALLS/$(ls "$CALLS" | wc -l)"\n'
     )
     python.chmod(0o755)
     for name in ("gsm8k", "aime2024"):
@@ -236,17 +249,12 @@ def evaluate_run_sh_calls(root: Path, *, cwd: Path | None = None, **env: str) ->
         "CALLS": str(calls),
         "DATA_DIR": str(root / "data"),
         "BENCHMARKS": "gsm8k aime2024",
+        "OUTPUT_DIR": str(root / "out"),
         **env,
     }
-    process = subprocess.run(
+    return subprocess.run(
         ["bash", str(EVALUATE), "model"], env=full_env, cwd=cwd or root, capture_output=True, text=True, timeout=60
     )
-    assert process.returncode == 0, process.stderr
-    parsed = []
-    for call in sorted(calls.iterdir(), key=lambda path: int(path.name)):
-        words = call.read_text().splitlines()
-        parsed.append({word: value for word, value in zip(words, words[1:]) if word.startswith("--")})
-    return parsed
 
 
 def assert_evaluation_samples_as_the_recipe_validates(name: str, config: dict, root: Path) -> None:
@@ -287,8 +295,14 @@ def test_evaluate_run_sh_takes_relative_paths_in_the_repository_and_its_variable
     variable set in the environment wins over the recipe's value."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    plain, _ = evaluate_run_sh_calls(
-        tmp_path, cwd=elsewhere, OUTPUT_DIR="eval_x", RECIPE="run_qwen3_8b.sh", TOP_K="5", MAX_NEW_TOKENS="7"
+    (plain,) = evaluate_run_sh_calls(  # no AIME: its aime/ would be claimed (made) in the repository
+        tmp_path,
+        cwd=elsewhere,
+        OUTPUT_DIR="eval_x",
+        RECIPE="run_qwen3_8b.sh",
+        TOP_K="5",
+        MAX_NEW_TOKENS="7",
+        BENCHMARKS="gsm8k",
     )
     assert plain["--output-dir"] == str(REPO / "eval_x")
     assert (plain["--top-k"], plain["--max-new-tokens"], plain["--temperature"]) == ("5", "7", "0.6")
