@@ -664,7 +664,8 @@ def finish_set(folder: Path) -> None:
             _step(f"moved {relative}")
     for relative in journal["stale"]:
         remove_output(folder, relative)
-    forget_outputs(folder, journal["stale"])
+    if journal["stale"]:
+        forget_outputs(folder, journal["stale"])
     remove_output(folder, moving.name)
     (folder / JOURNAL).unlink()
 
