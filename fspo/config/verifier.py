@@ -74,6 +74,14 @@ class VerifierConfig(BaseConfig):
         "(fspo.verifiers.lexical). null = whole.",
         ("lexical",),
     )
+    abstain_non_claims: Optional[bool] = _option(
+        None,
+        'lexical: label 0 a step that states no claim. No claim: a fragment ("Lima.", "Nora Vale works for") or a '
+        'conclusion that only names the answer ("So the answer is Lima."), which the outcome reward scores; a '
+        "bridging step with a predicate and two content words is checked as written (fspo.verifiers.lexical.is_claim). "
+        "null = false.",
+        ("lexical",),
+    )
     cache_size: int = _option(
         0,
         "LRU entries (evidence, step) -> score kept per verifier copy; 0 = off. NaN scores are never cached.",

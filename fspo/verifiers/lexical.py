@@ -10,6 +10,12 @@ Two units of evidence (``evidence_unit``):
   chunk (the maximum over chunks, not the concatenation). A multi-fact step ("A works for B, which is
   based in C") is supported clause by clause, each by its own sentence, or by a chain of sentences
   linked by a shared name. The score averages this with ``whole`` (see :func:`sentence_support`).
+
+With ``abstain_non_claims`` a step that states no claim (:func:`is_claim`) scores NaN, label 0: a fragment
+("Lima.", "Nora Vale works for") and a conclusion that only names the answer ("So the answer is Lima."), whose
+right or wrong the outcome reward already scores. A bridging step with a predicate and two content words of its
+own ("The company is headquartered in Lima.") is a claim and is checked as written: the verifier resolves no
+reference, so "company" counts as a word the evidence lacks.
 """
 
 from __future__ import annotations
@@ -21,6 +27,67 @@ from fspo.config.vocabulary import EVIDENCE_UNITS
 from fspo.verifiers.base import UNVERIFIABLE, Pair, PairPipeline
 from fspo.verifiers.clauses import link_cuts, split_clauses, words
 from fspo.verifiers.text import content_tokens, is_number, split_sentences
+
+# Words that name the task, not the world: "the answer is Lima" states the answer, no fact the evidence holds.
+TASK_WORDS = frozenset("answer answers question questions step steps context evidence information".split())
+# Auxiliaries and copulas: a finite predicate even where the main word is a noun ("Lima is a city in Kesh").
+_AUXILIARIES = frozenset(
+    "is are was were be been being am has have had does did do can could will would shall should may might must".split()
+)
+# A sentence cannot end on these: a step that does was cut mid-clause ("Nora Vale works for").
+_DANGLING = frozenset(
+    "a an the of for in on at to by from with into and or but as than that which who whose whom is are was were "
+    "be been has have had its their his her".split()
+)
+
+
+def _has_finite_verb(words_of_step: list[tuple[str, str]]) -> bool:
+    """An auxiliary or copula, or a lower-case word past the first inflected as a verb (-s, -ed: "works",
+    "founded"). A rule of thumb, not a tagger: a plural noun ("headquarters") passes too."""
+    return any(
+        word in _AUXILIARIES
+        or (
+            index > 0
+            and original[:1].islower()
+            and len(word) > 3
+            and word.endswith(("s", "ed"))
+            and not word.endswith("ss")
+        )
+        for index, (word, original) in enumerate(words_of_step)
+    )
+
+
+def _content_units(raw_words: list[str]) -> set[str]:
+    """The step's content words, a run of capitalised words counting once (a name: "Mune Labs" is one thing)."""
+    units: set[str] = set()
+    name: list[str] = []
+    for raw in [*raw_words, ""]:
+        if raw[:1].isupper():
+            name.append(raw)
+            if not raw[-1:].isalnum():  # punctuation ends a name ("Lima, Kesh" are two)
+                units.add(" ".join(content_tokens(" ".join(name))))
+                name = []
+            continue
+        if name:
+            units.add(" ".join(content_tokens(" ".join(name))))
+            name = []
+        units.update(content_tokens(raw))
+    return units - TASK_WORDS - {""}
+
+
+def is_claim(step: str) -> bool:
+    """Whether a reasoning step states a claim the evidence could hold: a finite predicate
+    (:func:`_has_finite_verb`), at least two content units that are not :data:`TASK_WORDS` (a name counts once,
+    :func:`_content_units`), and an end that is not a function word (a step cut mid-clause). English rules of
+    thumb, nothing about one data set."""
+    raw_words = [raw.strip("\"'()[]{}“”‘’") for raw in step.split()]
+    raw_words = [raw for raw in raw_words if raw.strip(".,;:!?")]
+    if not raw_words or raw_words[-1].strip(".,;:!?").lower() in _DANGLING:
+        return False
+    if len(_content_units(raw_words)) < 2:
+        return False
+    bare = [raw.strip(".,;:!?") for raw in raw_words]
+    return _has_finite_verb([(word.lower(), word) for word in bare])
 
 
 def _stem(token: str) -> str:
@@ -129,16 +196,27 @@ class LexicalVerifier(PairPipeline):
             of the claim within its best evidence sentence); see the module doc.
         evidence_top_k: check against only the k most relevant evidence sentences (off by default).
         cache_size: LRU cache entries (rarely worth it: scoring is cheaper than a lookup miss).
+        abstain_non_claims: score NaN (label 0) a step that states no claim (:func:`is_claim`; the module doc).
     """
 
     name = "lexical"
 
-    def __init__(self, evidence_unit: str = "whole", evidence_top_k: int | None = None, cache_size: int = 0):
+    def __init__(
+        self,
+        evidence_unit: str = "whole",
+        evidence_top_k: int | None = None,
+        cache_size: int = 0,
+        abstain_non_claims: bool = False,
+    ):
         super().__init__(evidence_top_k=evidence_top_k, cache_size=cache_size)
         if evidence_unit not in SUPPORT:
             raise ValueError(f"evidence_unit must be one of {', '.join(EVIDENCE_UNITS)}, got {evidence_unit!r}")
         self.evidence_unit = evidence_unit
+        self.abstain_non_claims = abstain_non_claims
         self._support = SUPPORT[evidence_unit]
 
     def _score_unique(self, pairs: list[Pair]) -> list[float]:
-        return [self._support(evidence, claim) for evidence, claim in pairs]
+        return [
+            UNVERIFIABLE if self.abstain_non_claims and not is_claim(claim) else self._support(evidence, claim)
+            for evidence, claim in pairs
+        ]
