@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import collections
 import errno
 import fcntl
 import json
@@ -513,9 +514,9 @@ def unwritable_folder(folder: Path, planned: Iterable[str]) -> str | None:
 
 def _folders_under(top: Path, limit: int) -> list[Path]:
     """``top`` and the folders under it, breadth first, links not followed, at most ``limit``."""
-    found, pending = [], [top]
+    found, pending = [], collections.deque([top])
     while pending and len(found) < limit:
-        current = pending.pop(0)
+        current = pending.popleft()
         found.append(current)
         try:
             pending += sorted(Path(e.path) for e in os.scandir(current) if e.is_dir(follow_symlinks=False))
