@@ -232,3 +232,27 @@ def test_evaluate_run_sh_never_writes_through_a_link_in_its_output_folder_and_ch
         process = _recipe_dry_runs.run_evaluate_sh(tmp_path / name, **{variable: value, "MAX_NEW_TOKENS": "8"})
         assert process.returncode == 2 and process.stderr.strip().startswith(line), process.stderr
         assert "\n" not in process.stderr.strip() and not any((tmp_path / name / "calls").iterdir())
+
+
+def test_a_cache_folder_that_is_a_file_or_empty_is_named_as_such(tmp_path, monkeypatch, capsys):
+    """--cache-dir FILE was 'not in the HF cache'; FSPO_CACHE='' converted SmolLM2 into the working folder."""
+    from fspo.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    assert main(["verifier", "download", "hhem", "--cache-dir", str(a_file)]) == 2
+    assert capsys.readouterr().err == (
+        f"fspo verifier download: --cache-dir {a_file} is a file, not a folder: give a folder to write into\n"
+    )
+    assert main(["verifier", "download", "hhem", "--cache-dir", ""]) == 2
+    assert "--cache-dir is empty" in capsys.readouterr().err
+    monkeypatch.setenv("FSPO_CACHE", "")
+    # --steps 0 stops the old code too (argparse), in another line, before it converts or trains anything
+    assert main(["quickstart", "--steps", "0", "--output-dir", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        "fspo quickstart: environment variable FSPO_CACHE must be a folder fspo can write, got '': empty names the "
+        "working folder: unset it or name a folder\n"
+    )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a_file"]

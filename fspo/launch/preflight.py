@@ -154,6 +154,21 @@ def cached_snapshot(repo_id: str, cache_dir: str | None = None) -> Path | None:
     return None
 
 
+def check_cache_dir(cache_dir: str | None) -> None:
+    """A hub cache given as ``--cache-dir`` is checked as an output folder (a download fills it): a file, or a
+    folder that cannot be written, is one :class:`ConfigError` naming it, not a model missing from the cache."""
+    from fspo.utils.output_dir import OutputConflict, output_folder
+
+    if cache_dir is None:
+        return
+    if not cache_dir.strip():  # huggingface_hub would read it as unset, fspo's message as the working folder
+        raise ConfigError("--cache-dir is empty: name a folder, or leave it out for HF_HUB_CACHE")
+    try:
+        output_folder("--cache-dir", cache_dir)
+    except OutputConflict as error:
+        raise ConfigError(str(error)) from None
+
+
 def hub_cache_dir(cache_dir: str | None = None) -> str:
     from huggingface_hub import constants
 
@@ -325,6 +340,7 @@ def verifier_needs(verifier: VerifierConfig, cache_dir: str | None = None) -> li
     ``auto_map`` names) and ``config.foundation`` (``google/flan-t5-base``): the config and tokenizer the
     remote code, and the T5 fallback, load by hub id.
     """
+    check_cache_dir(cache_dir)
     key = "fspo.verifier.model_path"
     download = f"fspo verifier download {verifier.name}"
     if verifier.model_path:
