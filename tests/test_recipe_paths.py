@@ -114,8 +114,10 @@ def test_a_recipe_refuses_a_bad_number_or_folder_in_one_line_before_it_launches(
     a_file = tmp_path / "a_file"
     a_file.write_text("mine")
     line = refusal("run_qwen2.5_7b_instruct.sh", CKPT_DIR=str(a_file))
-    assert line.startswith("environment variable CKPT_DIR must be a folder fspo can write, got '")
-    assert line.endswith("a_file is a file, not a folder: give a folder to write into") and "\n" not in line
+    assert line.startswith("environment variable CKPT_DIR must be a folder (not a file), got '")
+    assert line.endswith("a_file is a file, not a folder") and "\n" not in line
+    line = refusal("run_qwen2.5_7b_instruct.sh", CKPT_DIR=str(a_file / "ckpt"))
+    assert f"{a_file} is a file, so " in line
     assert refusal("run_qwen2.5_7b_instruct.sh", N_GPUS_PER_NODE=str(2**64)) == (
         f"environment variable N_GPUS_PER_NODE must be an integer in [1, 64], got '{2**64}'"
     )
@@ -124,7 +126,7 @@ def test_a_recipe_refuses_a_bad_number_or_folder_in_one_line_before_it_launches(
     )
     # Empty, FSPO_CACHE would name the working folder (run_cpu.sh's SmolLM2 default, the quickstart's cache).
     assert refusal("run_cpu.sh", FSPO_CACHE="") == (
-        "environment variable FSPO_CACHE must be a folder fspo can write, got '': empty names the working folder: "
+        "environment variable FSPO_CACHE must be a folder (not a file), got '': empty names the working folder: "
         "unset it or name a folder"
     )
     assert a_file.read_text() == "mine"
@@ -252,7 +254,7 @@ def test_a_cache_folder_that_is_a_file_or_empty_is_named_as_such(tmp_path, monke
     # --steps 0 stops the old code too (argparse), in another line, before it converts or trains anything
     assert main(["quickstart", "--steps", "0", "--output-dir", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == (
-        "fspo quickstart: environment variable FSPO_CACHE must be a folder fspo can write, got '': empty names the "
+        "fspo quickstart: environment variable FSPO_CACHE must be a folder (not a file), got '': empty names the "
         "working folder: unset it or name a folder\n"
     )
     assert sorted(path.name for path in tmp_path.iterdir()) == ["a_file"]

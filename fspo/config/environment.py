@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fspo.config.numeric_options import COUNT, FSPO_NUMBERS, LOSS_TERM, OPEN_PROBABILITY, Number
@@ -105,34 +106,29 @@ class FolderProblem(ValueError):
 
 @dataclass(frozen=True)
 class Folder(Text):
-    """A variable that names a folder, checked as an output folder is (``writes``: fspo writes there, so
-    :func:`fspo.utils.output_dir.output_folder`'s check: not a file, not under one, writable) or as an input folder
-    (it is read: not a file). An empty value is refused, not read as unset: a program that takes it as given
-    (``HF_HOME``, a Hydra override) would use the working folder."""
+    """A variable that names a folder: refused when it, or a folder above it, is a file. An empty value is refused,
+    not read as unset: a program that takes it as given (``HF_HOME``, a Hydra override) would use the working
+    folder. Whether fspo can write there is checked where it writes (:func:`fspo.utils.output_dir.output_folder`):
+    a dry run's folder may be on the cluster, not here."""
 
     empty_is_unset: bool = False
-    accepts: str = "a folder fspo can write"
-    writes: bool = True
+    accepts: str = "a folder (not a file)"
 
     def parse(self, text: str) -> str:
         if not text.strip():
             raise FolderProblem("empty names the working folder: unset it or name a folder")
-        if not self.writes:
-            path = os.path.expanduser(text)
-            if "\x00" not in path and os.path.exists(path) and not os.path.isdir(path):
-                raise FolderProblem(f"{path} is a file, not a folder")
+        path = Path(os.path.abspath(os.path.expanduser(text.replace("\x00", ""))))
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if existing.is_dir():
             return text
-        from fspo.utils.output_dir import OutputConflict, output_folder  # here: output_dir reads this module
-
-        try:
-            output_folder("", text)
-        except OutputConflict as error:
-            raise FolderProblem(" ".join(str(error).split())) from None
-        return text
+        if existing == path:
+            raise FolderProblem(f"{path} is a file, not a folder")
+        raise FolderProblem(f"{existing} is a file, so {path} cannot be a folder")
 
 
 Variable = NumberVariable | Switch | Choice | Text
-_INPUT_FOLDER = "a folder (not a file)"
 
 # Bounds that keep a typo (an extra digit) from asking torch for millions of threads or a rollout tensor of
 # millions of rows: well above any CPU this backend runs on.
@@ -175,8 +171,6 @@ ENVIRONMENT: dict[str, Variable] = {
     "HF_HOME": Folder(
         None,
         "Hugging Face's folder (its hub cache, token); read, and written by downloads",
-        writes=False,
-        accepts=_INPUT_FOLDER,
     ),
     "HF_HUB_OFFLINE": Switch(
         None,
@@ -217,7 +211,7 @@ SCRIPT_ENVIRONMENT: dict[str, Variable] = {
     "FAPO_PENALTY": NumberVariable(FSPO_NUMBERS["fapo_penalty"], None, "fspo.fapo_penalty"),
     "CKPT_DIR": Folder(None, "trainer.default_local_dir, where the run's checkpoints go"),
     # evaluate/run.sh (TOP_K goes to fspo evaluate's --top-k only, which checks it)
-    "DATA_DIR": Folder(None, "the folder of <benchmark>/test.parquet", writes=False, accepts=_INPUT_FOLDER),
+    "DATA_DIR": Folder(None, "the folder of <benchmark>/test.parquet"),
     "OUTPUT_DIR": Folder(None, "where fspo evaluate writes"),
     "TEMPERATURE": NumberVariable(LOSS_TERM, None, "--temperature"),
     "TOP_P": NumberVariable(OPEN_PROBABILITY, None, "--top-p"),

@@ -33,6 +33,7 @@ from fspo.launch.cuda_driver import check_node_driver
 from fspo.launch.hub_deadline import no_answer
 from fspo.utils.checked_load import check_model_files
 from fspo.utils.input_files import InputFileError, read_hf_config, read_json, read_safetensors_index
+from fspo.utils.output_dir import OutputConflict, output_folder
 
 if TYPE_CHECKING:  # annotations only: the config dataclasses import verl, which `fspo verify` need not load
     from fspo.config.fspo_config import FSPOConfig
@@ -157,8 +158,6 @@ def cached_snapshot(repo_id: str, cache_dir: str | None = None) -> Path | None:
 def check_cache_dir(cache_dir: str | None) -> None:
     """A hub cache given as ``--cache-dir`` is checked as an output folder (a download fills it): a file, or a
     folder that cannot be written, is one :class:`ConfigError` naming it, not a model missing from the cache."""
-    from fspo.utils.output_dir import OutputConflict, output_folder
-
     if cache_dir is None:
         return
     if not cache_dir.strip():  # huggingface_hub would read it as unset, fspo's message as the working folder
