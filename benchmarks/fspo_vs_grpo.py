@@ -10,7 +10,9 @@ held-out questions, the data order and every rollout's sampling seed, and is sha
 arms of a seed answer the same questions. After training each run's greedy answers on the held-out
 questions are scored four ways: answer F1, the independent world judge's hallucinated-step rate, the
 supported-step rate of the ``lexical`` (the verifier every arm trains with) and ``embedding`` verifiers,
-and the share of steps copied verbatim from the evidence (see :mod:`fspo.quickstart.step_report`).
+and the share of steps copied verbatim from the evidence (see :mod:`fspo.quickstart.step_report`); and per
+answer, over all held-out questions (:func:`answer_metrics`): the flawed-positive share, the supported-chain
+accuracy, the exact match, steps per answer and the share of steps that are no claim.
 
 **The comparison** is the paired difference of each arm against GRPO (FSPO − GRPO, factuality reward −
 GRPO) in the hallucinated-step rate and in answer F1, with a 95% confidence interval from a **paired t
