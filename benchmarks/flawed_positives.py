@@ -1,7 +1,8 @@
 """Flawed positives on the synthetic worlds: right answers whose reasoning holds a step the world judge contradicts.
 
 FSPO's premise is that outcome-only RL rewards such answers. This reports, per world
-(:data:`fspo.data.synthetic.WORLDS`), the share of right answers (exact match) with a contradicted step, the
+(:data:`fspo.data.synthetic.WORLDS`), the share of right answers (exact match) with a contradicted step (and of
+all answers: ``flawed_positive_share``), the
 share of right answers that do not state the whole gold chain (a contradicted step, a shortcut, a guess),
 the judge's hallucinated-step rate and the answer F1, for three kinds of answers:
 
@@ -41,6 +42,7 @@ FIGURES = (
     "unchained_positive_rate",
     "hallucinated_step_rate",
     "answer_f1",
+    "flawed_positive_share",
 )
 
 
@@ -56,6 +58,8 @@ def figures(samples: list[dict]) -> dict:
     report = step_report(samples, verifiers=())
     scores = [compute_score(DATA_SOURCE, s["response"], s["ground_truth"])["f1"] for s in samples]
     report["answer_f1"] = sum(scores) / len(scores) if scores else None
+    # Over all answers, not only the right ones: defined for every run (the pre-registration's primary metric).
+    report["flawed_positive_share"] = report["flawed_positives"] / len(samples) if samples else None
     return {key: report[key] for key in FIGURES}
 
 

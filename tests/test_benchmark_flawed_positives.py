@@ -42,6 +42,8 @@ def test_run_judges_the_first_and_last_validation_of_each_arm(tmp_path, capsys):
     assert figures["grpo step 0"]["answer_f1"] == pytest.approx(0.5)
     assert figures["grpo step 12"]["flawed_positive_rate"] == 0.0 and figures["grpo step 12"]["answer_f1"] == 1.0
     assert figures["grpo step 12"]["hallucinated_step_rate"] == 0.0
+    # Over all answers: 1 flawed of 2 (the right answers' share above is 1 of 1).
+    assert figures["grpo step 0"]["flawed_positive_share"] == 0.5
     assert "| grpo step 0 | 2 | 1 | 1 | 1.000 | 1.000 | 1.000 | 0.500 |" in capsys.readouterr().out
 
 
