@@ -14,6 +14,8 @@ import struct
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fspo.cli import main as fspo_main
 from fspo_testing.command_guard import message_lines
@@ -31,6 +33,21 @@ def rl_row(**changes) -> dict:
         "extra_info": {"index": 0, "split": "train", "evidence": EVIDENCE},
     }
     return {**row, **changes}
+
+
+QUESTION = {"role": "user", "content": "Where is the Eiffel Tower?"}
+# Prompts whose messages no chat template renders as written, one file each (the `inputs` fixture).
+MESSAGE_CASES = {
+    "content_null": [{"role": "user", "content": None}],
+    "content_int": [{"role": "user", "content": 5}],
+    "content_parts": [{"role": "user", "content": [{"type": "text", "text": "Where is the Eiffel Tower?"}]}],
+    "role_empty": [{"role": "system", "content": "Be brief."}, {"role": "", "content": "Where is it?"}],
+    "role_null": [{"role": None, "content": "Be brief."}, QUESTION],
+    "role_tool": [QUESTION, {"role": "tool", "content": "It is in Paris."}],
+    "message_null": [QUESTION, None],
+}
+# Contents a parquet column cannot hold beside text: the file's every row has them.
+WHOLE_COLUMN = {"content_int", "content_parts"}
 
 
 def write_table(path, rows: list[dict], schema=None):
@@ -70,6 +87,9 @@ def inputs(tmp_path_factory):
     )
     files["no_rows"] = write_table(root / "no_rows.parquet", [], schema=pa.Table.from_pylist([rl_row()]).schema)
     files["no_messages"] = write_table(root / "no_messages.parquet", [rl_row(), rl_row(prompt=[])])
+    for name, messages in MESSAGE_CASES.items():  # the second row's messages do not fit, or both where a column
+        rows = [rl_row(prompt=messages)] * 2 if name in WHOLE_COLUMN else [rl_row(), rl_row(prompt=messages)]
+        files[name] = write_table(root / f"{name}.parquet", rows)
     # fspo verify rows
     (root / "empty.jsonl").write_text("")
     files["empty_jsonl"] = root / "empty.jsonl"
@@ -153,12 +173,54 @@ def assert_refused(result: tuple[int, str, str], status: int, message: str) -> N
 
 
 DATA_CHECK = [
-    ("extra_info as JSON text", ["{extra_info_json_text}"], 1, "extra_info as str, not a mapping"),
+    ("extra_info as JSON text", ["{extra_info_json_text}"], 1, "extra_info as text, not a mapping"),
     ("evidence as a mapping", ["{evidence_mapping}"], 1, "hold evidence under 'evidence' as dict"),
     ("evidence as bytes", ["{evidence_bytes}"], 1, "hold evidence under 'evidence' as bytes"),
     ("empty ground truths", ["{empty_truth}"], 1, "2 rows have an empty reward_model.ground_truth"),
     ("no rows", ["{no_rows}"], 1, "has no rows"),
     ("a row without messages", ["{no_messages}"], 1, "1 rows have no prompt messages (first: 1)"),
+    (
+        "a null message content",
+        ["{content_null}"],
+        1,
+        "1 rows have a prompt message whose content is null, not text (first: 1)",
+    ),
+    (
+        "an integer message content",
+        ["{content_int}"],
+        1,
+        "2 rows have a prompt message whose content is an integer, not text (first: 0, 1)",
+    ),
+    (
+        "a message of content parts",
+        ["{content_parts}"],
+        1,
+        "2 rows have a prompt message whose content is a list, not text (first: 0, 1)",
+    ),
+    (
+        "an empty role",
+        ["{role_empty}"],
+        1,
+        "1 rows have a prompt message whose role is '', not system, user or assistant (first: 1)",
+    ),
+    (
+        "a null role",
+        ["{role_null}"],
+        1,
+        "1 rows have a prompt message whose role is null, not system, user or assistant (first: 1)",
+    ),
+    (
+        "a tool message",
+        ["{role_tool}"],
+        1,
+        "1 rows have a prompt message whose role is 'tool', not system, user or assistant (first: 1)",
+    ),
+    (
+        "a null message",
+        ["{message_null}"],
+        1,
+        "1 rows have a prompt message that is null, not a {role, content} mapping (first: 1)",
+    ),
     (
         "--max-prompt-length without --tokenizer",
         ["{good}", "--max-prompt-length", "512"],
@@ -182,27 +244,138 @@ def test_fspo_data_check_passes_a_good_file(inputs, capsys):
     assert code == 0 and "2 rows, can train" in out
 
 
-def test_data_check_reads_rows_as_verls_dataset_does(inputs, tmp_path, monkeypatch):
-    """verl's RLHFDataset reads every row of each file data check passes, and stops on the ones it refuses."""
+@pytest.fixture(scope="module")
+def verl_reader(inputs, tmp_path_factory, qwen_tokenizer):
+    """``verl_reader(table)``: the rows of ``table`` verl stops on or renders otherwise than written.
+
+    A row is read by verl's ``RLHFDataset.__getitem__`` (it hands the messages on as they are and reads
+    ``extra_info.get``, verl/utils/dataset/rl_dataset.py:386-402) and its messages rendered as the agent loop renders
+    a prompt (verl/utils/tokenizer/continuous_token.py:233), with the Qwen tokenizer's own template and with
+    ``qwen-base`` (the paper's; recipes set it as custom_chat_template); its overlong-prompt filter renders them the
+    same way and drops a row that fails (rl_dataset.py:247-270). Each text content is rendered as a marker, which
+    must be in the prompt: a message the template drops (qwen-base drops every role but system, user and assistant,
+    Qwen3's own drops an empty or null one) is not. A null message is refused by rule: it renders as nothing.
+    """
     import datasets
     from omegaconf import OmegaConf
     from verl.utils.dataset.rl_dataset import RLHFDataset
+    from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
+    from fspo.training.prompt_formats import chat_template
+
+    cache = tmp_path_factory.mktemp("verl_cache")
+    config = OmegaConf.create({"filter_overlong_prompts": False, "cache_dir": str(cache)})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+        dataset = RLHFDataset([str(inputs["good"])], tokenizer=None, config=config)
+    builders = [
+        create_continuous_token_builder(qwen_tokenizer, hf_model_type="qwen2", chat_template_kwargs=kwargs)
+        for kwargs in ({}, {"chat_template": chat_template("qwen-base")})
+    ]
+
+    def renders_as_written(messages) -> bool:
+        if any(message is None for message in messages):
+            return False
+        marked = [
+            {**message, "content": f"@@{n}@@"} if isinstance(message["content"], str) else message
+            for n, message in enumerate(messages)
+        ]
+        for builder in builders:
+            try:
+                prompt = qwen_tokenizer.decode(builder.build_initial_tokens(marked))
+            except Exception:  # noqa: BLE001 - whatever the template raises
+                return False
+            if any(f"@@{n}@@" not in prompt for n in range(len(messages))):
+                return False
+        return True
+
+    def refused_rows(table) -> set[int]:
+        dataset.dataframe = datasets.Dataset(table)  # the table verl's load_dataset("parquet") builds
+        refused = set()
+        for index in range(len(dataset)):
+            try:
+                messages = dataset[index]["raw_prompt"]
+            except Exception:  # noqa: BLE001 - whatever verl raises on the row
+                refused.add(index)
+                continue
+            if not renders_as_written(messages):
+                refused.add(index)
+        return refused
+
+    return refused_rows
+
+
+def named_rows(table) -> set[int]:
+    """The rows data check names for a column verl's dataset and chat template read (data_source and reward_model
+    are the reward manager's)."""
+    from fspo.training.data_checks import row_mismatches
+
+    mismatches = row_mismatches(table, True).items()
+    return {row for (place, _), rows in mismatches if place.startswith(("prompt", "extra_info")) for row in rows}
+
+
+@pytest.mark.parametrize(
+    "name", ["good", "extra_info_json_text", "evidence_mapping", "evidence_bytes", "no_messages", *MESSAGE_CASES]
+)
+def test_data_check_names_the_rows_verl_cannot_read_as_written(inputs, verl_reader, name):
+    """The rows `fspo data check` (and the trainer's pre-Ray check) name are the rows verl stops on, drops or renders
+    otherwise than written; the file's own reader, not verl's, reads them."""
+    from fspo.utils.input_files import read_parquet
+
+    table = read_parquet(inputs[name])
+    assert named_rows(table) == verl_reader(pq.read_table(inputs[name])), name
+    assert name != "good" or not named_rows(table)
+
+
+ROLES = st.sampled_from(["system", "user", "assistant", "tool", "", "narrator"]) | st.none()
+# Every kind of value a parquet column of message contents can hold (one kind per file, nulls among them).
+CONTENTS = [
+    st.text(max_size=12),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(),
+    st.booleans(),
+    st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=8)}), max_size=2),
+    st.fixed_dictionaries({"text": st.text(max_size=8)}),
+    st.lists(st.lists(st.text(max_size=4), max_size=2), max_size=2),
+]
+EXTRA_INFOS = [st.just({"index": 0, "evidence": EVIDENCE}), st.just(json.dumps({"index": 0})), st.integers(0, 9)]
+
+
+@st.composite
+def prompt_rows(draw) -> list[dict]:
+    """The rows of one parquet file: prompts of 0-3 messages, each role and content of any kind."""
+    content = st.one_of(draw(st.sampled_from(CONTENTS)), st.none())
+    extra_info = st.one_of(draw(st.sampled_from(EXTRA_INFOS)), st.none())
+    message = st.fixed_dictionaries({"role": ROLES, "content": content})
+    return [
+        rl_row(prompt=prompt, extra_info=draw(extra_info))
+        for prompt in draw(st.lists(st.lists(message, max_size=3), min_size=1, max_size=3))
+    ]
+
+
+@given(rows=prompt_rows())
+@settings(max_examples=40, deadline=None)  # ~20 ms an example; the first imports fspo evaluate
+def test_data_check_evaluate_and_verl_agree_on_every_prompt(inputs, verl_reader, rows):
+    """On a parquet file of generated prompts, `fspo data check` says "can train" exactly when `fspo evaluate` reads
+    the file and verl reads and renders each row as written; and it names the rows verl refuses."""
+    import argparse
+
+    from fspo.evaluation.cli import read_benchmarks
     from fspo.training.data_checks import scan_file
+    from fspo.utils.arguments import UsageError
+    from fspo.utils.input_files import read_parquet
 
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)
-    config = OmegaConf.create({"filter_overlong_prompts": False, "cache_dir": str(tmp_path)})
-    for name in ("good", "extra_info_json_text", "evidence_mapping", "evidence_bytes", "empty_truth"):
-        verl_problem = None
-        try:
-            dataset = RLHFDataset([str(inputs[name])], tokenizer=None, config=config)
-            for index in range(len(dataset)):
-                dataset[index]
-        except Exception as error:  # noqa: BLE001 - whatever verl raises on the row
-            verl_problem = error
-        problems = scan_file(inputs[name], check_scorers=False).problems
-        assert (verl_problem is None) == (not any("RLHFDataset" in p for p in problems)), (name, verl_problem, problems)
-        assert name != "good" or not problems
+    path = write_table(inputs["root"] / "generated.parquet", rows)
+    refused = verl_reader(pq.read_table(path))
+    try:
+        read_benchmarks(argparse.Namespace(data=[("generated", path)], limit=None))
+        evaluate_reads = True
+    except UsageError:
+        evaluate_reads = False
+    report = scan_file(path)
+    assert report.can_train == evaluate_reads == (not refused), (report.problems, refused)
+    if not any("column 'prompt'" in problem for problem in report.problems):  # else: the column's type is named
+        assert named_rows(read_parquet(path)) == refused
 
 
 VERIFY = [
@@ -277,6 +450,19 @@ EVALUATE = [
     ),
     ("data: CSV renamed .parquet", ["--data", "{csv_parquet}"], 2, "not a readable parquet file"),
     ("data with no rows", ["--data", "{no_rows}"], 2, "has no rows"),
+    (
+        "data: a null message content",
+        ["--data", "{content_null}"],
+        2,
+        "row 1: field prompt[0].content: expected `str`, got `null`",
+    ),
+    ("data: a tool message", ["--data", "{role_tool}"], 2, "row 1: field prompt[1].role: invalid enum value 'tool'"),
+    (
+        "data: extra_info as JSON text",
+        ["--data", "{extra_info_json_text}"],
+        2,
+        "row 0: field extra_info: expected `object | null`, got `str`",
+    ),
     (
         "a tokenizer without a chat template",
         ["--model", "{model_without_template}"],
@@ -475,8 +661,6 @@ def test_fspo_train_accepts_the_default_group_and_a_critic_free_single_rollout(t
 
 # --- the pure helpers behind the checks ---------------------------------------------------------------------
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 stored_values = st.recursive(
     st.none() | st.text(max_size=8) | st.binary(max_size=4) | st.integers() | st.floats(allow_nan=True),

@@ -191,3 +191,26 @@ def test_a_custom_reward_function_scores_any_source(files):
     )
     assert uses_fspo_scorer(default) and not uses_fspo_scorer(custom)
     check_data_files("data.train_files", [str(files["unknown"])], custom)  # no error: the custom function decides
+
+
+def test_the_trainer_and_data_check_name_messages_no_template_renders(tmp_path, capsys):
+    """A message whose content is not text, or whose role no template renders, is named with its rows before Ray
+    starts, as `fspo data check` names it (tests/test_bad_inputs.py holds the rows equal to verl's)."""
+    from fspo.config.vocabulary import ConfigError
+    from fspo.data.synthetic import make_rows
+    from fspo.training.config_checks import check_data_files
+
+    good, null_content, tool = make_rows(3, seed=0)
+    null_content["prompt"] = [{**message, "content": None} for message in null_content["prompt"]]
+    tool["prompt"] = [*tool["prompt"], {"role": "tool", "content": "It is in Paris."}]
+    path = tmp_path / "messages.parquet"
+    pq.write_table(pa.Table.from_pylist([good, null_content, tool]), path)
+    with pytest.raises(ConfigError) as refused:
+        check_data_files("data.train_files", [str(path)])
+    for expected in (
+        f"data.train_files: {path} 1 rows have a prompt message whose content is null, not text (first: 1)",
+        "1 rows have a prompt message whose role is 'tool', not system, user or assistant (first: 2)",
+    ):
+        assert expected in str(refused.value)
+    assert main([str(path)]) == 1
+    assert "problem: 1 rows have a prompt message whose content is null" in capsys.readouterr().out

@@ -36,6 +36,7 @@ from fspo.evaluation.answer_judge import METRICS_OF_SOURCE, AnswerJudge
 from fspo.evaluation.generation import GenerationSettings, build_generator, render_prompts, vllm_available
 from fspo.evaluation.pipeline import ProvenanceError, check_rows, evaluate_model
 from fspo.evaluation.report import accumulated_results, write_results
+from fspo.training.data_checks import PromptRow
 from fspo.training.prompt_formats import PROMPT_FORMATS
 from fspo.utils.arguments import HelpFormatter, UsageError, check_count, check_model_dir, check_probability, refuse
 from fspo.utils.chat_client import ChatClient
@@ -280,11 +281,12 @@ def output_paths(args: argparse.Namespace) -> list[str]:
 
 
 def read_benchmarks(args: argparse.Namespace) -> dict[str, list[dict]]:
-    """Each ``--data`` file's rows (cut to ``--limit``), checked as generation and scoring will read them."""
+    """Each ``--data`` file's rows (cut to ``--limit``), checked as generation and scoring will read them: each row
+    fits :class:`fspo.training.data_checks.PromptRow`, as ``fspo data check`` and training require."""
     benchmarks = {}
     for name, path in args.data:
         try:
-            rows = read_parquet_rows(path)[: args.limit]
+            rows = read_parquet_rows(path, schema=PromptRow)[: args.limit]
         except InputFileError as error:
             raise UsageError(f"benchmark {name}: {error}") from None
         if not rows:

@@ -35,7 +35,7 @@ from fspo.quickstart.smollm2 import convert_smollm2
 from fspo.quickstart.step_report import TRAINING_VERIFIERS, step_report, validation_samples
 from fspo.utils.arguments import HelpFormatter, UsageError, check_model_dir, check_overrides
 from fspo.utils.atomic_file import write_text_atomically
-from fspo.utils.input_files import read_json
+from fspo.utils.input_files import parquet_row_count, read_json
 from fspo.utils.output_dir import HELD_ENV, OutputConflict, check_output_paths, output_option, remove_output
 
 # The instruction of every quickstart prompt. The paper's instruction alone leaves a 135M model
@@ -334,7 +334,7 @@ def train(
     ]
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    progress = RunProgress(name, out / "train.log", steps, _row_count(setup["val"]), clock or started)
+    progress = RunProgress(name, out / "train.log", steps, parquet_row_count(setup["val"]), clock or started)
     progress.start()
     records = launch(
         overrides, out / "train.log", out / "metrics.jsonl", on_step=progress.on_record, on_poll=progress.poll
@@ -349,12 +349,6 @@ def train(
         if figures:
             figures.update(judged_figures(dumps[when], setup["val"]))
     return {"records": training, "seconds": seconds, "before": before, "after": after, "validation_dumps": dumps}
-
-
-def _row_count(parquet: Path) -> int:
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(parquet).metadata.num_rows
 
 
 def run_summary(run: dict) -> dict:

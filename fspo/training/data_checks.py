@@ -1,7 +1,8 @@
 """Whether a parquet file can train: its rows, data sources, scorers, evidence and prompt lengths.
 
 A file that cannot train gets its problems named: besides missing columns and sources without a scorer,
-rows verl's ``RLHFDataset`` would stop on (:func:`row_problems`), evidence that is there but in a form the
+rows that do not fit :class:`PromptRow`, the schema of verl's RL rows (:func:`row_problems`: what verl's
+``RLHFDataset`` or the chat template would stop on or drop), evidence that is there but in a form the
 reward manager cannot read (FSPO would silently skip those rows), and empty ground truths. Evidence is
 found as training finds it: ``extra_info[evidence_key]``, else the column of that name.
 
@@ -13,15 +14,19 @@ the same report, so a problem found there is the problem a run would stop on.
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+import msgspec
 
 from fspo.evidence import evidence_text, row_evidence
 from fspo.training.outcome import known_sources, scorer_of
 from fspo.training.prompt_formats import count_prompt_tokens
 from fspo.utils.field_text import text_list
-from fspo.utils.input_files import InputFileError, read_parquet
+from fspo.utils.input_files import InputFileError, read_parquet, read_parquet_schema
 
 REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")
 # Names under which datasets keep evidence: this project's and the released FSPO files'. A file
@@ -29,6 +34,67 @@ REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")
 EVIDENCE_NAMES = ("evidence", "knowledge")
 # How many row positions a message lists.
 FIRST_ROWS = 5
+
+
+class ChatMessage(msgspec.Struct):
+    """A message of a row's ``prompt``, as verl hands it to the chat template (``RLHFDataset.__getitem__`` passes
+    the messages on as they are, verl/utils/dataset/rl_dataset.py:386-389; the agent loop renders them,
+    verl/utils/tokenizer/continuous_token.py:233).
+
+    ``content`` is text: the ChatML templates (the models' own, ``qwen-base``, ``qwen-instruct``, ``chatml-think``,
+    ``qwen3``) fail on null, a number or a list of parts, and ``llama-instruct`` and ``passthrough`` write its
+    Python form (``None``, ``5``) into the prompt. ``role`` is one every template renders as a turn: ``qwen-base``
+    and Qwen3's own template drop a message of any other role from the prompt, and a null role fails the others.
+    """
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class RewardModel(msgspec.Struct):
+    """A row's ``reward_model``: the scorer compares the response with ``ground_truth`` (text, a number, a list of
+    accepted answers or a mapping, never null)."""
+
+    ground_truth: Union[str, int, float, bool, list[Any], dict[str, Any]]
+
+
+class PromptRow(msgspec.Struct, kw_only=True):
+    """A row of verl's RL parquet as training reads it (``data.train_files``/``val_files``) and ``fspo evaluate``
+    reads it; other columns may be there.
+
+    ``extra_info`` is a mapping or null: ``RLHFDataset.__getitem__`` turns null into ``{}`` and reads
+    ``extra_info.get("index")`` (verl/utils/dataset/rl_dataset.py:400-402), so anything else stops it.
+    """
+
+    prompt: Annotated[list[ChatMessage], msgspec.Meta(min_length=1)]
+    data_source: str
+    reward_model: RewardModel
+    extra_info: Optional[dict[str, Any]] = None
+
+
+# What a row's value that does not fit PromptRow means, by where it is (msgspec's path, list positions dropped):
+# what the rows have, and what then happens. ``{got}`` is what is there.
+_TEMPLATE_FAILS = (
+    "a chat template fails on it (verl then drops the row under data.filter_overlong_prompts, else its rollout "
+    "stops) or writes its Python form into the prompt; store the message text as a string"
+)
+ROW_MISMATCHES = {
+    "prompt": ("no prompt messages", ": there is nothing to roll out from"),
+    "prompt[]": ("a prompt message that is {got}, not a {{role, content}} mapping", ": " + _TEMPLATE_FAILS),
+    "prompt[].content": ("a prompt message whose content is {got}, not text", ": " + _TEMPLATE_FAILS),
+    "prompt[].role": (
+        "a prompt message whose role is {got}, not system, user or assistant",
+        ": the chat templates render those turns only (qwen-base and Qwen3's own drop the message, a null role "
+        "fails the others)",
+    ),
+    "data_source": ("data_source as {got}, not text", ": the reward manager picks the row's scorer by it"),
+    "reward_model": ("no reward_model.ground_truth", ""),
+    "reward_model.ground_truth": ("no reward_model.ground_truth", ""),
+    "extra_info": (
+        "extra_info as {got}, not a mapping",
+        ": verl's RLHFDataset reads extra_info.get('index') and stops on the first such row",
+    ),
+}
 
 
 @dataclass
@@ -81,32 +147,64 @@ def _blank(value) -> bool:
     return isinstance(value, (list, tuple)) and not any(not _blank(item) for item in value)
 
 
-def row_problems(table, prompt_is_messages: bool) -> list[str]:
-    """What verl's ``RLHFDataset`` would fail on, row by row, before a rollout is sampled.
+# msgspec's names of what it found, as a message says them.
+_FOUND = {
+    "str": "text",
+    "array": "a list",
+    "object": "a mapping",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true/false",
+}
+_MISMATCH = re.compile(r"got `(?P<type>\w+)`|Invalid enum value (?P<value>.+)|missing required field `(?P<field>\w+)`")
 
-    ``RLHFDataset.__getitem__`` reads ``extra_info`` as a mapping (``.get("index")``; null becomes ``{}``) and
-    hands the ``prompt`` messages to the chat template; ``tests/test_bad_inputs.py`` holds the two equal.
+
+def mismatch(value, kind) -> tuple[str, str] | None:
+    """Where ``value`` does not fit msgspec type ``kind`` (msgspec's path below it, list positions as ``[]``) and what
+    is there (``null``, ``an integer``, ``'tool'``, ``without ground_truth``), or None when it fits."""
+    try:
+        msgspec.convert(value, kind, strict=True)
+    except msgspec.ValidationError as error:
+        reason, _, at = str(error).partition(" - at `$")
+        found = _MISMATCH.search(reason)
+        if found is None:  # a length: "Expected `array` of length >= 1"
+            got = reason
+        elif found["type"]:
+            got = _FOUND.get(found["type"], found["type"])
+        else:
+            got = found["value"] or f"without {found['field']}"
+        return re.sub(r"\[\d+\]", "[]", at.rstrip("`")), got
+    return None
+
+
+def row_mismatches(table, prompt_is_messages: bool) -> dict[tuple[str, str], list[int]]:
+    """The positions of the rows that do not fit :class:`PromptRow`, by (where, what is there): ``("prompt[].content",
+    "null")``. Each column is checked on its own, so a row is listed under every column that does not fit."""
+    kinds = {info.name: info.type for info in msgspec.structs.fields(PromptRow)}
+    if not prompt_is_messages:  # the column's type is the problem (_prompt_type_problem), said once
+        kinds.pop("prompt")
+    found: dict[tuple[str, str], list[int]] = {}
+    for name, kind in kinds.items():
+        for position, value in enumerate(_column(table, name)):
+            problem = mismatch(value, kind)
+            if problem is not None:
+                found.setdefault((name + problem[0], problem[1]), []).append(position)
+    return found
+
+
+def row_problems(table, prompt_is_messages: bool) -> list[str]:
+    """:func:`row_mismatches` as one line each, naming the first rows and what then happens.
+
+    ``tests/test_bad_inputs.py`` holds the rows named equal to those verl's ``RLHFDataset`` and chat templates stop
+    on or render otherwise than written.
     """
     problems = []
-    bad_extra = [
-        (i, type(info).__name__)
-        for i, info in enumerate(_column(table, "extra_info"))
-        if info is not None and not isinstance(info, dict)
-    ]
-    if bad_extra:
-        kinds = ", ".join(sorted({kind for _, kind in bad_extra}))
-        hint = " (JSON text: parse it into a struct column)" if "str" in kinds else ""
+    for (place, got), positions in row_mismatches(table, prompt_is_messages).items():
+        subject, consequence = ROW_MISMATCHES.get(place, (f"field {place} as {{got}}", ""))
+        hint = " (JSON text: parse it into a struct column)" if place == "extra_info" and got == "text" else ""
         problems.append(
-            f"{len(bad_extra)} rows have extra_info as {kinds}, not a mapping (first: "
-            f"{_first([i for i, _ in bad_extra])}): verl's RLHFDataset reads extra_info.get('index') and "
-            f"stops on the first such row{hint}"
+            f"{len(positions)} rows have {subject.format(got=got)} (first: {_first(positions)}){consequence}{hint}"
         )
-    if prompt_is_messages:
-        empty = [i for i, messages in enumerate(_column(table, "prompt")) if not messages]
-        if empty:
-            problems.append(
-                f"{len(empty)} rows have no prompt messages (first: {_first(empty)}): there is nothing to roll out from"
-            )
     return problems
 
 
@@ -152,17 +250,15 @@ def scan_file(
     Returns:
         A :class:`FileReport`; a file that cannot train has ``problems``.
     """
-    import pyarrow.parquet as pq
-
     report = FileReport(path=str(path), evidence_key=evidence_key)
     local = Path(os.path.expanduser(str(path)))
     if not local.exists():
         report.problems.append("does not exist (build it with `fspo data ...`)")
         return report
     try:
-        schema = pq.read_schema(local)
-    except Exception as error:  # noqa: BLE001 - any unreadable file gets the same message
-        report.problems.append(f"is not a readable parquet file ({error})")
+        schema = read_parquet_schema(local)
+    except InputFileError as error:
+        report.problems.append(str(error).removeprefix(f"{local}: "))
         return report
     missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
     if missing:
@@ -192,7 +288,7 @@ def scan_file(
     report.scorers = {source: scorer_of(source) for source in report.sources}
     if check_scorers:
         for source, scorer in report.scorers.items():
-            if scorer is None:
+            if scorer is None and isinstance(source, str):  # row_problems names a source that is not text
                 rows = [i for i, s in enumerate(sources) if s == source]
                 report.problems.append(
                     f"data_source {source!r} ({len(rows)} rows, first: {_first(rows)}) has no "
@@ -200,16 +296,12 @@ def scan_file(
                     "(openai/gsm8k, lighteval/MATH, HuggingFaceH4/MATH-500, ...)"
                 )
 
-    no_truth, empty_truth = [], []
+    empty_truth = []  # a missing ground truth is row_problems'
     for position, reward_model in enumerate(_column(table, "reward_model")):
         truth = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
         report.ground_truth_types[type(truth).__name__ if truth is not None else "missing"] += 1
-        if truth is None:
-            no_truth.append(position)
-        elif not text_list(truth):
+        if truth is not None and not text_list(truth):
             empty_truth.append(position)
-    if no_truth:
-        report.problems.append(f"{len(no_truth)} rows have no reward_model.ground_truth (first: {_first(no_truth)})")
     if empty_truth:
         report.problems.append(
             f"{len(empty_truth)} rows have an empty reward_model.ground_truth (first: "

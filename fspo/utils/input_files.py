@@ -13,6 +13,11 @@ that are legal inside a JSON string, so a file one command wrote would not read 
 ``schema`` (:mod:`fspo.utils.record_schemas`), each record is validated on read, and a field that does not fit (a
 ``null`` or NaN where a number belongs, a wrong type, a missing field) is refused naming the file, the line and
 the field.
+
+Every parquet file the package reads goes through :func:`read_parquet`, :func:`read_parquet_rows`,
+:func:`read_parquet_schema` or :func:`parquet_row_count` (tests/test_parquet_door.py holds it so); a row schema
+per kind: :class:`fspo.training.data_checks.PromptRow` (verl's RL rows) and
+:class:`fspo.utils.record_schemas.LabelledClaim`.
 """
 
 from __future__ import annotations
@@ -240,18 +245,38 @@ def read_toml(path: str | os.PathLike) -> dict:
         raise InputFileError(f"{_name(path)}: not valid TOML ({error})") from None
 
 
-def read_parquet(path: str | os.PathLike, columns: list[str] | None = None):
-    """A parquet file as a pyarrow Table (only ``columns`` when given)."""
-    import pyarrow.parquet as pq
-
+def _parquet(path: str | os.PathLike, read):
+    """``read(path)``, a ``pyarrow.parquet`` reader; a missing file, a folder or a file that is not parquet is one
+    :class:`InputFileError` naming the file."""
     if not Path(path).is_file():
         read_bytes(path, "parquet file")  # says missing, a folder or unreadable
     refuse_unfinished(path)
     try:
-        return pq.read_table(path, columns=columns)
+        return read(path)
     except Exception as error:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not parquet
         message = " ".join(str(error).split())
         raise InputFileError(f"{_name(path)}: not a readable parquet file ({message})") from None
+
+
+def read_parquet_schema(path: str | os.PathLike):
+    """A parquet file's pyarrow schema, read from its footer (no row is read)."""
+    import pyarrow.parquet as pq
+
+    return _parquet(path, pq.read_schema)
+
+
+def parquet_row_count(path: str | os.PathLike) -> int:
+    """How many rows a parquet file holds, read from its footer."""
+    import pyarrow.parquet as pq
+
+    return _parquet(path, lambda source: pq.read_metadata(source).num_rows)
+
+
+def read_parquet(path: str | os.PathLike, columns: list[str] | None = None):
+    """A parquet file as a pyarrow Table (only ``columns`` when given)."""
+    import pyarrow.parquet as pq
+
+    return _parquet(path, lambda source: pq.read_table(source, columns=columns))
 
 
 def read_parquet_rows(path: str | os.PathLike, columns: list[str] | None = None, schema: Any = None) -> list[dict]:
