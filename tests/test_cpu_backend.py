@@ -164,6 +164,25 @@ def test_a_request_decodes_to_the_same_bits_whatever_shares_its_batch(tiny_lm, d
     assert apart == together
 
 
+def test_a_groups_rollouts_share_one_prefill_and_decode_as_each_alone(tiny_lm):
+    # A GRPO group is n rollouts of one prompt: its prompt's forward runs once and every row starts from it.
+    prompts = [PROMPTS[0]] * 4 + [PROMPTS[3]] * 3
+    seeds = [5, 6, 7, 8, 9, 10, 11]
+    settings = SamplingSettings(max_new_tokens=6, temperature=1.0, logprobs=True)
+    prompt_forwards = []
+    hook = tiny_lm.register_forward_pre_hook(
+        lambda module, args, kwargs: prompt_forwards.append(kwargs["input_ids"].shape[1] > 1), with_kwargs=True
+    )
+    try:
+        group = generate_batch(tiny_lm, prompts, settings, 0, set(), seeds, rows_per_step=4)
+    finally:
+        hook.remove()
+    assert sum(prompt_forwards) == 2  # one per distinct prompt, though the group spans two decoding chunks
+    for prompt, seed, row in zip(prompts, seeds, group):
+        assert generate_batch(tiny_lm, [prompt], settings, 0, set(), [seed], rows_per_step=4) == [row]
+    assert len({tuple(tokens) for tokens, _ in group[:4]}) > 1  # the rollouts differ: each row samples its own
+
+
 def test_a_response_ends_at_its_first_stop_token_and_rows_stop_on_their_own(tiny_lm):
     settings = SamplingSettings(max_new_tokens=10, temperature=1.0)
     free = generate_batch(tiny_lm, PROMPTS, settings, 0, set(), SEEDS)

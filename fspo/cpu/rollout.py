@@ -27,12 +27,14 @@ import contextlib
 import inspect
 import logging
 import time
+from collections import Counter
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import ray
 import torch
+from transformers.cache_utils import Cache, DynamicLayer
 
 from fspo.config.environment import ENVIRONMENT, environment_value
 from fspo.cpu.compute import use_all_threads
@@ -232,32 +234,80 @@ def _forward(model: torch.nn.Module, step_ids, positions, past, key_starts):
     return output.logits[:, -1, :].float(), output.past_key_values
 
 
-def _prefill_rows(model: torch.nn.Module, prompts: list[list[int]], rows: int):
-    """Each prompt's forward alone (no padding, its own shapes), then the caches left-padded into one of ``rows``
-    rows (rows past the prompts are fillers with no keys). Returns the last logits, the cache, the key starts."""
-    from transformers import DynamicCache
+def _prefill_prompt(model: torch.nn.Module, prompt: list[int]):
+    """One prompt's forward alone (no padding, its own shapes): its last logits and each layer's keys and values."""
+    ids = torch.tensor([prompt], dtype=torch.long)
+    logits, cache = _forward(model, ids, torch.arange(len(prompt))[None], None, torch.zeros(1, dtype=torch.long))
+    return logits[0], [(layer.keys, layer.values) for layer in cache.layers]
 
-    logits, caches = [], []
-    for prompt in prompts:
-        ids = torch.tensor([prompt], dtype=torch.long)
-        row_logits, cache = _forward(
-            model, ids, torch.arange(len(prompt))[None], None, torch.zeros(1, dtype=torch.long)
-        )
-        logits.append(row_logits[0])
-        caches.append(cache)
+
+class PrefillStore:
+    """Each distinct prompt's forward (:func:`_prefill_prompt`), run once for all the rows that start from it (a
+    GRPO group is ``n`` rollouts of one prompt) and dropped when the last of them has taken it. A row's prefill
+    is the same computation whether it runs or is shared, so sharing changes no bit."""
+
+    def __init__(self, model: torch.nn.Module, prompts: list[list[int]]):
+        self.model = model
+        self.uses = Counter(tuple(prompt) for prompt in prompts)
+        self.done: dict[tuple[int, ...], Any] = {}
+        self.forwards = 0  # how many prompt forwards ran
+
+    def take(self, prompt: list[int]):
+        key = tuple(prompt)
+        if key not in self.done:
+            self.done[key] = _prefill_prompt(self.model, prompt)
+            self.forwards += 1
+        prefill = self.done[key]
+        self.uses[key] -= 1
+        if not self.uses[key]:
+            del self.done[key]
+        return prefill
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A layer's keys and values in a buffer sized for the whole decode: each step writes its position in place.
+    (``DynamicLayer`` concatenates, copying the whole cache every step: ~15% of a decoding step.) The keys it
+    returns are views of the filled part, the same values as the concatenation."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, filled: int):
+        super().__init__()
+        self.buffer_keys, self.buffer_values, self.filled = keys, values, filled
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self._expose()
+
+    def _expose(self) -> None:
+        self.keys = self.buffer_keys[:, :, : self.filled]
+        self.values = self.buffer_values[:, :, : self.filled]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        width = key_states.shape[2]
+        if self.filled + width > self.buffer_keys.shape[2]:
+            raise RuntimeError(f"decode cache of {self.buffer_keys.shape[2]} positions is full")
+        self.buffer_keys[:, :, self.filled : self.filled + width] = key_states
+        self.buffer_values[:, :, self.filled : self.filled + width] = value_states
+        self.filled += width
+        self._expose()
+        return self.keys, self.values
+
+
+def _prefill_rows(prompts: list[list[int]], rows: int, store: PrefillStore, new_tokens: int):
+    """Each prompt's prefill (from ``store``), its cache left-padded into one of ``rows`` rows with room for
+    ``new_tokens`` more positions (rows past the prompts are fillers with no keys). Returns the last logits, the
+    cache, the key starts."""
+    prefills = [store.take(prompt) for prompt in prompts]
     width = max(len(p) for p in prompts)
     starts = torch.tensor([width - len(p) for p in prompts] + [NO_KEYS] * (rows - len(prompts)), dtype=torch.long)
     layers = []
-    for layer in range(len(caches[0].layers)):
-        merged = []
-        for part in ("keys", "values"):
-            tensors = [getattr(cache.layers[layer], part) for cache in caches]
-            padded = tensors[0].new_zeros((rows, *tensors[0].shape[1:2], width, tensors[0].shape[-1]))
+    for layer in range(len(prefills[0][1])):
+        buffers = []
+        for part in (0, 1):  # keys, values
+            tensors = [layers_of_row[layer][part] for _, layers_of_row in prefills]
+            buffer = tensors[0].new_zeros((rows, tensors[0].shape[1], width + new_tokens, tensors[0].shape[-1]))
             for row, tensor in enumerate(tensors):
-                padded[row, :, width - tensor.shape[2] :] = tensor[0]
-            merged.append(padded)
-        layers.append(tuple(merged))
-    return torch.stack(logits), DynamicCache(ddp_cache_data=layers), starts
+                buffer[row, :, width - tensor.shape[2] : width] = tensor[0]
+            buffers.append(buffer)
+        layers.append(PreallocatedLayer(*buffers, filled=width))
+    return torch.stack([logits for logits, _ in prefills]), Cache(layers=layers), starts
 
 
 def pad_token_id(tokenizer) -> int:
@@ -290,8 +340,9 @@ def generate_batch(
 
     A request's tokens and log-probs do not depend, to the last bit, on which requests share its batch: each
     row runs the same computation on the same shapes whatever its batch-mates. Its prompt's forward runs alone
-    (no padding); the decoding steps run ``rows_per_step`` rows at a time (:func:`decode_rows`; a smaller
-    group is filled up with rows that have no keys), because a matrix product's rounding changes with its
+    (no padding), once for all the rows that start from it (:class:`PrefillStore`); the decoding steps run
+    ``rows_per_step`` rows at a time (:func:`decode_rows`; a smaller group is filled up with rows that have no
+    keys), because a matrix product's rounding changes with its
     row count below some size on some CPUs (MKL on AVX2: 1-3, 5-7, 9-11 rows differ from 12 and more);
     attention runs row by row over each row's own keys (:mod:`fspo.cpu.row_attention`), because the amount of
     left padding changes its rounding. Each row draws its tokens from its own generator (:func:`row_generator`
@@ -308,14 +359,15 @@ def generate_batch(
     group = rows_per_step or decode_rows()
     seeds = list(seeds or [None] * len(prompts))
     results: list[tuple[list[int], Optional[list[float]]]] = []
+    store = PrefillStore(model, prompts)
     with _row_attention(model):
         for first in range(0, len(prompts), group):
             chunk = slice(first, first + group)
-            results += _generate_group(model, prompts[chunk], settings, pad_id, stop_ids, seeds[chunk], group)
+            results += _generate_group(model, prompts[chunk], settings, pad_id, stop_ids, seeds[chunk], group, store)
     return results
 
 
-def _generate_group(model, prompts, settings, pad_id, stop_ids, seeds, rows):
+def _generate_group(model, prompts, settings, pad_id, stop_ids, seeds, rows, store):
     count = len(prompts)
     generators = [row_generator(seed) for seed in seeds]
     processors = _score_processors(settings)
@@ -323,9 +375,9 @@ def _generate_group(model, prompts, settings, pad_id, stop_ids, seeds, rows):
     responses: list[list[int]] = [[] for _ in range(count)]
     logprobs: list[list[float]] = [[] for _ in range(count)]
     running = [True] * count
-    logits, past, key_starts = _prefill_rows(model, prompts, rows)
+    logits, past, key_starts = _prefill_rows(prompts, rows, store, settings.max_new_tokens)
     positions = torch.tensor([len(p) for p in prompts] + [0] * (rows - count), dtype=torch.long)[:, None]
-    for _ in range(settings.max_new_tokens):
+    for step in range(settings.max_new_tokens):
         chosen = torch.full((count,), pad_id, dtype=torch.long)
         picked = [0.0] * count
         for row in range(count):
@@ -354,8 +406,8 @@ def _generate_group(model, prompts, settings, pad_id, stop_ids, seeds, rows):
             running[row] = token not in stop_ids
             if not running[row]:
                 key_starts[row] = NO_KEYS  # its attention is no longer read: skip it
-        if not any(running):
-            break
+        if not any(running) or step == settings.max_new_tokens - 1:
+            break  # the last token sampled needs no forward: nothing reads its logits
         step_ids = torch.full((rows, 1), pad_id, dtype=torch.long)  # finished and filler rows are fed padding
         step_ids[:count, 0] = chosen
         logits, past = _forward(model, step_ids, positions, past, key_starts)
