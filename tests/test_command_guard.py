@@ -686,32 +686,31 @@ def test_every_model_argument_refuses_a_cut_short_or_unfit_model(in_work, pool, 
     cases = 0
     arguments = [(leaf, item) for leaf in leaves_but_train(in_work) for item in gc.model_inputs(leaf)]
     for leaf, item in one_per_declaration([(leaf, item) for leaf, item in arguments if leaf not in REAL_RUN_EXCLUDED]):
-        if True:
-            command = "fspo " + " ".join(leaf)
-            breaks = [("cut", round(draw.random(), 3)) for _ in range(CUTS)] + [("cut", 0.0)]
-            breaks += [("short", 4), ("adapter", 1e300), ("adapter", 1e-300)]
-            if not gc.loads_weights(item) and not RAISED:  # a tokenizer reads no weights nor positions
-                breaks = [("cut", 0.0), ("adapter", 1e300)]
-            for kind, detail in breaks:
-                folder = tmp_path / f"model-{cases}"
-                cases += 1
-                if kind == "cut":
-                    gc.cut_model(pool["model"], folder, detail)
-                elif kind == "short":
-                    gc.short_model(pool["model"], folder, detail)
-                else:
-                    gc.adapter_model(pool["model"], folder, 8, detail)
-                out = tmp_path / f"out-{cases}"
-                argv = gc.runnable_argv(leaf, pool, out, {item.flag: str(folder), **gc.backend_for(item, leaf)})
-                if argv is None:
-                    record_71("model", command, "no runnable argv", f"{item.flag}: a required input has no valid value")
-                    continue
-                # A tokenizer reads no weights; a position table is checked against the lengths a run needs.
-                refuse = gc.loads_weights(item) and kind != "short"
-                started = time.monotonic()
-                problem = run_case(argv, out, [pool["model"].parent, in_work["work"]], refuse)
-                SLOWEST.append((time.monotonic() - started, describe(argv)[:150]))
-                record_71("model", command, f"{item.flag} {kind}", problem and f"{describe(argv)}: {problem}")
+        command = "fspo " + " ".join(leaf)
+        breaks = [("cut", round(draw.random(), 3)) for _ in range(CUTS)] + [("cut", 0.0)]
+        breaks += [("short", 4), ("adapter", 1e300), ("adapter", 1e-300)]
+        if not gc.loads_weights(item) and not RAISED:  # a tokenizer reads no weights nor positions
+            breaks = [("cut", 0.0), ("adapter", 1e300)]
+        for kind, detail in breaks:
+            folder = tmp_path / f"model-{cases}"
+            cases += 1
+            if kind == "cut":
+                gc.cut_model(pool["model"], folder, detail)
+            elif kind == "short":
+                gc.short_model(pool["model"], folder, detail)
+            else:
+                gc.adapter_model(pool["model"], folder, 8, detail)
+            out = tmp_path / f"out-{cases}"
+            argv = gc.runnable_argv(leaf, pool, out, {item.flag: str(folder), **gc.backend_for(item, leaf)})
+            if argv is None:
+                record_71("model", command, "no runnable argv", f"{item.flag}: a required input has no valid value")
+                continue
+            # A tokenizer reads no weights; a position table is checked against the lengths a run needs.
+            refuse = gc.loads_weights(item) and kind != "short"
+            started = time.monotonic()
+            problem = run_case(argv, out, [pool["model"].parent, in_work["work"]], refuse)
+            SLOWEST.append((time.monotonic() - started, describe(argv)[:150]))
+            record_71("model", command, f"{item.flag} {kind}", problem and f"{describe(argv)}: {problem}")
     with capsys.disabled():
         print(f"\ncommand guard (models): {COUNT_71.get('model')} [cases, failures]")
         print(sorted(SLOWEST)[-8:])
@@ -732,34 +731,31 @@ def test_every_reader_refuses_deep_nesting_and_text_that_is_not_utf8(in_work, po
                 readers.append((leaf, (stdin, True)))
     for leaf, (item, from_stdin) in readers:
         command = "fspo " + " ".join(leaf)
-        if True:
-            extension = "jsonl" if from_stdin else gc.reader_extension(item)
-            record = gc.valid_record(item, pool)
-            variants = [(name, None) for name in gc.encoded_variants('{"a": "Zürich"}\n')]
-            variants += [(f"depth {depth}", depth) for depth in (gc.DEPTHS if EXAMPLES >= 1000 else gc.CI_DEPTHS)]
-            for name, depth in variants:
-                cases += 1
-                path = tmp_path / f"input-{cases}.{extension}"
-                content = gc.reader_content(extension, record, name, depth)
-                path.write_bytes(content)
-                out = tmp_path / f"out-{cases}"
-                value = "-" if from_stdin else str(path)
-                argv = gc.runnable_argv(leaf, pool, out, {item.flag: value})
-                if argv is None:
-                    record_71(
-                        "reader", command, "no runnable argv", f"{item.flag}: a required input has no valid value"
-                    )
-                    continue
-                started = time.monotonic()
-                problem = run_case(
-                    argv,
-                    out,
-                    [pool["model"].parent, in_work["work"]],
-                    must_refuse=depth is None,
-                    stdin=content if from_stdin else None,
-                )
-                SLOWEST.append((time.monotonic() - started, describe(argv)[:150]))
-                record_71("reader", command, f"{item.flag} {name}", problem and f"{describe(argv)}: {problem}")
+        extension = "jsonl" if from_stdin else gc.reader_extension(item)
+        record = gc.valid_record(item, pool)
+        variants = [(name, None) for name in gc.encoded_variants('{"a": "Zürich"}\n')]
+        variants += [(f"depth {depth}", depth) for depth in (gc.DEPTHS if EXAMPLES >= 1000 else gc.CI_DEPTHS)]
+        for name, depth in variants:
+            cases += 1
+            path = tmp_path / f"input-{cases}.{extension}"
+            content = gc.reader_content(extension, record, name, depth)
+            path.write_bytes(content)
+            out = tmp_path / f"out-{cases}"
+            value = "-" if from_stdin else str(path)
+            argv = gc.runnable_argv(leaf, pool, out, {item.flag: value})
+            if argv is None:
+                record_71("reader", command, "no runnable argv", f"{item.flag}: a required input has no valid value")
+                continue
+            started = time.monotonic()
+            problem = run_case(
+                argv,
+                out,
+                [pool["model"].parent, in_work["work"]],
+                must_refuse=depth is None,
+                stdin=content if from_stdin else None,
+            )
+            SLOWEST.append((time.monotonic() - started, describe(argv)[:150]))
+            record_71("reader", command, f"{item.flag} {name}", problem and f"{describe(argv)}: {problem}")
     with capsys.disabled():
         print(f"\ncommand guard (readers): {COUNT_71.get('reader')} [cases, failures]")
         print(sorted(SLOWEST)[-8:])
