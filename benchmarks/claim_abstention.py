@@ -106,23 +106,32 @@ def collect(args) -> int:
     from fspo.quickstart.step_report import validation_samples
 
     judged_steps = _judged_steps_module()
-    rows: list[dict] = []
+    args.out.write_text("")
+    total = 0
+
+    def keep(rows: list[dict], source: str) -> None:
+        # Written as each source is judged: a long collection stopped midway keeps what it has.
+        nonlocal total
+        with args.out.open("a") as out:
+            out.write("".join(json.dumps(row) + "\n" for row in rows))
+        total += len(rows)
+        print(f"{source}: {len(rows)} steps ({total} in all)", file=sys.stderr)
+
     for run_dir in args.run_dir:
         record = json.loads((run_dir / "quickstart_run.json").read_text())
         held_out = read_rows(run_dir / "data" / "test.parquet")
         for dump in sorted((run_dir / "fspo" / "validation").glob("*.jsonl"), key=lambda path: int(path.stem)):
             source = f"{run_dir.name} seed {record['seed']} validation step {dump.stem}"
-            rows += step_rows(validation_samples(dump, held_out), source)
-    for spec in args.model:
-        name, _, folder = spec.partition("=")
-        for seed in args.seeds:
-            for world in args.worlds:
-                questions = quickstart_rows(args.questions, seed, "abstention", world)
+            keep(step_rows(validation_samples(dump, held_out), source), source)
+    for seed in args.seeds:
+        for world in args.worlds:
+            questions = quickstart_rows(args.questions, seed, "abstention", world)
+            for spec in args.model:
+                name, _, folder = spec.partition("=")
                 responses = judged_steps.generate(Path(folder).expanduser(), questions, TRAINING_TEMPERATURE, seed)
-                rows += step_rows(judged_steps.answer_samples(questions, responses), f"{name} seed {seed} {world}")
-                print(f"{name} seed {seed} {world}: {len(rows)} steps so far", file=sys.stderr)
-    args.out.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    print(f"{len(rows)} steps -> {args.out}")
+                source = f"{name} seed {seed} {world}"
+                keep(step_rows(judged_steps.answer_samples(questions, responses), source), source)
+    print(f"{total} steps -> {args.out}")
     return 0
 
 
