@@ -300,16 +300,14 @@ def short_model(model: Path, folder: Path, positions: int) -> Path:
 
 
 def adapter_model(model: Path, folder: Path, rank: int, alpha: float) -> Path:
-    """A PEFT LoRA adapter folder on ``model`` (transformers loads the base and the adapter from it) whose scale
-    ``alpha / rank`` is given; its weights are zeros of the right shapes."""
+    """``model`` with a PEFT LoRA adapter beside it whose scale ``alpha / rank`` is given (its weights ones)."""
     import torch
     from safetensors.torch import save_file
 
     shutil.rmtree(folder, ignore_errors=True)
-    # PEFT's layout: the adapter's files and the tokenizer's, no base config or weights (they are the base's).
-    shutil.copytree(
-        model, folder, ignore=shutil.ignore_patterns("*.safetensors", "config.json", "generation_config.json")
-    )
+    # The model's own files and an adapter beside them: transformers, with peft installed, loads the adapter it
+    # finds in a model folder (transformers/modeling_utils.py: find_adapter_config_file), scale and all.
+    shutil.copytree(model, folder)
     config = json.loads((model / "config.json").read_text())
     hidden = config["hidden_size"]
     adapter = {
