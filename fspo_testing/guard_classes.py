@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import io
 import json
 import os
 import re
@@ -534,26 +533,17 @@ def debris(folder: Path) -> list[str]:
     )
 
 
-def finish_sets(root: Path) -> bool:
-    """Finish every set a killed command was moving in under ``root`` (what the next claim of its folder does:
-    ``python -m fspo.utils.output_dir finish``); whether any journal was pending."""
-    from fspo.utils.output_dir import JOURNAL
-    from fspo.utils.output_dir import main as output_dir_main
+def next_claim(root: Path) -> bool:
+    """Claim, then let go of, every output folder under ``root`` (those with a record), as the next command that
+    writes one does: it finishes a set a killed command was moving in and removes what it left. Whether any
+    set was pending."""
+    from fspo.utils.output_dir import JOURNAL, RECORD, claim_output_folder, release_output_folders
 
-    pending = [journal.parent for journal in root.rglob(JOURNAL)]
-    for folder in pending:
-        with contextlib.redirect_stderr(io.StringIO()):
-            output_dir_main(["finish", str(folder)])
-    return bool(pending)
-
-
-def sub_folders(folder: Path) -> list[str]:
-    """Every sub-folder of an output tree, at every depth, relative to it (the bookkeeping ones left out)."""
-    return sorted(
-        str(p.relative_to(folder))
-        for p in folder.rglob("*")
-        if p.is_dir() and not p.is_symlink() and not any(s.startswith(".fspo-") for s in p.relative_to(folder).parts)
-    )
+    pending = any(root.rglob(JOURNAL))
+    for record in sorted(root.rglob(RECORD)):
+        claim_output_folder("--output-dir", record.parent, "the command guard")
+    release_output_folders()
+    return pending
 
 
 def kill_signal_status() -> int:
