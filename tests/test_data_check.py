@@ -193,7 +193,7 @@ def test_a_custom_reward_function_scores_any_source(files):
     check_data_files("data.train_files", [str(files["unknown"])], custom)  # no error: the custom function decides
 
 
-def test_the_trainer_and_data_check_name_messages_no_template_renders(tmp_path, capsys):
+def test_the_trainer_and_data_check_name_messages_no_template_renders(tmp_path, capsys, qwen_tokenizer):
     """A message whose content is not text, or whose role no template renders, is named with its rows before Ray
     starts, as `fspo data check` names it (tests/test_bad_inputs.py holds the rows equal to verl's)."""
     from fspo.config.vocabulary import ConfigError
@@ -214,3 +214,5 @@ def test_the_trainer_and_data_check_name_messages_no_template_renders(tmp_path, 
         assert expected in str(refused.value)
     assert main([str(path)]) == 1
     assert "problem: 1 rows have a prompt message whose content is null" in capsys.readouterr().out
+    # With a tokenizer, only the good row is rendered to count its tokens (a template fails on the null content).
+    assert len(scan_file(path, tokenizer=qwen_tokenizer, max_prompt_length=4096).prompt_tokens) == 1

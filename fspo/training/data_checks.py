@@ -192,14 +192,14 @@ def row_mismatches(table, prompt_is_messages: bool) -> dict[tuple[str, str], lis
     return found
 
 
-def row_problems(table, prompt_is_messages: bool) -> list[str]:
+def row_problems(mismatches: dict[tuple[str, str], list[int]]) -> list[str]:
     """:func:`row_mismatches` as one line each, naming the first rows and what then happens.
 
     ``tests/test_bad_inputs.py`` holds the rows named equal to those verl's ``RLHFDataset`` and chat templates stop
     on or render otherwise than written.
     """
     problems = []
-    for (place, got), positions in row_mismatches(table, prompt_is_messages).items():
+    for (place, got), positions in mismatches.items():
         subject, consequence = ROW_MISMATCHES.get(place, (f"field {place} as {{got}}", ""))
         hint = " (JSON text: parse it into a struct column)" if place == "extra_info" and got == "text" else ""
         problems.append(
@@ -281,7 +281,10 @@ def scan_file(
     if not report.rows:
         report.problems.append("has no rows: verl would train on nothing")
         return report
-    report.problems += row_problems(table, prompt_problem is None)
+    mismatches = row_mismatches(table, prompt_problem is None)
+    report.problems += row_problems(mismatches)
+    # Rows no chat template renders as written: named above, not rendered to count their tokens.
+    unrendered = {row for (place, _), rows in mismatches.items() if place.startswith("prompt") for row in rows}
 
     sources = _column(table, "data_source")
     report.sources = dict(Counter(sources))
@@ -360,11 +363,13 @@ def scan_file(
         )
         if not prompt_problem:
             report.prompt_tokens = [
-                _prompt_length(messages, tokenizer, prompt_format) for messages in _column(table, "prompt")
+                _prompt_length(messages, tokenizer, prompt_format)
+                for row, messages in enumerate(_column(table, "prompt"))
+                if row not in unrendered
             ]
             if max_prompt_length is not None:
                 report.prompts_over_limit = sum(n > max_prompt_length for n in report.prompt_tokens)
-                if report.rows and report.prompts_over_limit == report.rows:
+                if report.prompt_tokens and report.prompts_over_limit == len(report.prompt_tokens):
                     report.problems.append(
                         f"every prompt is longer than {max_prompt_length} tokens "
                         "(data.max_prompt_length): verl would filter out every row"
