@@ -15,6 +15,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
+from fspo.cpu import rollout
 from fspo.cpu.agent_loop import sample_seed
 from fspo.cpu.patches import normalise_backend
 from fspo.cpu.rollout import SamplingSettings, generate_batch, left_pad, sampling_settings
@@ -181,6 +182,20 @@ def test_a_groups_rollouts_share_one_prefill_and_decode_as_each_alone(tiny_lm):
     for prompt, seed, row in zip(prompts, seeds, group):
         assert generate_batch(tiny_lm, [prompt], settings, 0, set(), [seed], rows_per_step=4) == [row]
     assert len({tuple(tokens) for tokens, _ in group[:4]}) > 1  # the rollouts differ: each row samples its own
+
+
+def test_decoding_with_transposed_products_keeps_rows_independent_and_near_the_plain_form(tiny_lm, monkeypatch):
+    # On AVX2 the decoding steps compute x @ Wᵀ as (W @ xᵀ)ᵀ (faster there): other last bits, same independence.
+    settings = SamplingSettings(max_new_tokens=8, temperature=1.0, logprobs=True)
+    plain = generate_batch(tiny_lm, PROMPTS, settings, 0, set(), SEEDS)
+    monkeypatch.setattr(rollout, "transposed_decode_products", lambda: True)
+    together = generate_batch(tiny_lm, PROMPTS, settings, 0, set(), SEEDS)
+    apart = [generate_batch(tiny_lm, [p], settings, 0, set(), [s])[0] for p, s in zip(PROMPTS, SEEDS)]
+    assert together == apart
+    for (tokens, logprobs), (plain_tokens, plain_logprobs) in zip(together, plain):
+        agree = next((i for i, (a, b) in enumerate(zip(tokens, plain_tokens)) if a != b), len(tokens))
+        assert agree > 0 and np.allclose(logprobs[:agree], plain_logprobs[:agree], rtol=0, atol=1e-4)
+    assert all(type(m).forward is m.forward.__func__ for m in tiny_lm.modules() if isinstance(m, torch.nn.Linear))
 
 
 def test_a_response_ends_at_its_first_stop_token_and_rows_stop_on_their_own(tiny_lm):
