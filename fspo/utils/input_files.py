@@ -153,7 +153,7 @@ def _field_problem(message: str, value: Any) -> str:
     if not at:
         return reason[0].lower() + reason[1:]
     found = _at(value, at)
-    shown = "" if found is _MISSING or "got `" in reason else f", got {found!r:.60}"
+    shown = "" if found is _MISSING or "got `" in reason or "enum value" in reason else f", got {found!r:.60}"
     return f"field {at.lstrip('.')}: {reason[0].lower() + reason[1:]}{shown}"
 
 
