@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -289,8 +290,14 @@ def verl_reader(inputs, tmp_path_factory, qwen_tokenizer):
                 return False
         return True
 
-    def refused_rows(table) -> set[int]:
-        dataset.dataframe = datasets.Dataset(table)  # the table verl's load_dataset("parquet") builds
+    def refused_rows(source) -> set[int]:
+        """``source``: a parquet file, read as verl reads it (rl_dataset.py:174), or a pyarrow table (milliseconds)."""
+        if isinstance(source, Path):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+                dataset.dataframe = RLHFDataset([str(source)], tokenizer=None, config=config).dataframe
+        else:
+            dataset.dataframe = datasets.Dataset(source)
         refused = set()
         for index in range(len(dataset)):
             try:
@@ -323,7 +330,8 @@ def test_data_check_names_the_rows_verl_cannot_read_as_written(inputs, verl_read
     from fspo.utils.input_files import read_parquet
 
     table = read_parquet(inputs[name])
-    assert named_rows(table) == verl_reader(pq.read_table(inputs[name])), name
+    assert named_rows(table) == verl_reader(inputs[name]), name
+    assert verl_reader(pq.read_table(inputs[name])) == verl_reader(inputs[name])  # as the hypothesis test reads
     assert name != "good" or not named_rows(table)
 
 
