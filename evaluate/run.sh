@@ -104,11 +104,13 @@ for name in $BENCHMARKS; do
   if [[ "$name" == aime* ]]; then aime+=(--data "$name=$file"); else plain+=(--data "$name=$file"); fi
 done
 
-# AIME runs separately with k samples; each run writes its own table under OUTPUT_DIR, AIME's in aime/, claimed here
-# under fspo's output rule (fspo/utils/output_dir.py) so that its run never writes through a link inside OUTPUT_DIR.
-if [[ ${#aime[@]} -gt 0 ]]; then
-  "$PYTHON" -m fspo.utils.output_dir check --flag=OUTPUT_DIR --command=evaluate/run.sh "$OUTPUT_DIR" aime/ >/dev/null \
-    || exit 2
+# AIME runs separately with k samples; each run writes its own table under OUTPUT_DIR, AIME's in aime/. fspo's output
+# rule (fspo/utils/output_dir.py) writes nothing through a link inside an output folder, but fspo evaluate follows a
+# link given as its own folder: a link at aime/ is refused here.
+if [[ ${#aime[@]} -gt 0 && -L "$OUTPUT_DIR/aime" ]]; then
+  echo "evaluate/run.sh: OUTPUT_DIR $OUTPUT_DIR: aime is a symbolic link: fspo writes nothing through a link inside" \
+    "its output folder; move it away or give another folder" >&2
+  exit 2
 fi
 if [[ ${#plain[@]} -gt 0 ]]; then
   "$PYTHON" -m fspo.cli evaluate "${models[@]}" "${plain[@]}" --output-dir "$OUTPUT_DIR" "${common[@]}" \

@@ -216,11 +216,11 @@ def test_evaluate_run_sh_never_writes_through_a_link_in_its_output_folder_and_ch
     linked = tmp_path / "linked"
     (linked / "out").mkdir(parents=True)
     (linked / "out" / "aime").symlink_to(elsewhere)
-    process = _recipe_dry_runs.run_evaluate_sh(linked, MAX_NEW_TOKENS="8")
+    process = _recipe_dry_runs.run_evaluate_sh(linked, MAX_NEW_TOKENS="8", OUTPUT_DIR=str(linked / "out"))
     assert process.returncode == 2
     assert process.stderr.strip().splitlines()[-1] == (
-        f"evaluate/run.sh: OUTPUT_DIR {linked / 'out'}: aime is a symbolic link: fspo does not replace links; fspo "
-        "replaces only what it wrote there (listed in .fspo-outputs.json): move it away or give another folder"
+        f"evaluate/run.sh: OUTPUT_DIR {linked / 'out'}: aime is a symbolic link: fspo writes nothing through a link "
+        "inside its output folder; move it away or give another folder"
     )
     assert not any((linked / "calls").iterdir()) and not any(elsewhere.iterdir())
 
@@ -231,7 +231,8 @@ def test_evaluate_run_sh_never_writes_through_a_link_in_its_output_folder_and_ch
         ("file", "DATA_DIR", str(a_file), "environment variable DATA_DIR must be a folder (not a file), got "),
     ):
         (tmp_path / name).mkdir()
-        process = _recipe_dry_runs.run_evaluate_sh(tmp_path / name, **{variable: value, "MAX_NEW_TOKENS": "8"})
+        env = {variable: value, "MAX_NEW_TOKENS": "8", "OUTPUT_DIR": str(tmp_path / name / "out")}
+        process = _recipe_dry_runs.run_evaluate_sh(tmp_path / name, **env)
         assert process.returncode == 2 and process.stderr.strip().startswith(line), process.stderr
         assert "\n" not in process.stderr.strip() and not any((tmp_path / name / "calls").iterdir())
 

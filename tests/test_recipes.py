@@ -231,7 +231,7 @@ def evaluate_run_sh_calls(root: Path, *, cwd: Path | None = None, **env: str) ->
 
 def run_evaluate_sh(root: Path, *, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
     """evaluate/run.sh on gsm8k and aime2024 (empty files in root/data) with a stand-in interpreter that records
-    each `fspo evaluate` call in root/calls; OUTPUT_DIR root/out unless ``env`` sets it."""
+    each `fspo evaluate` call in root/calls."""
     calls = root / "calls"
     calls.mkdir()
     python = root / "python"
@@ -249,7 +249,6 @@ def run_evaluate_sh(root: Path, *, cwd: Path | None = None, **env: str) -> subpr
         "CALLS": str(calls),
         "DATA_DIR": str(root / "data"),
         "BENCHMARKS": "gsm8k aime2024",
-        "OUTPUT_DIR": str(root / "out"),
         **env,
     }
     return subprocess.run(
@@ -295,14 +294,8 @@ def test_evaluate_run_sh_takes_relative_paths_in_the_repository_and_its_variable
     variable set in the environment wins over the recipe's value."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    (plain,) = evaluate_run_sh_calls(  # no AIME: its aime/ would be claimed (made) in the repository
-        tmp_path,
-        cwd=elsewhere,
-        OUTPUT_DIR="eval_x",
-        RECIPE="run_qwen3_8b.sh",
-        TOP_K="5",
-        MAX_NEW_TOKENS="7",
-        BENCHMARKS="gsm8k",
+    plain, _ = evaluate_run_sh_calls(
+        tmp_path, cwd=elsewhere, OUTPUT_DIR="eval_x", RECIPE="run_qwen3_8b.sh", TOP_K="5", MAX_NEW_TOKENS="7"
     )
     assert plain["--output-dir"] == str(REPO / "eval_x")
     assert (plain["--top-k"], plain["--max-new-tokens"], plain["--temperature"]) == ("5", "7", "0.6")
