@@ -9,6 +9,7 @@
 # (evidence_unit=sentence), as the quickstart does. The CPU preset sets its calibrated threshold (lexical: 1.0, the
 # best balanced accuracy on held-out synthetic facts, `fspo verify --labelled synthetic --verifier lexical
 # --evidence-unit sentence`, and on judge-labelled quickstart steps, benchmarks/judged_steps.py).
+# In float32 the old-policy log-probs are the rollout's (on-policy, the same numbers: fspo.cpu.compute), not a forward.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 quickstart_model="${FSPO_CACHE:-$HOME/.cache/fspo}/SmolLM2-135M-Instruct"
 if [[ -z "${MODEL_PATH:-}" && -f "$quickstart_model/config.json" ]]; then
@@ -29,6 +30,8 @@ fspo_launch \
     data.max_response_length=64 \
     actor_rollout_ref.rollout.n=4 \
     actor_rollout_ref.rollout.temperature=1.0 \
+    actor_rollout_ref.rollout.calculate_log_probs='${fspo_exact_rollout_logprobs:actor_rollout_ref.rollout.dtype}' \
+    algorithm.rollout_correction.bypass_mode='${fspo_exact_rollout_logprobs:actor_rollout_ref.rollout.dtype}' \
     actor_rollout_ref.actor.ppo_mini_batch_size=2 \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8 \

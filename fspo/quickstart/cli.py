@@ -273,6 +273,10 @@ def prepare_data(root: Path, seed: int, val_rows: int = VAL_ROWS, world: str = "
     return paths[0], paths[1]
 
 
+# True where the hf rollout's log-probs are the actor's numbers (float32): verl then takes them as the old policy's.
+EXACT_ROLLOUT_LOGPROBS = "${fspo_exact_rollout_logprobs:actor_rollout_ref.rollout.dtype}"
+
+
 def run_overrides(setup: dict, out: Path, steps: int) -> list[str]:
     """Hydra overrides of one quickstart run: the CPU preset plus a budget a 2-core machine can train.
 
@@ -290,6 +294,10 @@ def run_overrides(setup: dict, out: Path, steps: int) -> list[str]:
         "actor_rollout_ref.rollout.n=4",
         # 135M parameters sample coherent steps at 0.7; at the paper's 1.0 most are noise.
         "actor_rollout_ref.rollout.temperature=0.7",
+        # On-policy: in float32 the rollout's log-probs are the old policy's (fspo.cpu.compute.rollout_logprobs_exact),
+        # which saves the old-policy forward. verl's actor/entropy metric came from that forward and is not logged.
+        f"actor_rollout_ref.rollout.calculate_log_probs={EXACT_ROLLOUT_LOGPROBS}",
+        f"algorithm.rollout_correction.bypass_mode={EXACT_ROLLOUT_LOGPROBS}",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
