@@ -173,6 +173,9 @@ class FSPOAdvantageMixin:
 
     ``fspo.dump_dir`` (default off) saves, for every actor update, the tensors the actor is updated
     with (:mod:`fspo.training.batch_dump`).
+
+    ``fspo.skip_dead_steps`` (default off), where :func:`dead_step_blocker` allows it: the advantage runs before the
+    old-policy pass, and an update whose every advantage is 0 skips that pass, the reference pass and the update.
     """
 
     def __init__(self, *args, **kwargs):
