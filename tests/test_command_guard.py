@@ -867,8 +867,12 @@ NOT_RUNNABLE: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
-def real_runs(in_work, pool):
-    return writing_runs(in_work, pool, in_work["root"] / "real-runs")
+def real_runs(guarded, pool):
+    with pytest.MonkeyPatch.context() as patch:  # as in_work sets them, for the whole module
+        patch.chdir(guarded["work"])
+        patch.setenv("FSPO_DRY_RUN", "1")
+        patch.setenv("FSPO_PREFLIGHT", "0")
+        return writing_runs(guarded, pool, guarded["root"] / "real-runs")
 
 
 def test_every_output_tree_refuses_a_linked_or_read_only_sub_folder_at_every_depth(in_work, pool, real_runs, capsys):
