@@ -141,7 +141,7 @@ class StepLengths:
         return self.prompts * self.rollouts_per_prompt
 
 
-PHASES = ("gen", "old_log_prob", "update_actor")
+PHASES = ("gen", "old_log_prob", "update_actor", "update_weights")
 
 
 def phase_flops(shape: ModelShape, step: StepLengths) -> dict[str, tuple[float, float]]:
@@ -207,21 +207,29 @@ def copy_rate(megabytes: int = 512, repeats: int = 3) -> float:
 
 
 def floor_seconds(
-    flops: dict[str, tuple[float, float]], rates: tuple[float, float], decode_bytes: float, bytes_per_s: float
+    flops: dict[str, tuple[float, float]],
+    rates: tuple[float, float],
+    decode_bytes: float,
+    bytes_per_s: float,
+    weight_bytes: float,
 ) -> dict[str, float]:
-    """Each phase's floor: its FLOPs at the measured rates; generation no less than reading its weights."""
+    """Each phase's floor: its FLOPs at the measured rates; generation no less than reading its weights; the
+    weight sync one copy of the weights."""
     floors = {phase: layers / rates[0] + output / rates[1] for phase, (layers, output) in flops.items()}
     floors["gen"] = max(floors["gen"], decode_bytes / bytes_per_s)
+    floors["update_weights"] = weight_bytes / bytes_per_s
     return floors
 
 
 def floor_table(timings: dict[str, float], floors: dict[str, float]) -> list[str]:
-    """The phase table: measured seconds, floor seconds and percent of floor (floor / measured)."""
+    """The phase table: measured seconds, floor seconds and percent of floor (floor / measured); the ``step`` row
+    is the whole step measured against the sum of the phases' floors."""
     lines = [f"{'phase (per step)':<18} {'measured s':>10} {'floor s':>8} {'% of floor':>10}"]
-    for phase in PHASES:
-        if phase in timings:
-            measured, floor = timings[phase], floors[phase]
-            lines.append(f"{phase:<18} {measured:>10.2f} {floor:>8.2f} {100 * floor / measured:>9.0f}%")
+    rows = [(phase, timings[phase], floors[phase]) for phase in PHASES if phase in timings]
+    if "step" in timings:
+        rows.append(("step", timings["step"], sum(floors[phase] for phase in PHASES)))
+    for phase, measured, floor in rows:
+        lines.append(f"{phase:<18} {measured:>10.2f} {floor:>8.2f} {100 * floor / measured:>9.0f}%")
     return lines
 
 
@@ -249,9 +257,10 @@ def print_floor(records: list[dict], config: dict, dtype_name: str) -> None:
     rates = gemm_rates(shape, step.rollouts * (step.prompt_tokens + step.response_tokens), dtype)
     bytes_per_s = copy_rate()
     flops = phase_flops(shape, step)
-    floors = floor_seconds(flops, rates, decode_steps_bytes(shape, step, dtype.itemsize), bytes_per_s)
+    weight_bytes = shape.matmul_weights * dtype.itemsize  # the sync sends these (and an untied embedding, not counted)
+    floors = floor_seconds(flops, rates, decode_steps_bytes(shape, step, dtype.itemsize), bytes_per_s, weight_bytes)
     steps = [r["data"] for r in records if "timing_s/step" in r["data"]]
-    timings = {phase: statistics.mean(s.get(f"timing_s/{phase}", 0.0) for s in steps) for phase in PHASES}
+    timings = {phase: statistics.mean(s.get(f"timing_s/{phase}", 0.0) for s in steps) for phase in (*PHASES, "step")}
     print(f"step: {step}")
     print(
         f"floor rates ({dtype_name}, {torch.get_num_threads()} threads): projections {rates[0] / 1e9:.0f} GFLOP/s, "

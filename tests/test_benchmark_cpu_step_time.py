@@ -103,7 +103,9 @@ def test_the_floor_table_reads_a_runs_metrics_and_config():
         (1e9, 0.5e9),
         decode_bytes=8e9,
         bytes_per_s=2e9,
+        weight_bytes=1e9,
     )
-    assert floors == {"gen": 4.0, "old_log_prob": 4.0, "update_actor": 12.0}
-    table = bench.floor_table({"gen": 8.0, "old_log_prob": 4.0, "update_actor": 48.0}, floors)
-    assert [line.split()[-1] for line in table[1:]] == ["50%", "100%", "25%"]
+    assert floors == {"gen": 4.0, "old_log_prob": 4.0, "update_actor": 12.0, "update_weights": 0.5}
+    timings = {"gen": 8.0, "old_log_prob": 4.0, "update_actor": 48.0, "update_weights": 1.0, "step": 82.0}
+    table = bench.floor_table(timings, floors)
+    assert [line.split()[-1] for line in table[1:]] == ["50%", "100%", "25%", "50%", "25%"]
