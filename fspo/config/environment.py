@@ -113,10 +113,13 @@ class Folder(Text):
 
     empty_is_unset: bool = False
     accepts: str = "a folder (not a file)"
+    absolute: bool = False  # read as given in every process (a Ray worker's working folder is not this one's)
 
     def parse(self, text: str) -> str:
         if not text.strip():
             raise FolderProblem("empty names the working folder: unset it or name a folder")
+        if self.absolute and not os.path.isabs(os.path.expanduser(text)):
+            raise FolderProblem("a relative folder is each process's own working folder: give an absolute path")
         path = Path(os.path.abspath(os.path.expanduser(text.replace("\x00", ""))))
         existing = path
         while not existing.exists() and existing != existing.parent:
@@ -171,6 +174,8 @@ ENVIRONMENT: dict[str, Variable] = {
     "HF_HOME": Folder(
         None,
         "Hugging Face's folder (its hub cache, token); read, and written by downloads",
+        accepts="an absolute folder (not a file)",
+        absolute=True,
     ),
     "HF_HUB_OFFLINE": Switch(
         None,
