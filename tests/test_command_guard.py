@@ -602,7 +602,13 @@ import time  # noqa: E402
 
 from fspo_testing import guard_classes as gc  # noqa: E402 - this section's own imports, kept beside it
 
-KNOWN_FAILING: set[tuple[str, str, str]] = set()
+KNOWN_FAILING: set[tuple[str, str, str]] = {
+    # A model folder with a LoRA adapter beside its weights (adapter_config.json, lora_alpha/r = 1.25e299 or
+    # 1.25e-301): transformers loads the adapter through peft, past the model door's scale check.
+    ("model", "fspo evaluate", "--model adapter"),  # exit 0, generations from the scaled adapter
+    ("model", "fspo fdpo train", "--model adapter"),  # exit 0, a model trained on it
+    ("model", "fspo verifier train", "--base-model adapter"),  # RuntimeError traceback (frozen adapter weights)
+}
 COUNT_71: dict[str, list[int]] = {}  # class -> [cases, failures]
 FOUND_71: dict[tuple[str, str, str], str] = {}  # (class, command, case kind) -> the first failure, one line
 # Cases per (command, argument) at CI; FSPO_GUARD_EXAMPLES raises every class with it.
@@ -842,6 +848,8 @@ def writing_runs(guarded, pool, root: Path) -> list[tuple[tuple[str, ...], list[
     for leaf in sorted(guarded["outputs"]):
         group = frozenset((i.flag, i.help) for i in gc.inputs(leaf))  # the data builders share one parser
         if leaf in REAL_RUN_EXCLUDED or (group in groups and not RAISED):
+            continue
+        if not RAISED and "--learning-rate" in guarded["commands"][leaf]:  # it trains: 10-20 s a run, raised only
             continue
         out = root / "-".join(leaf)
         argv = gc.runnable_argv(leaf, pool, out, {}, every_output=True)
