@@ -22,7 +22,7 @@ import pytest
 
 from fspo.cli import main as fspo_main
 from fspo.utils import output_dir
-from fspo.utils.input_files import InputFileError, read_jsonl, read_parquet
+from fspo.utils.input_files import InputFileError, read_jsonl, read_parquet, unfinished_set
 from fspo.utils.output_dir import (
     JOURNAL,
     LOCK,
@@ -33,7 +33,6 @@ from fspo.utils.output_dir import (
     claim_output_folder,
     output_set,
     release_output_folders,
-    unfinished_set,
 )
 
 GSM8K_ROWS = ({"question": "1+1?", "answer": "#### 2"}, {"question": "2+2?", "answer": "#### 4"})

@@ -214,11 +214,37 @@ def parse_jsonl(
     return records
 
 
-def refuse_unfinished(path: str | os.PathLike) -> None:
-    """Refuse ``path`` when it is one of a set of output files a killed command was moving in (the files beside
-    it may be of the earlier set): :func:`fspo.utils.output_dir.unfinished_set`."""
-    from fspo.utils.output_dir import unfinished_set  # it reads its journal with this module
+# Where a command moving a set of output files into a folder lists them until all have moved
+# (fspo.utils.output_dir.install_staged): {"command": ..., "files": [...], "stale": [...]}, paths relative to the folder.
+OUTPUT_JOURNAL = ".fspo-journal.json"
 
+
+def unfinished_set(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be read yet (None: it can): it is one of a set of output files a command was moving into
+    its folder when it was killed (a folder above it holds an :data:`OUTPUT_JOURNAL` listing it, or one that cannot
+    be read), so the files beside it may be of the set before."""
+    resolved = Path(os.path.realpath(path))
+    for folder in resolved.parents:
+        if not os.path.lexists(folder / OUTPUT_JOURNAL):
+            continue
+        relative = resolved.relative_to(folder).as_posix()
+        try:
+            journal = read_json(folder / OUTPUT_JOURNAL)
+            listed = [*journal.get("files", []), *journal.get("stale", [])]
+            command = journal.get("command")
+        except (InputFileError, TypeError):
+            listed, command = [relative], "a command"
+        if relative in listed:
+            return (
+                f"{_name(path)} is one of the files {command} was moving into {_name(folder)} together when it "
+                f"stopped ({OUTPUT_JOURNAL}); finish the move with `python -m fspo.utils.output_dir finish "
+                f"{_name(folder)}` (or run the command again)"
+            )
+    return None
+
+
+def refuse_unfinished(path: str | os.PathLike) -> None:
+    """Refuse ``path`` while a set of output files it belongs to is moving in (:func:`unfinished_set`)."""
     problem = unfinished_set(path)
     if problem:
         raise InputFileError(problem)

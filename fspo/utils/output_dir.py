@@ -16,7 +16,7 @@ a symbolic link to a folder (it is followed); a link inside it is never replaced
 Files of one result move in as a set (:func:`install_staged`): staged, a journal (:data:`JOURNAL`) listing the
 renames, the renames, the journal removed; a kill at any point leaves the earlier set or the new one once the
 next claim of the folder finishes the journal, and a reader of a file the journal lists refuses until then
-(:func:`unfinished_set`).
+(:func:`fspo.utils.input_files.unfinished_set`).
 
 Every path fspo deletes, replaces or moves in goes through :func:`remove_output` or :func:`move_into`: resolved
 inside the output folder one name at a time (file descriptors opened without following links), so no record
@@ -50,7 +50,13 @@ from pathlib import Path, PurePosixPath
 from fspo.config.environment import environment_value
 from fspo.utils.arguments import UsageError
 from fspo.utils.atomic_file import write_text_atomically
-from fspo.utils.input_files import InputFileError, UnpairedSurrogate, parse_json_bytes, read_json
+from fspo.utils.input_files import (
+    OUTPUT_JOURNAL,
+    InputFileError,
+    UnpairedSurrogate,
+    parse_json_bytes,
+    read_json,
+)
 
 RECORD = ".fspo-outputs.json"
 LOCK = ".fspo-lock"
@@ -60,7 +66,7 @@ STAGING_PREFIX = ".fspo-staging-"
 # A set of files moving in together (:func:`install_staged`): the staged folder renamed to ``SET_PREFIX<pid>``, and
 # the journal that lists its renames until they are all made.
 SET_PREFIX = ".fspo-set-"
-JOURNAL = ".fspo-journal.json"
+JOURNAL = OUTPUT_JOURNAL  # its readers refuse a file it lists: fspo.utils.input_files.unfinished_set
 JOURNAL_ABOUT = "renames fspo was making when it stopped; the next fspo command writing this folder finishes them"
 
 # Kinds of what is at a path (lstat, links not followed); None: nothing there.
@@ -603,7 +609,7 @@ def _install_set(staging: Path, folder: Path, files: list[str], stale: list[str]
     ``staging``); then :data:`JOURNAL` lists the renames, written atomically; then the renames; then the journal
     goes. Killed before the journal is written, the folder holds its earlier set and an orphan that the next claim
     removes (:func:`_remove_orphans`); killed after, the next claim finishes the renames (:func:`finish_set`), and
-    until then a reader of a listed file refuses (:func:`unfinished_set`)."""
+    until then a reader of a listed file refuses (:func:`fspo.utils.input_files.unfinished_set`)."""
     _step("written")
     moving = folder / f"{SET_PREFIX}{os.getpid()}"
     remove_output(folder, moving.name)  # one a killed run of this pid left
@@ -692,32 +698,6 @@ def _remove_orphans(folder: Path) -> None:
     for entry in os.scandir(folder):
         if entry.is_dir(follow_symlinks=False) and _orphan(entry.name):
             remove_output(folder, entry.name)
-
-
-def unfinished_set(path: str | os.PathLike) -> str | None:
-    """Why ``path`` cannot be read yet (None: it can): it is one of a set of files a command was moving into its
-    output folder when it was killed (a :data:`JOURNAL` lists it), so the files beside it may be of the set before.
-    Every reader of an output calls this."""
-    resolved = Path(os.path.realpath(path))
-    for folder in resolved.parents:
-        if not os.path.lexists(folder / JOURNAL):
-            continue
-        relative = resolved.relative_to(folder).as_posix()
-        try:
-            journal = read_journal(folder)
-        except OutputConflict as error:
-            return f"{_shown(path)}: {folder}/{error}"
-        if journal and (relative in journal["files"] or relative in journal["stale"]):
-            return (
-                f"{_shown(path)} is one of the files `{journal['command']}` was moving into {folder} together when "
-                f"it stopped ({JOURNAL}); finish the move with `python -m fspo.utils.output_dir finish {folder}` "
-                "(or run the command again)"
-            )
-    return None
-
-
-def _shown(path: str | os.PathLike) -> str:
-    return os.fspath(path).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _open_folder(folder: Path, parts: tuple[str, ...], create: bool = False) -> int:
