@@ -259,3 +259,15 @@ def test_a_cache_folder_that_is_a_file_or_empty_is_named_as_such(tmp_path, monke
         "working folder: unset it or name a folder\n"
     )
     assert sorted(path.name for path in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_a_checkpoint_folder_under_a_file_is_refused_by_the_dry_run(tmp_path):
+    """trainer.default_local_dir given as an override is checked as CKPT_DIR is (verl failed at its first save)."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("mine")
+    process = run_recipe("run_qwen2.5_7b_instruct.sh", f"trainer.default_local_dir={a_file / 'ckpt'}")
+    assert process.returncode == 2
+    assert process.stderr.strip().splitlines()[-1] == (
+        f"fspo: trainer.default_local_dir: {a_file} is a file, so {a_file / 'ckpt'} cannot be a folder; give a "
+        "folder for the checkpoints"
+    )

@@ -120,15 +120,23 @@ class Folder(Text):
             raise FolderProblem("empty names the working folder: unset it or name a folder")
         if self.absolute and not os.path.isabs(os.path.expanduser(text)):
             raise FolderProblem("a relative folder is each process's own working folder: give an absolute path")
-        path = Path(os.path.abspath(os.path.expanduser(text.replace("\x00", ""))))
-        existing = path
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
-        if existing.is_dir():
-            return text
-        if existing == path:
-            raise FolderProblem(f"{path} is a file, not a folder")
-        raise FolderProblem(f"{existing} is a file, so {path} cannot be a folder")
+        problem = folder_problem(text)
+        if problem:
+            raise FolderProblem(problem)
+        return text
+
+
+def folder_problem(text: str) -> str | None:
+    """Why ``text`` cannot name a folder, here or once made: it, or a folder above it, is a file (None: it can)."""
+    path = Path(os.path.abspath(os.path.expanduser(text.replace("\x00", ""))))
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.is_dir():
+        return None
+    if existing == path:
+        return f"{path} is a file, not a folder"
+    return f"{existing} is a file, so {path} cannot be a folder"
 
 
 Variable = NumberVariable | Switch | Choice | Text

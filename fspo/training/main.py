@@ -20,7 +20,7 @@ from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.ppo.v1 import trainer_base
 
 from fspo.config.calibrated_thresholds import register_threshold_resolver
-from fspo.config.environment import EnvironmentVariableError, check_environment, environment_value
+from fspo.config.environment import EnvironmentVariableError, check_environment, environment_value, folder_problem
 from fspo.config.vocabulary import TRAINER_MODES, ConfigError
 from fspo.cpu import cpu_mode_requested
 from fspo.cpu.allocator import register_preload_resolver
@@ -87,10 +87,20 @@ def run(config: DictConfig) -> None:
     """Validate ``config`` and train. Raises :class:`fspo.config.vocabulary.ConfigError` on bad input."""
     sized_by_the_cluster_it_joins(config)
     validate(config)
+    check_checkpoint_folder(config)
     env = forwarded_env(joined_cluster(config))
     OmegaConf.resolve(config.ray_kwargs)  # ray.init's arguments: verl passes them to Ray as they are, unresolved
     with ledger_entry(f"{config.trainer.project_name}/{config.trainer.experiment_name}"):
         run_ppo(config, task_runner_class=with_env_vars(FSPOTaskRunner, env))
+
+
+def check_checkpoint_folder(config: DictConfig) -> None:
+    """``trainer.default_local_dir`` (resolved) can be a folder: not a file, not under one. verl would otherwise
+    fail at the first save, hours in. Whether it can be written is the nodes' matter (a dry run may be elsewhere)."""
+    folder = OmegaConf.select(config, "trainer.default_local_dir", default=None)
+    problem = folder_problem(str(folder)) if folder else None
+    if problem:
+        raise ConfigError(f"trainer.default_local_dir: {problem}; give a folder for the checkpoints")
 
 
 def joined_cluster(config: DictConfig) -> str | None:
@@ -154,6 +164,7 @@ def _hydra_main(config: DictConfig) -> None:
             # not exist yet (data is often built on the cluster), everything else is checked.
             sized_by_the_cluster_it_joins(config)
             validate(config, check_files=False)
+            check_checkpoint_folder(config)
             print(OmegaConf.to_yaml(config))
             forwarded_env(joined_cluster(config))
             print("fspo: dry run OK (FSPO_DRY_RUN=1): the config resolves and validates", file=sys.stderr)
