@@ -379,7 +379,7 @@ def test_a_judged_run_drops_its_weights_unless_asked_to_keep_them(tmp_path, monk
         dumps = {"before": run_out / "validation" / "0.jsonl", "after": run_out / "validation" / "1.jsonl"}
         return {"seconds": 1.0, "before": {}, "after": {}, "validation_dumps": dumps}
 
-    monkeypatch.setattr(bench, "prepare_data", lambda folder, seed, rows: (val_file, val_file))
+    monkeypatch.setattr(bench, "prepare_data", lambda folder, seed, rows, world: (val_file, val_file))
     monkeypatch.setattr(bench, "train", train)
     monkeypatch.setattr(bench, "figures", lambda dump, rows, f1: {"answer_f1": f1})
     argv = ["--output-dir", str(tmp_path / "o"), *(["--keep-models"] if keep else [])]
