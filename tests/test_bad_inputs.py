@@ -127,9 +127,26 @@ def inputs(tmp_path_factory):
     files["json_number"] = root / "number.json"
     # model folders: one that would load, and broken ones, none of them loaded by a refusal
     tokenizer = qwen_tokenizer_dir()
+    # Small sizes: a case that stops being refused before the model loads then loads 5M parameters (the embedding
+    # every id of the tokenizer needs, tied), not Qwen2's defaults (7B: the run is killed for memory).
+    bpe = json.loads((tokenizer / "tokenizer.json").read_text(encoding="utf-8"))
+    token_ids = {*bpe["model"]["vocab"].values(), *(token["id"] for token in bpe["added_tokens"])}
+    small_qwen2 = {
+        "model_type": "qwen2",
+        "vocab_size": max(token_ids) + 1,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 32768,
+        "tie_word_embeddings": True,
+        "eos_token_id": 151645,
+        "pad_token_id": 151643,
+    }
 
     def model_folder(
-        name: str, config: str | None = '{"model_type": "qwen2"}', weights: bool = True, chat_template: bool = True
+        name: str, config: str | None = json.dumps(small_qwen2), weights: bool = True, chat_template: bool = True
     ):
         folder = root / name
         shutil.copytree(tokenizer, folder)
