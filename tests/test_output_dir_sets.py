@@ -61,6 +61,14 @@ def evaluate_results(folder: Path, version: int) -> None:
         write_results({"model": {"gsm8k": {"score": 0.25 * (version + 1), "n": 4}}}, staging)
 
 
+def quickstart_data(folder: Path, version: int) -> None:
+    """`fspo quickstart`'s synthetic splits (fspo/quickstart/cli.py: prepare_data), written before its trainer starts
+    (no trainer here): a smaller held-out split in the new set, so the old and new files differ in size too."""
+    from fspo.quickstart.cli import prepare_data
+
+    prepare_data(folder, seed=version, val_rows=4 - version)
+
+
 def install(folder: Path, version: int) -> None:
     """The install `fspo verifier train`, `fspo fdpo train` and merge_checkpoint.sh move their model folder in with
     (``python -m fspo.utils.output_dir install``): the new set has fewer shards, the old ones are deleted with it."""
@@ -77,6 +85,7 @@ SET_WRITERS: dict[str, Callable[[Path, int], None]] = {
     "fspo data synthetic": synthetic,
     "fspo data gsm8k": gsm8k,
     "fspo evaluate": evaluate_results,
+    "fspo quickstart": quickstart_data,
     "install": install,
 }
 FOREIGN = (RECORD, LOCK, JOURNAL)
@@ -195,8 +204,7 @@ def test_every_command_writing_several_files_is_killed_above():
         "fspo evaluate": "fspo evaluate",
         "fspo verifier train": "install",  # finetune.py: install_staged
         "fspo fdpo train": "install",  # methods/fdpo/trainer.py: install_staged
-        # Its data splits are rewritten by each run before its trainer reads them; its summary is one file.
-        "fspo quickstart": None,
+        "fspo quickstart": "fspo quickstart",  # its data splits; its run folders are the trainer's, its chart one file
     }
     commands = {"fspo " + " ".join(leaf) for leaf in output_options(command_paths())}
     assert commands - one_file.keys() - through.keys() == set()

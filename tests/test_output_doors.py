@@ -94,7 +94,7 @@ SANCTIONED = {
     "fspo.quickstart.cli": {
         "open for writing": "the merger's log, its standard output, inside the run folder",
         "rename": "the merged model folder, from its staging beside it in the claimed run folder",
-        "savefig": "the run's chart, inside the claimed run folder",
+        "savefig": "the run's chart is saved to the temporary of replacing",
     },
     "fspo.quickstart.smollm2": {
         "save_pretrained/save_model": "SmolLM2 converted into a staging folder, renamed in when complete",

@@ -34,9 +34,16 @@ from fspo.quickstart.launch import launch
 from fspo.quickstart.smollm2 import convert_smollm2
 from fspo.quickstart.step_report import TRAINING_VERIFIERS, step_report, validation_samples
 from fspo.utils.arguments import HelpFormatter, UsageError, check_model_dir, check_overrides
-from fspo.utils.atomic_file import write_text_atomically
+from fspo.utils.atomic_file import replacing, write_text_atomically
 from fspo.utils.input_files import parquet_row_count, read_json
-from fspo.utils.output_dir import HELD_ENV, OutputConflict, check_output_paths, output_option, remove_output
+from fspo.utils.output_dir import (
+    HELD_ENV,
+    OutputConflict,
+    check_output_paths,
+    output_option,
+    output_set,
+    remove_output,
+)
 
 # The instruction of every quickstart prompt. The paper's instruction alone leaves a 135M model
 # answering in free text; one worked example shows it the step-by-step format FSPO labels. As a user turn
@@ -266,11 +273,15 @@ def quickstart_rows(size: int, seed: int, split: str, world: str = "default", ex
 
 
 def prepare_data(root: Path, seed: int, val_rows: int = VAL_ROWS, world: str = "default") -> tuple[Path, Path]:
-    """Synthetic multi-hop QA of ``world`` with the quickstart instruction: (train parquet, held-out parquet)."""
-    paths = []
-    for split, size in (("train", TRAIN_ROWS), ("test", val_rows)):
-        paths.append(write_parquet(quickstart_rows(size, seed, split, world), root / f"{split}.parquet"))
-    return paths[0], paths[1]
+    """Synthetic multi-hop QA of ``world`` with the quickstart instruction in ``root``: (train parquet, held-out
+    parquet). The splits move in as one set (fspo.utils.output_dir.output_set): killed while writing them, ``root``
+    holds the earlier pair or this one, never a new train split beside an old held-out one."""
+    splits = {"train": TRAIN_ROWS, "test": val_rows}
+    folder = check_output_paths("--output-dir", root, [f"{split}.parquet" for split in splits], PROG)
+    with output_set(folder, "--output-dir", PROG) as staging:
+        for split, size in splits.items():
+            write_parquet(quickstart_rows(size, seed, split, world), staging / f"{split}.parquet")
+    return folder / "train.parquet", folder / "test.parquet"
 
 
 # True where the hf rollout's log-probs are the actor's numbers (float32): verl then takes them as the old policy's.
@@ -443,8 +454,11 @@ def plot(runs: dict[str, dict], path: Path) -> None:
         axis.set_xlabel("step")
     axes[0].legend()
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    try:
+        with replacing(path) as temporary:  # a run killed while saving leaves the earlier chart, never half of one
+            figure.savefig(temporary, dpi=100)
+    finally:
+        plt.close(figure)
 
 
 def input_problem(args: argparse.Namespace) -> str | None:
