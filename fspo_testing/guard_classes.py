@@ -546,5 +546,14 @@ def next_claim(root: Path) -> bool:
     return pending
 
 
+def sub_folders(folder: Path) -> list[str]:
+    """Every sub-folder of an output tree, at every depth, relative to it (the bookkeeping ones left out)."""
+    return sorted(
+        str(p.relative_to(folder))
+        for p in folder.rglob("*")
+        if p.is_dir() and not p.is_symlink() and not any(s.startswith(".fspo-") for s in p.relative_to(folder).parts)
+    )
+
+
 def kill_signal_status() -> int:
     return -signal.SIGKILL
