@@ -8,6 +8,11 @@ count is bounded for CI; ``FSPO_GUARD_EXAMPLES=2000`` runs more (the count is pr
 Every option a command writes through (fspo.utils.output_dir.output_option) is driven with each output-folder class
 (fspo_testing.command_guard.OUTPUT_CLASSES): a tampered record, a link swapped in for a listed path, a folder
 another process is writing, a read-only folder, a file where the folder is expected.
+
+The input doors (issue 71, fspo_testing.guard_classes): each model argument given a cut weights file, a short
+position table and a LoRA adapter scale float32 cannot hold; each reader given deep JSON and text that is not
+UTF-8; every declared environment variable at the options' bad values; each real output tree with a linked or
+read-only sub-folder; each real run killed before each write. What they still find is KNOWN_FAILING.
 """
 
 from __future__ import annotations
