@@ -118,7 +118,7 @@ class _VerlStep:
         return batch
 
     def step_once(self) -> dict:
-        metrics, batch = {}, object()
+        metrics, batch = {}, _Batch()
         batch = self._compute_old_log_prob(batch, metrics)
         if self.use_reference_policy:
             batch = self._compute_ref_log_prob(batch, metrics)
@@ -127,12 +127,24 @@ class _VerlStep:
         return metrics
 
 
+class _Batch:
+    keys, partition_id, tags = ["k_0_0"], "train", [{}]
+
+
 class _Trainer(FSPOAdvantageMixin, _VerlStep):
     dead = False
 
     def _shape_advantages(self, batch, metrics):  # the flip's transfer-queue reads, replaced by the verdict
         self._fspo_dead_update = self.dead
         return batch
+
+
+@pytest.fixture(autouse=True)
+def _metadata_refresh(monkeypatch):
+    """The transfer queue's put of tags only, which hands back the batch's meta with every field stored."""
+    import transfer_queue
+
+    monkeypatch.setattr(transfer_queue, "kv_batch_put", lambda keys, partition_id, tags: _Batch())
 
 
 @pytest.mark.parametrize("skip", [True, False])

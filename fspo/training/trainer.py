@@ -267,7 +267,9 @@ class FSPOAdvantageMixin:
     def _compute_advantage(self, batch, metrics: dict):
         if self._fspo_advantage_done:
             self._fspo_advantage_done = False
-            return batch
+            # The update reads the fields its batch's meta lists, and verl's bypass copy of the old log-probs does not
+            # return its meta (v1/trainer_base.py:1647-1649): the advantage step's put did, after it. Same here.
+            return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, tags=batch.tags)
         batch = super()._compute_advantage(batch, metrics=metrics)
         return self._shape_advantages(batch, metrics) if self.fspo.enable else batch
 
