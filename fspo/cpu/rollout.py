@@ -544,10 +544,11 @@ class HFRolloutServer:
         return self._batcher
 
     def _generate_group(self, settings: SamplingSettings, requests: list[tuple[list[int], Optional[int]]]):
-        # Rows in a fixed order (by seed, then prompt), not in the order the requests arrived: the same
-        # requests then make the same batch, to the last bit of every log-prob.
+        # Rows in a fixed order, not in the order the requests arrived (a row's bits do not depend on its batch,
+        # but the same requests then make the same batches). By prompt first: a group's rows decode side by side,
+        # so the shared prefill (PrefillStore) is held for a few prompts at a time, not the whole step's.
         order = sorted(
-            range(len(requests)), key=lambda i: (requests[i][1] is None, requests[i][1] or 0, requests[i][0])
+            range(len(requests)), key=lambda i: (requests[i][0], requests[i][1] is None, requests[i][1] or 0)
         )
         prompts, seeds = [requests[i][0] for i in order], [requests[i][1] for i in order]
         results = generate_batch(self.model, prompts, settings, self.pad_id, self.stop_ids, seeds)
