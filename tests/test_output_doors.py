@@ -265,3 +265,68 @@ def test_a_consumer_refuses_a_cut_short_last_record_and_a_resume_says_it_dropped
     # evaluate resuming its own predictions drops that line, and says so
     assert [r["index"] for r in read_records(predictions, Prediction)] == [0]
     assert f"{predictions}, line 2 was cut short (an interrupted write): dropped" in capsys.readouterr().err
+
+
+def predictions_text(count: int, cut_short: bool) -> str:
+    """``count`` whole prediction records of `fspo evaluate`, one line each, then (``cut_short``) half of another."""
+    import json
+
+    from fspo.training.outcome import METRIC_KEYS
+
+    record = {"index": 0, "prompt": "Q?", "responses": ["a"], "sample_scores": [1.0], **dict.fromkeys(METRIC_KEYS, 1.0)}
+    lines = [json.dumps({**record, "index": index}) + "\n" for index in range(count + cut_short)]
+    return "".join(lines)[: -9 if cut_short else None]
+
+
+def test_a_report_refuses_a_cut_short_predictions_file_that_no_run_is_resuming(tmp_path, capsys):
+    """fspo/evaluation/report.py: the results table reads every predictions file in the folder. Only the files the
+    calling `fspo evaluate` resumed (its models on its benchmarks) may lose a cut-short last line; any other file is
+    only reported, and refused in one line naming it, the line, and the run that resumes it. Was: dropped by all."""
+    from fspo.evaluation.report import accumulated_results, results_from_predictions
+    from fspo.utils.arguments import UsageError
+
+    predictions = tmp_path / "predictions"
+    predictions.mkdir()
+    (predictions / "base__gsm8k.jsonl").write_text(predictions_text(2, cut_short=False))
+    cut = predictions / "fspo__gsm8k.jsonl"
+    cut.write_text(predictions_text(2, cut_short=True))
+    for read in (lambda: results_from_predictions(predictions), lambda: accumulated_results(tmp_path, {"base": {}})):
+        with pytest.raises(UsageError) as refused:
+            read()
+        message = str(refused.value)
+        assert "\n" not in message and f"{cut}, line 3 was cut short by an interrupted `fspo evaluate`" in message
+        assert "`fspo evaluate` of model fspo on benchmark gsm8k into this --output-dir again to resume it" in message
+    # Resumed by the run that reports it: the drop is the resume, and it is said.
+    results = accumulated_results(tmp_path, {"fspo": {"gsm8k": {"generated": 0}}})
+    assert results["fspo"]["gsm8k"]["n"] == 2 and results["base"]["gsm8k"]["n"] == 2
+    assert f"{cut}, line 3 was cut short (an interrupted write): dropped, resuming after it" in capsys.readouterr().err
+    # A bad line before the last is no write cut short: refused by its reader's own line, resumed or not.
+    cut.write_text(predictions_text(1, cut_short=True) + "\n" + predictions_text(1, cut_short=False))
+    with pytest.raises(UsageError, match=r"line 2: not valid JSON") as refused:
+        results_from_predictions(predictions)
+    assert "cut short" not in str(refused.value)
+
+
+def test_fspo_evaluate_refuses_a_cut_short_file_it_would_report_before_a_model_loads(tmp_path, capsys, monkeypatch):
+    from fspo.cli import main as fspo_main
+    from fspo.data.io import write_parquet
+    from fspo.data.synthetic import make_rows
+    from fspo.evaluation import cli as evaluate_cli
+    from fspo_testing.tiny_model import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "model")
+    data = write_parquet(make_rows(1, seed=0, split="test"), tmp_path / "synth.parquet")
+    out = tmp_path / "out"
+    (out / "predictions").mkdir(parents=True)
+    cut = out / "predictions" / "other__synth.jsonl"
+    cut.write_text(predictions_text(1, cut_short=True))
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model loaded before the refusal")
+
+    monkeypatch.setattr(evaluate_cli, "build_generator", no_model)
+    argv = ["evaluate", "--model", f"m={model}", "--data", str(data), "--output-dir", str(out), "--backend", "hf"]
+    assert fspo_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{cut}, line 2 was cut short" in err, err
+    assert not (out / "results.md").exists()

@@ -35,7 +35,7 @@ from fspo.config.vocabulary import VERIFIER_NAMES
 from fspo.evaluation.answer_judge import METRICS_OF_SOURCE, AnswerJudge
 from fspo.evaluation.generation import GenerationSettings, build_generator, render_prompts, vllm_available
 from fspo.evaluation.pipeline import ProvenanceError, check_rows, evaluate_model
-from fspo.evaluation.report import accumulated_results, write_results
+from fspo.evaluation.report import accumulated_results, check_reported_predictions, predictions_file, write_results
 from fspo.training.data_checks import PromptRow
 from fspo.training.prompt_formats import PROMPT_FORMATS
 from fspo.utils.arguments import HelpFormatter, UsageError, check_count, check_model_dir, check_probability, refuse
@@ -373,6 +373,8 @@ def evaluate(
     results: dict[str, dict[str, dict]] = {}
     args.output_dir = check_output_paths("--output-dir", args.output_dir, output_paths(args), PROG)
     predictions_dir = args.output_dir / "predictions"
+    # The results table reports every earlier file too: one this run does not resume is refused now, not after it.
+    check_reported_predictions(predictions_dir, {predictions_file(m, b) for m, _ in args.model for b, _ in args.data})
     for model_name, model_dir in args.model:
         try:
             generator = build_generator(

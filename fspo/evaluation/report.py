@@ -6,12 +6,14 @@ import csv
 import io
 import json
 import math
+from collections.abc import Collection
 from pathlib import Path
 
 from fspo.evaluation.pipeline import score_records
 from fspo.evaluation.records import read_records
+from fspo.utils.arguments import UsageError
 from fspo.utils.atomic_file import replacing, write_text_atomically
-from fspo.utils.input_files import read_json
+from fspo.utils.input_files import InputFileError, jsonl_lines, parse_jsonl, read_json, read_jsonl, read_text
 from fspo.utils.record_schemas import Prediction
 
 
@@ -153,18 +155,69 @@ def write_results(
     return paths
 
 
-def results_from_predictions(predictions_dir: str | Path) -> dict[str, dict[str, dict]]:
+def predictions_file(model: str, benchmark: str) -> str:
+    """The name of ``model``'s predictions on ``benchmark`` in ``fspo evaluate``'s ``predictions/`` folder."""
+    return f"{model}__{benchmark}.jsonl"
+
+
+def prediction_files(predictions_dir: str | Path) -> list[Path]:
+    """Every predictions file in the folder, sorted (the LLM judge's verdict caches beside them left out)."""
+    return [
+        path for path in sorted(Path(predictions_dir).glob("*__*.jsonl")) if not path.name.endswith(".judgments.jsonl")
+    ]
+
+
+def read_reported(path: Path) -> list[dict]:
+    """The records of a predictions file a command only reports (no run of it is resuming it): a cut-short last line,
+    like any bad line, is a :class:`UsageError` in one line naming the file, the line and what to do."""
+    try:
+        return read_jsonl(path, schema=Prediction)
+    except InputFileError as error:
+        line = cut_short_line(path)
+        if line is None:
+            raise UsageError(str(error)) from None
+        model, _, benchmark = path.stem.partition("__")
+        raise UsageError(
+            f"{path}, line {line} was cut short by an interrupted `fspo evaluate`: run `fspo evaluate` of model "
+            f"{model} on benchmark {benchmark} into this --output-dir again to resume it, or delete the file"
+        ) from None
+
+
+def cut_short_line(path: Path) -> int | None:
+    """The number of a predictions file's last line when it alone is bad, ends without a newline and is no JSON (a
+    write cut short: what the resume drops, fspo.utils.input_files.parse_jsonl), else None."""
+    try:
+        lines = jsonl_lines(read_text(path, "JSON Lines file"))
+        parse_jsonl(path, lines[:-1], Prediction)
+    except InputFileError:
+        return None
+    try:
+        parse_jsonl(path, lines[-1:])
+    except InputFileError:
+        return len(lines)
+    return None
+
+
+def check_reported_predictions(predictions_dir: str | Path, resumed: Collection[str]) -> None:
+    """Refuse (:func:`read_reported`) before a run's generation, not after it, a predictions file its results table
+    would report but the run does not resume (``resumed``: their names)."""
+    for path in prediction_files(predictions_dir):
+        if path.name not in resumed:
+            read_reported(path)
+
+
+def results_from_predictions(predictions_dir: str | Path, resumed: Collection[str] = ()) -> dict[str, dict[str, dict]]:
     """``{model: {benchmark: metrics}}`` recomputed from every ``<model>__<benchmark>.jsonl`` in the folder.
 
     The score metrics and ``n`` come from the records themselves; what needs a model or a verifier
-    (``supported_step_rate``) is not recomputed.
+    (``supported_step_rate``) is not recomputed. The files named in ``resumed`` are those the calling
+    ``fspo evaluate`` resumed: read under the resume rule (a cut-short last line dropped, and said); every other
+    file is only reported, and refused when cut short (:func:`read_reported`).
     """
     results: dict[str, dict[str, dict]] = {}
-    for path in sorted(Path(predictions_dir).glob("*__*.jsonl")):
-        if path.name.endswith(".judgments.jsonl"):  # the LLM judge's verdict cache, not predictions
-            continue
+    for path in prediction_files(predictions_dir):
         model, _, benchmark = path.stem.partition("__")
-        records = read_records(path, Prediction)
+        records = read_records(path, Prediction) if path.name in resumed else read_reported(path)
         if records:
             results.setdefault(model, {})[benchmark] = score_records(records)
     return results
@@ -174,11 +227,13 @@ def accumulated_results(output_dir: str | Path, current: dict[str, dict[str, dic
     """Every model evaluated into `output_dir`: this run's metrics over the earlier table's over the files'.
 
     Models keep the order they were first evaluated in; the earlier ``results.json`` supplies the metrics a
-    prediction file cannot (the supported step rate), the prediction files the scores.
+    prediction file cannot (the supported step rate), the prediction files the scores. The files of ``current``'s
+    models and benchmarks are the ones this run resumed (:func:`results_from_predictions`).
     """
     previous_path = Path(output_dir) / "results.json"
     previous = read_json(previous_path) if previous_path.exists() else {}
-    from_files = results_from_predictions(Path(output_dir) / "predictions")
+    resumed = {predictions_file(model, benchmark) for model, per in current.items() for benchmark in per}
+    from_files = results_from_predictions(Path(output_dir) / "predictions", resumed)
     order = [*previous, *(m for m in current if m not in previous)]
     order += sorted(m for m in from_files if m not in order)
     merged: dict[str, dict[str, dict]] = {}
