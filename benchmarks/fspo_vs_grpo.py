@@ -7,7 +7,10 @@ same trainer) and F-DPO (the base model's samples on the training questions, pai
 Each arm trains at the quickstart's budget (``fspo quickstart``'s data, model, overrides and launch code)
 once per seed, in float32 (``FSPO_CPU_DTYPE=float32``, whatever this CPU would choose); a seed fixes the
 held-out questions, the data order and every rollout's sampling seed, and is shared across arms, so the
-arms of a seed answer the same questions. After training each run's greedy answers on the held-out
+arms of a seed answer the same questions. Before training the arms of a seed validate the same model on the same
+questions, so only the first arm's run does: each later arm's run takes its figures (``before_shared_from`` in
+its result) unless an override that decides that validation differs (then it validates again and says why; see
+:mod:`fspo.quickstart.shared_validation`). After training each run's greedy answers on the held-out
 questions are scored four ways: answer F1, the independent world judge's hallucinated-step rate, the
 supported-step rate of the ``lexical`` (the verifier every arm trains with) and ``embedding`` verifiers,
 and the share of steps copied verbatim from the evidence (see :mod:`fspo.quickstart.step_report`); and per
@@ -73,8 +76,9 @@ from fspo.data.io import read_rows
 from fspo.data.synthetic import WORLDS
 from fspo.data.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
 from fspo.evaluation.intervals import CONFIDENCE, t_interval, t_quantile
-from fspo.quickstart.cli import VAL_ROWS, prepare_data, run_overrides, say, train
+from fspo.quickstart.cli import VAL_ROWS, prepare_data, run_overrides, say, train, train_overrides
 from fspo.quickstart.cli import VERIFIER as QUICKSTART_VERIFIER
+from fspo.quickstart.shared_validation import TRAINING_ONLY, sharing_refusal
 from fspo.quickstart.step_report import (
     TRAINING_VERIFIERS,
     VERIFIER_THRESHOLDS,
@@ -95,6 +99,10 @@ ARMS = {
     "fapo": ["fspo.mode=fapo"],
     "fdpo": ["fspo.enable=false"],
 }
+# What may differ between two arms' runs of a seed that share a validation before training: the quickstart's
+# TRAINING_ONLY and the reward mode, which changes the reward and (KnowRL counting each statement once) the run's own
+# verifier metrics, neither of which `figures` reads: it judges the answers with its own verifiers.
+SHARING_IGNORES = {**TRAINING_ONLY, "fspo.mode": "a reward; the benchmark's figures judge the answers themselves"}
 # The arms a plain invocation runs (the others with --arms / --baseline: each arm x seed is another run).
 DEFAULT_ARMS = ["fspo", "grpo", "grpo_factuality_reward"]
 # The quickstart's rollout budget per training step (run_overrides: train_batch_size=2, rollout.n=4), its
@@ -348,9 +356,37 @@ def finished_result(result_path: Path, config: list[str]) -> tuple[dict | None, 
     return result, f"finished before (code {result.get('code_version', 'unknown')})"
 
 
-def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
-    """Trains one arm with one seed (or reads its finished result) and returns its figures."""
-    out = args.output_dir / arm / f"seed{seed}"
+def run_arguments(arm: str, seed: int, args) -> tuple[str, Path, list[str]]:
+    """(name, folder, overrides beyond the quickstart's) of ``arm``'s run with ``seed``."""
+    return f"{arm} seed {seed}", args.output_dir / arm / f"seed{seed}", [*ARMS[arm], *args.overrides]
+
+
+def shared_before(arm: str, seed: int, args, setup: dict, earlier: list[dict], clock: float) -> tuple[str, dict] | None:
+    """(arm, figures) of the first of this seed's ``earlier`` results whose validation before training is the one
+    ``arm``'s run would make (their runs' overrides agree on all but :data:`SHARING_IGNORES`); None, saying why,
+    when none is. ``setup``: the base model's run (model, data)."""
+    name, out, extra = run_arguments(arm, seed, args)
+    mine = train_overrides(name, setup, out, args.steps, seed, extra)
+    refusals = []
+    for result in earlier:
+        if result["before"] is None:  # F-DPO's run validated its own model
+            continue
+        source_name, source_out, source_extra = run_arguments(result["arm"], seed, args)
+        theirs = train_overrides(source_name, setup, source_out, args.steps, seed, source_extra)
+        why = sharing_refusal(result["arm"], theirs, mine, SHARING_IGNORES)
+        if why is None:
+            return result.get("before_shared_from", result["arm"]), result["before"]
+        refusals.append(why)
+    if refusals:
+        say(clock, f"[{arm} seed {seed}] validating before training again: {refusals[0]}")
+    return None
+
+
+def run_once(arm: str, seed: int, args, model: Path, clock: float, earlier: list[dict] | None = None) -> dict:
+    """Trains one arm with one seed (or reads its finished result) and returns its figures. ``earlier``: this
+    seed's results so far, whose validation before training the run takes where it is the same
+    (:func:`shared_before`)."""
+    name, out, extra = run_arguments(arm, seed, args)
     result_path = out / "result.json"
     config = run_config(arm, seed, args)
     result, why = finished_result(result_path, config)
@@ -363,16 +399,21 @@ def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     train_file, val_file = prepare_data(args.output_dir / "data" / f"seed{seed}", seed, args.val_rows, args.world)
     setup = {"model": model, "train": train_file, "val": val_file}
+    # F-DPO's validation before training is its result (its own model's answers): never another arm's.
+    shared = None if arm == "fdpo" else shared_before(arm, seed, args, setup, earlier or [], clock)
     started = time.time()
     steps = args.steps
     if arm == "fdpo":
         # The F-DPO model answers the held-out questions in the same validation pass as every arm's: that of a
         # one-step run of it whose update is not used (its validation before training is the F-DPO model's).
         setup["model"], steps = fdpo_model(seed, args, model, train_file, out / "fdpo", clock), 1
-    run = train(f"{arm} seed {seed}", setup, out, steps, seed, [*ARMS[arm], *args.overrides], clock)
+    run = train(name, setup, out, steps, seed, extra, clock, shared)
     rows = read_rows(val_file)
     say(clock, f"[{arm} seed {seed}] scoring the answers with the world judge and both verifiers")
-    before = figures(run["validation_dumps"]["before"], rows, run["before"].get("answer_f1"))
+    if shared is None:
+        before = figures(run["validation_dumps"]["before"], rows, run["before"].get("answer_f1"))
+    else:
+        before = dict(shared[1])
     result = {
         "arm": arm,
         "seed": seed,
@@ -383,6 +424,7 @@ def run_once(arm: str, seed: int, args, model: Path, clock: float) -> dict:
         "live_steps": None if arm == "fdpo" else live_steps(out / "metrics.jsonl"),
         # fdpo: its model's figures are after F-DPO; the base model's come from the other arms.
         "before": None if arm == "fdpo" else before,
+        **({} if shared is None else {"before_shared_from": shared[0]}),
         "after": before
         if arm == "fdpo"
         else figures(run["validation_dumps"]["after"], rows, run["after"].get("answer_f1")),
@@ -428,7 +470,9 @@ def _with_question_figures(result: dict, out: Path, args) -> dict:
     if not dumps or not val_file.is_file():
         return result
     rows = read_rows(val_file)
-    passes = [("after", dumps[0] if result["arm"] == "fdpo" else dumps[-1]), ("before", dumps[0])]
+    passes = [("after", dumps[0] if result["arm"] == "fdpo" else dumps[-1])]
+    if "before_shared_from" not in result:  # a run that took another's validation before training has no dump of it
+        passes.append(("before", dumps[0]))
     stale = [(when, dump) for when, dump in passes if result[when] is not None and "per_question" not in result[when]]
     for when, dump in stale:
         result[when]["per_question"] = question_figures(validation_samples(dump, rows), rows)
@@ -850,7 +894,12 @@ def main(argv: list[str] | None = None) -> int:
             from fspo.quickstart.smollm2 import convert_smollm2
 
             model = convert_smollm2()
-        results = [run_once(arm, seed, args, model, clock) for seed in range(args.seeds) for arm in args.arms]
+        results = []
+        for seed in range(args.seeds):
+            seed_results: list[dict] = []
+            for arm in args.arms:
+                seed_results.append(run_once(arm, seed, args, model, clock, list(seed_results)))
+            results += seed_results
     wall_s = time.time() - clock  # this invocation only; the runs' own seconds survive a resume
     run_s = sum(result["seconds"] for result in results)
     paired = comparisons(results)

@@ -14,7 +14,9 @@
    ``training_curves.png`` to ``--output-dir``.
 
 ``--baseline grpo`` runs the same budget as plain GRPO for comparison: the verifier still labels every
-rollout (``fspo.flip=false``), so both runs report a supported-step rate, but no advantage is flipped.
+rollout (``fspo.flip=false``), so both runs report a supported-step rate, but no advantage is flipped. It
+does not validate before training: it takes FSPO's run's figures, of the same model on the same questions
+(:mod:`fspo.quickstart.shared_validation`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from fspo.config.numeric_options import COUNT, SEED
 from fspo.data.io import read_rows, write_parquet
 from fspo.data.synthetic import WORLDS, make_rows
 from fspo.quickstart.launch import launch
+from fspo.quickstart.shared_validation import sharing_refusal, validates_before_training
 from fspo.quickstart.smollm2 import convert_smollm2
 from fspo.quickstart.step_report import TRAINING_VERIFIERS, step_report, validation_samples
 from fspo.utils.arguments import HelpFormatter, UsageError, check_model_dir, check_overrides
@@ -178,6 +181,7 @@ class RunProgress:
         questions: held-out questions per validation pass.
         started: the clock the elapsed times count from (``time.time()``).
         heartbeat_s: seconds between the progress lines during validation.
+        validates_before: whether the run validates before training (no: its first validation is after a step).
     """
 
     # fspo.training.trainer.VALIDATION_BEGINS, which FSPO's trainer prints as a validation pass starts (not
@@ -185,7 +189,14 @@ class RunProgress:
     VALIDATION_MARK = "fspo: validation begins"
 
     def __init__(
-        self, name: str, log_path: Path, steps: int, questions: int, started: float, heartbeat_s: float = 30.0
+        self,
+        name: str,
+        log_path: Path,
+        steps: int,
+        questions: int,
+        started: float,
+        heartbeat_s: float = 30.0,
+        validates_before: bool = True,
     ):
         self.name, self.log_path, self.steps, self.questions = name, log_path, steps, questions
         self.started, self.heartbeat_s = started, heartbeat_s
@@ -193,7 +204,8 @@ class RunProgress:
         self.pending = b""
         self.trained = 0
         self.validating_since: float | None = None
-        self.validated = False
+        self.validates_before = validates_before
+        self.validated = not validates_before  # the next validation is after a step
         self.last_line_at = 0.0
 
     def say(self, message: str) -> None:
@@ -204,6 +216,8 @@ class RunProgress:
         self.say(
             f"starting Ray, the rollout server and the actor; {self.steps} training steps follow (log: {self.log_path})"
         )
+        if not self.validates_before:
+            self.say(f"training step 1/{self.steps}: rollouts, verifier, update")
 
     def poll(self) -> None:
         """Reads the log's new lines; called about once a second while the trainer runs."""
@@ -338,41 +352,70 @@ def judged_figures(dump: Path, val_file: Path) -> dict[str, float | None]:
     return {key: report[key] for key in ("hallucinated_step_rate", "copy_rate", "flawed_positive_rate")}
 
 
-def train(
-    name: str, setup: dict, out: Path, steps: int, seed: int, extra: list[str], clock: float | None = None
-) -> dict:
-    """One training run with validation before and after; returns its records and figures.
-
-    ``clock``: the ``time.time()`` the printed elapsed times count from (default: this run's start).
-    """
-    overrides = run_overrides(setup, out, steps) + [
+def train_overrides(name: str, setup: dict, out: Path, steps: int, seed: int, extra: list[str]) -> list[str]:
+    """The trainer's overrides of one run (:func:`train`): the quickstart's, its name and seeds, then ``extra``."""
+    return run_overrides(setup, out, steps) + [
         f"trainer.experiment_name={name}",
         f"data.seed={seed}",
         f"actor_rollout_ref.rollout.seed={seed}",
         *extra,
     ]
+
+
+def train(
+    name: str,
+    setup: dict,
+    out: Path,
+    steps: int,
+    seed: int,
+    extra: list[str],
+    clock: float | None = None,
+    shared_before: tuple[str, dict] | None = None,
+) -> dict:
+    """One training run with validation before and after; returns its records and figures.
+
+    ``clock``: the ``time.time()`` the printed elapsed times count from (default: this run's start).
+    ``shared_before``: (name, figures before training) of a run that validated what this one would
+    (:func:`fspo.quickstart.shared_validation.sharing_refusal` says when): this run skips its own validation
+    before training and returns those figures, with the run's name as ``before_shared_from``.
+    """
+    overrides = train_overrides(name, setup, out, steps, seed, extra)
+    if shared_before is not None:
+        overrides.append("trainer.val_before_train=false")
+    validates_before = validates_before_training(overrides)
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    progress = RunProgress(name, out / "train.log", steps, parquet_row_count(setup["val"]), clock or started)
+    questions = parquet_row_count(setup["val"])
+    progress = RunProgress(
+        name, out / "train.log", steps, questions, clock or started, validates_before=validates_before
+    )
     progress.start()
     records = launch(
         overrides, out / "train.log", out / "metrics.jsonl", on_step=progress.on_record, on_poll=progress.poll
     )
     seconds = time.time() - started
     validation, training = _split_records(records)
-    before = validation_figures(validation[0]) if validation else {}
-    after = validation_figures(validation[-1]) if len(validation) > 1 else {}
-    dumps = {"before": out / "validation" / "0.jsonl", "after": out / "validation" / f"{steps}.jsonl"}
+    before = validation_figures(validation[0]) if validates_before and validation else {}
+    # The last pass, unless the only one is that before training.
+    after = validation_figures(validation[-1]) if len(validation) > int(validates_before) else {}
+    # verl names each validation's answers by its step; only the passes this run made have a file.
+    dumps = {"before": out / "validation" / "0.jsonl"} if validates_before else {}
+    dumps["after"] = out / "validation" / f"{steps}.jsonl"
     progress.say("judging the validation answers' steps against the synthetic world")
     for when, figures in (("before", before), ("after", after)):
         if figures:
             figures.update(judged_figures(dumps[when], setup["val"]))
-    return {"records": training, "seconds": seconds, "before": before, "after": after, "validation_dumps": dumps}
+    run = {"records": training, "seconds": seconds, "before": before, "after": after, "validation_dumps": dumps}
+    if shared_before is not None:
+        run["before_shared_from"], run["before"] = shared_before[0], dict(shared_before[1])
+    return run
 
 
 def run_summary(run: dict) -> dict:
-    """One run's entry of ``summary.json``: its validation figures before and after, and its seconds."""
-    return {"before": run["before"], "after": run["after"], "seconds": round(run["seconds"], 1)}
+    """One run's entry of ``summary.json``: its validation figures before and after (and the run it took those
+    before training from, if another's), and its seconds."""
+    shared = {"before_shared_from": run["before_shared_from"]} if "before_shared_from" in run else {}
+    return {"before": run["before"], **shared, "after": run["after"], "seconds": round(run["seconds"], 1)}
 
 
 def _rate(value: float | None) -> str:
@@ -574,9 +617,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = {"fspo": train("fspo", setup, out / "fspo", args.steps, args.seed, args.overrides, started)}
         if args.baseline == "grpo":
-            runs["grpo"] = train(
-                "grpo", setup, out / "grpo", args.steps, args.seed, ["fspo.flip=false", *args.overrides], started
+            grpo = ["fspo.flip=false", *args.overrides]
+            # Before training GRPO's run validates what FSPO's did: it takes those figures unless an override
+            # that decides the validation differs between the two.
+            why = sharing_refusal(
+                "fspo",
+                train_overrides("fspo", setup, out / "fspo", args.steps, args.seed, args.overrides),
+                train_overrides("grpo", setup, out / "grpo", args.steps, args.seed, grpo),
             )
+            if why:
+                say(started, f"[grpo] validating before training again: {why}")
+            shared = ("fspo", runs["fspo"]["before"]) if why is None and runs["fspo"]["before"] else None
+            runs["grpo"] = train("grpo", setup, out / "grpo", args.steps, args.seed, grpo, started, shared)
         say(started, "merging the FSPO checkpoint into a Hugging Face directory")
         merged = merge(out / "fspo", args.steps)
     except RuntimeError as error:  # the trainer or the merge failed: what it says, and where its log is
