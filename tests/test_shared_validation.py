@@ -231,3 +231,21 @@ def test_the_benchmarks_later_arms_end_with_the_first_arms_figures_before_traini
     printed = capsys.readouterr().out
     assert "[fapo seed 0] validating before training again: actor_rollout_ref.rollout.val_kwargs.n differs" in printed
     assert "[grpo seed 0] validating before training again" not in printed
+
+
+def test_a_run_that_does_not_validate_before_training_announces_its_first_step_and_validation_after_it(
+    tmp_path, capsys
+):
+    log = tmp_path / "train.log"
+    log.write_text("")
+    progress = cli.RunProgress("grpo", log, steps=2, questions=32, started=0.0, validates_before=False)
+    progress.start()
+    progress.on_record({"step": 1, "data": {"training/global_step": 1}})
+    log.write_text(f"{progress.VALIDATION_MARK} (global step 2)\n")
+    progress.poll()
+    phases = [line.split("] ", 1)[1] for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert phases[1:] == [
+        "[grpo] training step 1/2: rollouts, verifier, update",
+        "[grpo] training step 2/2: rollouts, verifier, update",
+        "[grpo] validating on 32 held-out questions after step 2 (greedy answers)",
+    ]
