@@ -78,7 +78,7 @@ from fspo.data.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_st
 from fspo.evaluation.intervals import CONFIDENCE, t_interval, t_quantile
 from fspo.quickstart.cli import VAL_ROWS, prepare_data, run_overrides, say, train, train_overrides
 from fspo.quickstart.cli import VERIFIER as QUICKSTART_VERIFIER
-from fspo.quickstart.shared_validation import TRAINING_ONLY, sharing_refusal
+from fspo.quickstart.shared_validation import TRAINING_ONLY, sharing_refusal, validates_before_training
 from fspo.quickstart.step_report import (
     TRAINING_VERIFIERS,
     VERIFIER_THRESHOLDS,
@@ -876,6 +876,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--seeds, --steps and --val-rows must be at least 1")
     if args.model and not (args.model / "config.json").is_file():
         parser.error(f"--model {args.model}: not a Hugging Face model directory (no config.json)")
+    if not validates_before_training(args.overrides):
+        parser.error(
+            "trainer.val_before_train=false: each seed's first run validates before training (the base model's figures); leave it out"
+        )
     args.arms = list(dict.fromkeys([*(args.arms or DEFAULT_ARMS), *args.baseline]))
     args.output_dir = args.output_dir.resolve()
     args.output_dir.mkdir(parents=True, exist_ok=True)

@@ -73,6 +73,16 @@ def test_bad_budget_exits_2(capsys):
     assert stopped.value.code == 2 and "--seeds, --steps and --val-rows must be at least 1" in capsys.readouterr().err
 
 
+def test_an_override_that_drops_the_validation_before_training_exits_2(capsys, tmp_path):
+    """The base model's figures come from each seed's first run's validation before training (the later arms take
+    them): an override turning it off is refused in one line, before any run."""
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(["--output-dir", str(tmp_path), "trainer.val_before_train=false"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "trainer.val_before_train=false: each seed's first run validates" in err
+    assert not any(tmp_path.iterdir())
+
+
 # Student's t quantiles at 0.975 from the standard table.
 @pytest.mark.parametrize(("df", "expected"), [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (29, 2.045)])
 def test_t_quantile_matches_the_table(df, expected):
