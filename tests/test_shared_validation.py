@@ -173,10 +173,9 @@ def _stand_in_trainer(launched: list[list[str]]):
     return launch
 
 
-def test_the_quickstarts_grpo_run_ends_with_fspos_figures_before_training(tmp_path, monkeypatch, capsys):
-    """`fspo quickstart --baseline grpo`: GRPO's run is launched without a validation before training and its
-    summary holds FSPO's figures before training, naming FSPO's run; its figures after training are its own."""
-    launched: list[list[str]] = []
+def _quickstart_without_a_trainer(tmp_path, monkeypatch, launched: list[list[str]]) -> list[str]:
+    """The quickstart's arguments for one step on one synthetic question, its trainer the stand-in (merge and
+    chart left out)."""
     monkeypatch.setattr(cli, "launch", _stand_in_trainer(launched))
     monkeypatch.setattr(cli, "merge", lambda out, steps: out / "merged")
     monkeypatch.setattr(cli, "plot", lambda runs, path: None)
@@ -186,8 +185,15 @@ def test_the_quickstarts_grpo_run_ends_with_fspos_figures_before_training(tmp_pa
     (model / "config.json").write_text('{"model_type": "qwen2"}')
     (model / "model.safetensors").write_bytes(b"")
     data = [write_parquet([ROW], tmp_path / name) for name in ("train.parquet", "val.parquet")]
+    return ["--model", str(model), "--data", *map(str, data), "--steps", "1", "--output-dir", str(tmp_path / "out")]
+
+
+def test_the_quickstarts_grpo_run_ends_with_fspos_figures_before_training(tmp_path, monkeypatch, capsys):
+    """`fspo quickstart --baseline grpo`: GRPO's run is launched without a validation before training and its
+    summary holds FSPO's figures before training, naming FSPO's run; its figures after training are its own."""
+    launched: list[list[str]] = []
+    argv = _quickstart_without_a_trainer(tmp_path, monkeypatch, launched)
     out = tmp_path / "out"
-    argv = ["--model", str(model), "--data", *map(str, data), "--steps", "1", "--output-dir", str(out)]
     assert cli.main([*argv, "--baseline", "grpo"]) == 0
 
     summary = json.loads((out / "summary.json").read_text())["runs"]
@@ -200,6 +206,16 @@ def test_the_quickstarts_grpo_run_ends_with_fspos_figures_before_training(tmp_pa
     assert not (out / "grpo" / "validation" / "0.jsonl").exists()
     printed = capsys.readouterr().out
     assert "[grpo] training step 1/1" in printed and "[grpo] validating on 1 held-out questions before" not in printed
+
+
+def test_runs_told_not_to_validate_before_training_report_no_figures_before_and_their_own_after(tmp_path, monkeypatch):
+    launched: list[list[str]] = []
+    argv = _quickstart_without_a_trainer(tmp_path, monkeypatch, launched)
+    assert cli.main([*argv, "--baseline", "grpo", "trainer.val_before_train=false"]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())["runs"]
+    for run in summary.values():
+        assert run["before"] == {} and run["after"]["answer_f1"] == 1.0 and "before_shared_from" not in run
+    assert not any(validates_before_training(overrides) for overrides in launched)
 
 
 def test_the_benchmarks_later_arms_end_with_the_first_arms_figures_before_training(tmp_path, monkeypatch, capsys):
