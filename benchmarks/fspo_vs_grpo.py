@@ -363,13 +363,16 @@ def run_arguments(arm: str, seed: int, args) -> tuple[str, Path, list[str]]:
 
 def shared_before(arm: str, seed: int, args, setup: dict, earlier: list[dict], clock: float) -> tuple[str, dict] | None:
     """(arm, figures) of the first of this seed's ``earlier`` results whose validation before training is the one
-    ``arm``'s run would make (their runs' overrides agree on all but :data:`SHARING_IGNORES`); None, saying why,
-    when none is. ``setup``: the base model's run (model, data)."""
+    ``arm``'s run would make (trained at this code, their runs' overrides agree on all but :data:`SHARING_IGNORES`);
+    None, saying why, when none is. ``setup``: the base model's run (model, data)."""
     name, out, extra = run_arguments(arm, seed, args)
     mine = train_overrides(name, setup, out, args.steps, seed, extra)
     refusals = []
     for result in earlier:
         if result["before"] is None:  # F-DPO's run validated its own model
+            continue
+        if result.get("code_version") != code_version():  # a finished run of an earlier invocation
+            refusals.append(f"{result['arm']}'s run was trained at code {result.get('code_version', 'unknown')}")
             continue
         source_name, source_out, source_extra = run_arguments(result["arm"], seed, args)
         theirs = train_overrides(source_name, setup, source_out, args.steps, seed, source_extra)

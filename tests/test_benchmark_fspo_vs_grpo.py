@@ -662,3 +662,18 @@ def test_a_run_on_another_world_names_it_and_the_default_worlds_configuration_is
     shortcut = bench.run_config("fspo", 0, bench._parser().parse_args(["--world", "shortcut"]))
     assert shortcut == [*default, "world=shortcut"]
     assert not any(entry.startswith("world=") for entry in default)
+
+
+def test_a_later_arm_takes_no_validation_from_a_run_trained_at_other_code(tmp_path, capsys):
+    """A finished run of an earlier invocation, at another commit, may have validated differently: the arm
+    validates again and says why; at this commit it takes that run's figures."""
+    args = bench._parser().parse_args(["--output-dir", str(tmp_path)])
+    setup = {"model": tmp_path / "model", "train": tmp_path / "train.parquet", "val": tmp_path / "test.parquet"}
+    earlier = {**_run("fspo", 0, 0.4, 0.1), "code_version": "abc123"}
+    assert bench.shared_before("grpo", 0, args, setup, [earlier], clock=0.0) is None
+    assert (
+        "[grpo seed 0] validating before training again: fspo's run was trained at code abc123"
+        in capsys.readouterr().out
+    )
+    earlier["code_version"] = bench.code_version()
+    assert bench.shared_before("grpo", 0, args, setup, [earlier], clock=0.0) == ("fspo", earlier["before"])
