@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -248,3 +249,27 @@ def test_an_adapter_scale_float32_cannot_hold_is_refused_in_one_line(rank, scale
         check_lora_checkpoint({"r": rank, "lora_alpha": alpha}, config, adapter, {f"{module}.weight": (8, 8)})
     message = str(refused.value)
     assert "\n" not in message and "adapter_config.json" in message and f"lora_alpha={alpha!r}" in message
+
+
+@pytest.mark.parametrize(
+    ("adapter", "refusal"),
+    [
+        ({"r": 8, "lora_alpha": 1e300}, "is 1.25e+299, outside float32"),
+        ({"r": 8, "lora_alpha": 1e-300}, "is 1.25e-301, outside float32"),
+        ({"r": 0, "lora_alpha": 16}, "r must be a positive number"),
+        ({"r": 8.5, "lora_alpha": 16}, "r must be an integer"),
+        ({"r": 8, "lora_alpha": None}, "lora_alpha must be a positive number"),
+        ([1, 2], "is not a JSON object"),
+    ],
+)
+def test_an_adapter_beside_a_models_weights_is_checked_before_transformers_loads_it(tmp_path, adapter, refusal):
+    """transformers loads a folder's adapter_config.json through peft (the guard found `fspo evaluate`, `fdpo train`
+    and `verifier train` serving an adapter of scale 1.25e299): the door reads it first, as the fold does."""
+    from fspo.utils.checked_load import check_model_files
+
+    (tmp_path / "adapter_config.json").write_text(json.dumps(adapter))
+    with pytest.raises(ValueError, match=re.escape(refusal)) as refused:
+        check_model_files(str(tmp_path))
+    assert "\n" not in str(refused.value) and "adapter_config.json" in str(refused.value)
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "peft_type": "LORA"}))
+    check_model_files(str(tmp_path))

@@ -17,7 +17,6 @@ nothing into the base and call the base the trained policy.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,7 +24,12 @@ from pathlib import Path
 
 import torch
 
-from fspo.utils.checked_load import check_model_files, check_safetensors_header, from_pretrained_checked
+from fspo.utils.checked_load import (
+    adapter_scale_problem,
+    check_model_files,
+    check_safetensors_header,
+    from_pretrained_checked,
+)
 from fspo.utils.input_files import InputFileError, read_json
 
 # float32's 24-bit mantissa resolves lora_alpha/r * B A next to W (~2^-24 of W's size); bf16's 8 bits do not.
@@ -55,10 +59,6 @@ class LoraAdapter:
         return self.alpha / self.rank
 
 
-def positive_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-
-
 def check_lora_checkpoint(
     train_meta: Mapping | None,
     adapter_config: Mapping,
@@ -83,25 +83,16 @@ def check_lora_checkpoint(
             '{"r": R, "lora_alpha": ALPHA, "task_type": "CAUSAL_LM"} with the run\'s actor_rollout_ref.model.lora_rank '
             "and lora_alpha"
         )
-    for key in ("r", "lora_alpha"):
-        if not positive_number(train_meta.get(key)):
-            raise LoraCheckpointError(f"{meta_file}: {key} must be a positive number, got {train_meta.get(key)!r}")
-    rank, alpha = train_meta["r"], train_meta["lora_alpha"]
-    if not isinstance(rank, int):
-        raise LoraCheckpointError(f"{meta_file}: r must be an integer, got {rank!r}")
+    rank, alpha = train_meta.get("r"), train_meta.get("lora_alpha")
+    problem = adapter_scale_problem(alpha, rank)
+    if problem:
+        raise LoraCheckpointError(f"lora_adapter/adapter_config.json and {meta_file}: {problem}")
     for key, trained in (("r", rank), ("lora_alpha", alpha)):
         if adapter_config.get(key) != trained:
             raise LoraCheckpointError(
                 f"lora_adapter/adapter_config.json has {key}={adapter_config.get(key)!r} but the run trained with "
                 f"{key}={trained!r} ({meta_file}): merge again from the checkpoint"
             )
-    scale = float(torch.tensor(alpha / rank, dtype=FOLD_DTYPE))
-    if not (math.isfinite(scale) and scale >= torch.finfo(FOLD_DTYPE).tiny):
-        raise LoraCheckpointError(
-            f"lora_adapter/adapter_config.json and {meta_file}: lora_alpha={alpha!r} / r={rank} is {scale!r} as "
-            f"{FOLD_DTYPE} (the fold would write inf or unchanged weights): merge from a checkpoint trained with a "
-            "lora_alpha / r within float32's range"
-        )
     for option in UNSUPPORTED_OPTIONS:
         if adapter_config.get(option):
             raise LoraCheckpointError(

@@ -21,6 +21,8 @@ from fspo.utils.input_files import InputFileError, parse_json, parse_json_bytes,
 
 # The dtypes safetensors' torch loader reads (safetensors 0.8.0, safetensors/torch.py:428-450): any other is a file
 # written wrong or for another framework.
+ADAPTER_CONFIG = "adapter_config.json"  # a PEFT adapter's settings, beside or instead of a model's weights
+FLOAT32_TINY, FLOAT32_MAX = 2.0**-126, (2 - 2.0**-23) * 2.0**127  # float32's normal range (torch.finfo)
 SAFETENSORS_DTYPES = frozenset(
     "F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL F8_E4M3 F8_E4M3FNUZ F8_E5M2 F8_E5M2FNUZ C64 U64 U32 U16".split()
 )
@@ -85,6 +87,8 @@ def check_model_files(model_path: str, positions_needed: int | None = None, need
     if Path(model_path).is_dir():
         for weights in sorted(Path(model_path).glob("*.safetensors")):
             check_safetensors_header(weights)
+        if (Path(model_path) / ADAPTER_CONFIG).is_file():  # transformers loads it through peft
+            check_adapter_config(Path(model_path) / ADAPTER_CONFIG)
     if positions_needed is not None:
         limit = position_limit(model_path, **config_options)
         if limit is not None and positions_needed > limit:
@@ -92,6 +96,41 @@ def check_model_files(model_path: str, positions_needed: int | None = None, need
                 f"{model_path} has {limit} positions (max_position_embeddings) but {needed_for} needs "
                 f"{positions_needed}: lower it to <= {limit} or use a model with a longer position table"
             )
+
+
+def adapter_scale_problem(alpha: object, rank: object) -> str | None:
+    """Why a LoRA adapter's scale ``lora_alpha / r`` cannot serve, or None: each must be a positive finite number
+    (``r`` an integer), and the scale must be a normal float32 (the dtype the fold computes in, and the widest a
+    float32 model adds it in): beyond it ``scale * B A`` is inf, below it the adapter vanishes."""
+    import math
+
+    for key, value in (("r", rank), ("lora_alpha", alpha)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            return f"{key} must be a positive number, got {value!r}"
+    if not isinstance(rank, int):
+        return f"r must be an integer, got {rank!r}"
+    scale = alpha / rank
+    if not FLOAT32_TINY <= scale <= FLOAT32_MAX:
+        return (
+            f"lora_alpha={alpha!r} / r={rank} is {scale!r}, outside float32's normal range (the adapter would add "
+            "inf or nothing): use a lora_alpha / r within it"
+        )
+    return None
+
+
+def check_adapter_config(path: Path) -> None:
+    """ValueError naming ``path`` unless a PEFT adapter's config is a JSON object whose LoRA scale can serve
+    (:func:`adapter_scale_problem`; an adapter of another kind, without ``r``, is peft's to read)."""
+    try:
+        config = parse_json(path, read_text(path, "adapter config"), expect=None)
+    except InputFileError as error:
+        raise ValueError(f"{error}: save the adapter again") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} is not a JSON object: save the adapter again")
+    if "r" in config or "lora_alpha" in config:
+        problem = adapter_scale_problem(config.get("lora_alpha"), config.get("r"))
+        if problem:
+            raise ValueError(f"{path}: {problem}")
 
 
 def position_limit(model_path: str, **config_options) -> int | None:
