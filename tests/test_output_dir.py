@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from fspo.utils.atomic_file import write_text_atomically
 from fspo.utils.output_dir import (
+    HELD_ENV,
     LOCK,
     RECORD,
     OutputConflict,
@@ -224,9 +225,11 @@ def _first_child_argv(pid: int) -> list[bytes]:
         return []
 
 
-def test_a_folder_has_one_writer_at_a_time_named_when_refused(tmp_path):
+def test_a_folder_has_one_writer_at_a_time_named_when_refused(tmp_path, monkeypatch):
     """The folder's lock is held by another process (a real one: `python -m fspo.utils.output_dir hold`): a claim is
-    refused up front naming its pid and command; it ends with that process and leaves no lock file behind."""
+    refused up front naming its pid and command, also when HELD_ENV names the holder but the holder is no ancestor
+    of the claiming process (issue 71: any pid there skipped the lock); it ends with that process and leaves no lock
+    file behind."""
     import subprocess
     import sys
     import time
@@ -257,6 +260,10 @@ def test_a_folder_has_one_writer_at_a_time_named_when_refused(tmp_path):
             OutputConflict, match=rf"being written by another command \(pid {holder.pid}: fspo data gsm8k"
         ):
             check_output_paths("--output-dir", out, ["train.parquet"], "fspo data synthetic")
+        monkeypatch.setenv(HELD_ENV, f"{holder.pid}:{out}")
+        with pytest.raises(OutputConflict, match="being written by another command"):
+            check_output_paths("--output-dir", out, ["train.parquet"], "fspo data synthetic")
+        monkeypatch.delenv(HELD_ENV)
     finally:
         command = _first_child_pid(holder.pid)
         holder.kill()
@@ -266,6 +273,27 @@ def test_a_folder_has_one_writer_at_a_time_named_when_refused(tmp_path):
     check_output_paths("--output-dir", out, ["train.parquet"], "fspo data synthetic")
     release_output_folders()
     assert not (out / LOCK).exists()
+
+
+def test_a_temporary_a_killed_command_left_is_removed_by_the_next_claim(tmp_path):
+    """A command killed between writing a file's temporary and renaming it (the guard's kill class found the record's
+    `..fspo-outputs.tmp-PID.json` left for good) leaves it to the next claim, which removes it when PID is gone and
+    keeps a live process's."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    check_output_paths("--output-dir", out, ["train.parquet"], "fspo data synthetic")
+    release_output_folders()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, alive = int(gone.stdout), os.getppid()
+    left = [out / f"..fspo-outputs.tmp-{dead}.json", out / f".train.tmp-{dead}.parquet"]
+    kept = [out / f".train.tmp-{alive}.parquet", out / f"notes.tmp-{dead}.txt"]  # a live writer's; a user's file
+    for path in [*left, *kept]:
+        path.write_text("partial")
+    check_output_paths("--output-dir", out, ["train.parquet"], "fspo data synthetic")
+    release_output_folders()
+    assert [path.exists() for path in [*left, *kept]] == [False, False, True, True]
 
 
 # --- writability at every depth (unwritable_folder) --------------------------------------------------------------

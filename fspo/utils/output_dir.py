@@ -37,6 +37,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -288,9 +289,11 @@ def claim_output_folder(flag: str, folder: str | os.PathLike, command: str) -> P
     :class:`OutputConflict`. A set of files a killed command was moving in is finished (:func:`finish_set`) and the
     staging folders killed commands left are removed. Claiming a folder this process holds again is free."""
     path = output_folder(flag, folder)
+    if path in _HELD and not path.is_dir():  # removed since (a test's tmp folder, a user's rm): claim it anew
+        _release(path)
     newly = path not in _HELD
     if newly:
-        held_for_us = (environment_value(HELD_ENV) or "").split(":", 1)[-1]
+        held_for_us = _held_for_us()
         _check_ancestors(flag, path, {*_HELD, Path(held_for_us)} if held_for_us else set(_HELD))
         made = [parent for parent in (path, *path.parents) if not parent.exists()][::-1]
         try:
@@ -313,6 +316,39 @@ def claim_output_folder(flag: str, folder: str | os.PathLike, command: str) -> P
             _release(path)
         raise OutputConflict(f"{flag} {path}: {error}") from None
     return path
+
+
+def _ancestors() -> Iterator[int]:
+    """This process's parent, its parent, ... (from /proc; the parent alone where there is none)."""
+    pid = os.getppid()
+    while pid > 1:
+        yield pid
+        try:
+            stat_line = Path(f"/proc/{pid}/stat").read_bytes()
+        except OSError:
+            return
+        pid = int(stat_line.rsplit(b")", 1)[1].split()[1])  # the field after the command name is the parent
+
+
+def _held_for_us() -> str:
+    """The folder :data:`HELD_ENV` names when an ancestor of this process holds its lock (``pid:folder``), else ''.
+    A value naming a pid that is no ancestor, or that does not hold the folder's lock, hands nothing over: a
+    leaked or forged value would let two commands write one folder."""
+    value = environment_value(HELD_ENV) or ""
+    pid_text, _, folder = value.partition(":")
+    if not folder or not pid_text.isdigit() or int(pid_text) not in _ancestors():
+        return ""
+    try:
+        fd = os.open(Path(folder) / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # took it: nobody holds the folder
+        return ""
+    except BlockingIOError:
+        return folder if _holder(fd).startswith(f"pid {int(pid_text)}:") else ""
+    finally:
+        os.close(fd)
 
 
 def _lock(flag: str, folder: Path, command: str) -> int:
@@ -677,8 +713,15 @@ def finish_set(folder: Path) -> None:
     (folder / JOURNAL).unlink()
 
 
+# A temporary of fspo.utils.atomic_file.replacing: ".<stem>.tmp-<pid><suffix>".
+_TEMPORARY = re.compile(r"\..*\.tmp-(\d+)(\.[^.]*)?")
+
+
 def _orphan(name: str) -> bool:
-    """``name`` is a staging or set folder whose process (the pid its name ends with) is gone."""
+    """``name`` is a staging or set folder, or a file's temporary, whose process (the pid in its name) is gone."""
+    temporary = _TEMPORARY.fullmatch(name)
+    if temporary:
+        name = f"{STAGING_PREFIX}{temporary.group(1)}"
     if not name.startswith((STAGING_PREFIX, SET_PREFIX)):
         return False
     digits = name[len(name.rstrip("0123456789")) :]
@@ -694,10 +737,13 @@ def _orphan(name: str) -> bool:
 
 
 def _remove_orphans(folder: Path) -> None:
-    """Remove the staging and set folders killed commands left in ``folder`` (no journal names them)."""
+    """Remove the staging and set folders, and the temporaries of its files, that killed commands left in
+    ``folder`` (no journal names them)."""
     for entry in os.scandir(folder):
         if entry.is_dir(follow_symlinks=False) and _orphan(entry.name):
             remove_output(folder, entry.name)
+        elif entry.is_file(follow_symlinks=False) and _TEMPORARY.fullmatch(entry.name) and _orphan(entry.name):
+            os.unlink(entry.path)
 
 
 def _open_folder(folder: Path, parts: tuple[str, ...], create: bool = False) -> int:
