@@ -607,16 +607,9 @@ import time  # noqa: E402
 
 from fspo_testing import guard_classes as gc  # noqa: E402 - this section's own imports, kept beside it
 
-KNOWN_FAILING: set[tuple[str, str, str]] = {
-    # A model folder with a LoRA adapter beside its weights (adapter_config.json, lora_alpha/r = 1.25e299 or
-    # 1.25e-301): transformers loads the adapter through peft, past the model door's scale check.
-    ("model", "fspo evaluate", "--model adapter"),  # exit 0, generations from the scaled adapter
-    ("model", "fspo fdpo train", "--model adapter"),  # exit 0, a model trained on it
-    ("model", "fspo verifier train", "--base-model adapter"),  # RuntimeError traceback (frozen adapter weights)
-    # Killed between writing the record's temporary file and renaming it: ..fspo-outputs.tmp-PID.json stays, and
-    # no later claim removes it (every writing command; "*" stands for any).
-    ("kill", "*", "temporary file left"),
-}
+# Found and fixed on 2026-11-29: an adapter beside a model's weights (now read by the model door) and a record's
+# temporary left by a kill (now removed by the next claim).
+KNOWN_FAILING: set[tuple[str, str, str]] = set()
 COUNT_71: dict[str, list[int]] = {}  # class -> [cases, failures]
 FOUND_71: dict[tuple[str, str, str], str] = {}  # (class, command, case kind) -> the first failure, one line
 # Cases per (command, argument) at CI; FSPO_GUARD_EXAMPLES raises every class with it.
