@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fspo.utils.hydra_values import hydra_quoted
 from fspo_testing.warm_python import warm_python
 
 REPO = Path(__file__).resolve().parents[1]
@@ -177,10 +178,10 @@ def twin_command(recipe: str, out: str | Path, *extra: str) -> list[str]:
         "bash",
         str(REPO / "recipes" / recipe),
         *twin_overrides(recipe),
-        f"trainer.default_local_dir={out / 'run'}",
-        f"fspo.dump_dir={out / 'dump'}",
+        f"trainer.default_local_dir={hydra_quoted(out / 'run')}",
+        f"fspo.dump_dir={hydra_quoted(out / 'dump')}",
         # The recipe runs from the repository root: keep Hydra's run folder out of it.
-        f"hydra.run.dir={out / 'hydra'}",
+        f"hydra.run.dir={hydra_quoted(out / 'hydra')}",
         "trainer.logger=[console,file]",
         *extra,
     ]

@@ -65,8 +65,13 @@ SYNTAX_TEXT = st.text(st.sampled_from("\\'\"${}[](),= :a/ü"), max_size=12)
 @settings(max_examples=25, deadline=None)
 @given(values=st.lists(st.one_of(ARGUMENT_TEXT, SYNTAX_TEXT), min_size=1, max_size=12))
 def test_a_quoted_value_reads_back_as_given(values):
-    """Backslashes before a quote or ${, interpolations, brackets and quotes of both kinds come back unchanged."""
-    assert [read_back(value) for value in quoted(values)] == values
+    """Backslashes before a quote or ${, interpolations, brackets and quotes of both kinds come back unchanged; the
+    Python rule (fspo.utils.hydra_values, the quickstart's and the twins' overrides) quotes as the bash one does."""
+    from fspo.utils.hydra_values import hydra_quoted
+
+    in_bash = quoted(values)
+    assert [read_back(value) for value in in_bash] == values
+    assert [hydra_quoted(value) for value in values] == in_bash
 
 
 @pytest.fixture(scope="module")
@@ -271,3 +276,22 @@ def test_a_checkpoint_folder_under_a_file_is_refused_by_the_dry_run(tmp_path):
         f"fspo: trainer.default_local_dir: {a_file} is a file, so {a_file / 'ckpt'} cannot be a folder; give a "
         "folder for the checkpoints"
     )
+
+
+def test_the_quickstarts_paths_read_back_as_given_from_any_folder(tmp_path):
+    """`fspo quickstart --output-dir 'runs (copy)...'`: each path override it hands its trainer reads back as given
+    (unquoted, Hydra refused the folder as a grammar error)."""
+    from fspo.quickstart.cli import run_overrides
+
+    odd = tmp_path / ODD_NAME
+    setup = {"model": odd / "model", "train": odd / "data" / "train.parquet", "val": odd / "data" / "test.parquet"}
+    overrides = dict(item.split("=", 1) for item in run_overrides(setup, odd, steps=2))
+    paths = {
+        "actor_rollout_ref.model.path": setup["model"],
+        "data.train_files": setup["train"],
+        "data.val_files": setup["val"],
+        "trainer.default_local_dir": odd / "ckpt",
+        "trainer.validation_data_dir": odd / "validation",
+        "fspo.dump_dir": odd / "dump",
+    }
+    assert {key: read_back(overrides[key]) for key in paths} == {key: str(path) for key, path in paths.items()}

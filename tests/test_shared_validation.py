@@ -163,7 +163,10 @@ def _stand_in_trainer(launched: list[list[str]]):
             validations.append((0, records[0], INVENTING, 0.25 if name.startswith("fspo") else 0.75))
         for step, record, answer, f1 in validations:
             record["data"]["val-core/synthetic_multihop/f1/mean@1"] = f1
-            dump = Path(config["trainer.validation_data_dir"]) / f"{step}.jsonl"
+            from hydra.core.override_parser.overrides_parser import OverridesParser
+
+            folder = OverridesParser.create().parse_override(f"key={config['trainer.validation_data_dir']}").value()
+            dump = Path(folder) / f"{step}.jsonl"  # the override is quoted (fspo.utils.hydra_values)
             dump.parent.mkdir(parents=True, exist_ok=True)
             dump.write_text(json.dumps({"input": ROW["prompt"][0]["content"], "output": answer, "f1": f1}) + "\n")
         for record in records:

@@ -38,6 +38,7 @@ from fspo.quickstart.smollm2 import convert_smollm2
 from fspo.quickstart.step_report import TRAINING_VERIFIERS, step_report, validation_samples
 from fspo.utils.arguments import HelpFormatter, UsageError, check_model_dir, check_overrides
 from fspo.utils.atomic_file import replacing, write_text_atomically
+from fspo.utils.hydra_values import hydra_quoted
 from fspo.utils.input_files import parquet_row_count, read_json
 from fspo.utils.output_dir import (
     HELD_ENV,
@@ -309,9 +310,9 @@ def run_overrides(setup: dict, out: Path, steps: int) -> list[str]:
     FSPO's flip); unlike the recipes, the KL loss stays off, which saves the reference model's forward.
     """
     return [
-        f"actor_rollout_ref.model.path={setup['model']}",
-        f"data.train_files={setup['train']}",
-        f"data.val_files={setup['val']}",
+        f"actor_rollout_ref.model.path={hydra_quoted(setup['model'])}",
+        f"data.train_files={hydra_quoted(setup['train'])}",
+        f"data.val_files={hydra_quoted(setup['val'])}",
         f"actor_rollout_ref.model.custom_chat_template=${{fspo_chat_template:{PROMPT_FORMAT}}}",
         "data.train_batch_size=2",
         "data.max_prompt_length=320",
@@ -334,10 +335,10 @@ def run_overrides(setup: dict, out: Path, steps: int) -> list[str]:
         "trainer.val_before_train=true",
         f"trainer.test_freq={steps}",
         f"trainer.save_freq={steps}",
-        f"trainer.default_local_dir={out / 'ckpt'}",
+        f"trainer.default_local_dir={hydra_quoted(out / 'ckpt')}",
         # verl writes each validation's answers to <step>.jsonl here; the world judge reads them.
-        f"trainer.validation_data_dir={out / 'validation'}",
-        f"fspo.dump_dir={out / 'dump'}",
+        f"trainer.validation_data_dir={hydra_quoted(out / 'validation')}",
+        f"fspo.dump_dir={hydra_quoted(out / 'dump')}",
     ]
 
 
