@@ -62,8 +62,8 @@ class FSPOConfig(BaseConfig):
     knowrl_length_gamma: float = field(
         default=10.0,
         metadata={
-            "help": "mode knowrl: FActScore's length penalty exp(1 - gamma/n) for n <= gamma judged steps, a repeated "
-            "step counted once as FActScore counts a fact (KnowRL: 10 atomic facts; 0 = off)."
+            "help": "mode knowrl: FActScore's length penalty exp(1 - gamma/n) for n <= gamma judged steps. A repeated "
+            "step counts once, as FActScore counts a fact (KnowRL: 10 atomic facts; 0 = off)."
         },
     )
     knowrl_wrong_answers_only: bool = field(

@@ -103,21 +103,21 @@ class VerifierConfig(BaseConfig):
     num_cpus: float = _option(1.0, "placement=ray or colocated: CPUs each verifier server asks Ray for.")
     request_timeout_s: float = _option(
         300.0,
-        "placement=colocated or ray: seconds one attempt waits for a rollout's verdicts from a server (queueing "
-        "behind the batches merged before it included) before the server is set aside and another asked (or, "
-        "when all were tried, the first due back from its back-off: 30 s, doubling).",
+        "placement=colocated or ray: seconds one attempt waits for a server's verdicts before another is asked. "
+        "The wait includes queueing behind the batches merged before it; the server is set aside (or, when all "
+        "were tried, the first due back from its back-off is asked: 30 s, doubling).",
     )
     request_deadline_s: Optional[float] = _option(
         None,
-        "placement=colocated or ray: seconds a rollout's request may take in all, its retries and waits "
-        "included; past it the rollout is left unlabelled (a verifier failure). null = 2 x request_timeout_s.",
+        "placement=colocated or ray: seconds a rollout's request may take in all; past it the rollout is left "
+        "unlabelled. Retries and waits count; it is a verifier failure. null = 2 x request_timeout_s.",
     )
     max_failed_share: float = _option(
         0.1,
-        "Run-level guard: an actor update in which more than this share of the rollouts sent to the verifier "
-        "got no verdict because the verifier failed (servers dead or hung past the deadline, the backend "
-        "raising; a rollout whose pairs failed in part counts that part, e.g. out-of-memory rows; not missing "
-        "evidence or steps, nor steps with nothing to check) counts as a verifier-loss update; 1 = never.",
+        "Run-level guard: an update where more than this share of verified rollouts failed is a verifier-loss "
+        "update; 1 = never. Failed: servers dead or hung past the deadline, the backend raising; a rollout whose "
+        "pairs failed in part counts that part (out-of-memory rows); missing evidence or steps, and steps with "
+        "nothing to check, are no failure.",
     )
     max_failed_steps: int = _option(
         2,
@@ -159,8 +159,8 @@ class VerifierConfig(BaseConfig):
     )
     max_row_tokens: Optional[int] = _option(
         None,
-        "Most model tokens in one verifier row (prompt + evidence + step); a longer evidence is cut into "
-        "overlapping windows that fit and the step scores as its best window. null: hhem = 3072, the longest "
+        "Most model tokens in one verifier row (prompt + evidence + step). A longer evidence is cut into "
+        "overlapping windows that fit, and the step scores as its best window. null: hhem = 3072, the longest "
         "row whose T5 attention fits the verifier's 1.5 GB activation budget beside vLLM (evidence past ~3,000 "
         "tokens is windowed; shorter is scored whole, as Vectara's predict() and the paper do), nli/embedding = "
         "512; 0 = always the whole evidence (memory grows with the square of the longest). minicheck and "
