@@ -118,15 +118,21 @@ def adapter_scale_problem(alpha: object, rank: object) -> str | None:
     return None
 
 
+def _json_object(path: Path, what: str, fix: str) -> dict:
+    """A JSON file that must hold an object, read through the JSON door; ValueError naming it and ``fix``."""
+    try:
+        value = parse_json(path, read_text(path, what), expect=None)
+    except InputFileError as error:
+        raise ValueError(f"{error}: {fix}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} is not a JSON object: {fix}")
+    return value
+
+
 def check_adapter_config(path: Path) -> None:
     """ValueError naming ``path`` unless a PEFT adapter's config is a JSON object whose LoRA scale can serve
     (:func:`adapter_scale_problem`; an adapter of another kind, without ``r``, is peft's to read)."""
-    try:
-        config = parse_json(path, read_text(path, "adapter config"), expect=None)
-    except InputFileError as error:
-        raise ValueError(f"{error}: save the adapter again") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{path} is not a JSON object: save the adapter again")
+    config = _json_object(path, "adapter config", "save the adapter again")
     if "r" in config or "lora_alpha" in config:
         problem = adapter_scale_problem(config.get("lora_alpha"), config.get("r"))
         if problem:
@@ -138,12 +144,7 @@ def position_limit(model_path: str, **config_options) -> int | None:
     A folder's config.json is read as JSON: no transformers, and no remote code for a custom architecture."""
     config_file = Path(model_path) / "config.json"
     if config_file.is_file():
-        try:
-            config = parse_json(config_file, read_text(config_file, "model config"), expect=None)
-        except InputFileError as error:
-            raise ValueError(f"{error}: save the model again") from None
-        if not isinstance(config, dict):
-            raise ValueError(f"{config_file} is not a JSON object: save the model again")
+        config = _json_object(config_file, "model config", "save the model again")
     else:
         config = load_config(model_path, **config_options).to_dict()
     for scope in (config, config.get("text_config") or {}):  # a multimodal model's language model
