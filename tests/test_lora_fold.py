@@ -257,7 +257,8 @@ def test_fold_command_refuses_metadata_without_an_adapter(merged_lora, capsys):
 @pytest.mark.parametrize(
     ("alpha", "adapter_factor", "refusal"),
     [
-        (1e300, 1, "lora_alpha=1e+300 / r=8 is 1.25e+299, outside float32"),  # issue 71: it folded, exit 0, into inf weights
+        # issue 71: it folded, exit 0, into inf weights
+        (1e300, 1, "lora_alpha=1e+300 / r=8 is 1.25e+299, outside float32"),
         (1e-300, 1, "lora_alpha=1e-300 / r=8 is 1.25e-301, outside float32"),
         (3e38, 1e6, "gives non-finite weights"),  # a finite scale whose product B A overflows float32
     ],
