@@ -92,3 +92,104 @@ def apply() -> None:
     os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
     # The platform is decided once here; children (Ray workers) inherit the decision.
     os.environ.setdefault("VERL_PLATFORM", "cpu")
+
+
+# verl 0.9.1's FSDP engine, whose LM-head forward the CPU platform trims (patch_response_logits).
+ENGINE_MODULE = "verl.workers.engine.fsdp.transformer_impl"
+# Key in the engine's per-micro-batch output_args: the first position whose logits the model computed.
+_LOGITS_FROM = "fspo_logits_from"
+
+
+def first_read_position(micro_batch) -> int:
+    """The earliest position whose log-prob any row's loss or metric reads: the token before its first response token.
+
+    verl reads row outputs at ``[prompt_len - 1, prompt_len + response_len - 1)`` (``no_padding_2_padding``,
+    verl/workers/utils/padding.py:138); prompt lengths by its rule there (padding.py:116, 123).
+    """
+    prompts = micro_batch["prompts"]
+    if prompts.is_nested:
+        prompt_lens = prompts.offsets().diff()
+    else:
+        prompt_lens = micro_batch["attention_mask"][:, : prompts.shape[1]].sum(dim=1)
+    return max(int(prompt_lens.min().item()) - 1, 0)
+
+
+def _trims_logits(engine, micro_batch) -> bool:
+    """Whether this forward takes the path the trim supports: padded (no remove-padding), unfused, RL data, a model
+    that accepts ``logits_to_keep``. Anything else runs verl's own forward unchanged."""
+    import inspect
+
+    from verl.utils import tensordict_utils as tu
+
+    def flag(key: str) -> bool:
+        return bool(tu.get_non_tensor_data(data=micro_batch, key=key, default=False))
+
+    if flag("use_fused_kernels") or flag("distillation_use_topk") or flag("distillation_only"):
+        return False
+    if tu.get_non_tensor_data(data=micro_batch, key="use_remove_padding", default=True):
+        return False
+    if "prompts" not in micro_batch.keys() or "attention_mask" not in micro_batch.keys():
+        return False
+    return "logits_to_keep" in inspect.signature(engine.module.forward).parameters
+
+
+def _rows_from(nested: torch.Tensor, start: int) -> torch.Tensor:
+    """Each row of a jagged tensor from position ``start`` on."""
+    return torch.nested.as_nested_tensor([row[start:] for row in nested.unbind()], layout=torch.jagged)
+
+
+def _rows_padded_before(tail: torch.Tensor, full_offsets: torch.Tensor, start: int) -> torch.Tensor:
+    """The inverse of :func:`_rows_from` for outputs: rows of ``tail`` behind ``start`` zeros (positions no one reads)."""
+    lengths = full_offsets.diff()
+    position_in_row = torch.arange(int(full_offsets[-1]), device=full_offsets.device) - torch.repeat_interleave(
+        full_offsets[:-1], lengths
+    )
+    values = tail.values()
+    full = values.new_zeros((position_in_row.numel(), *values.shape[1:]))
+    # masked_scatter keeps the autograd path to the kept log-probs (the update's loss).
+    full = full.masked_scatter((position_in_row >= start).view(-1, *[1] * (values.dim() - 1)), values)
+    return torch.nested.nested_tensor_from_jagged(full, full_offsets)
+
+
+def patch_response_logits(engine_module) -> None:
+    """Compute the LM head only from the first position a loss or metric reads, in the actor's and reference's passes.
+
+    verl's padded (no remove-padding) forward computes logits at every position of every row
+    (verl/workers/engine/fsdp/transformer_impl.py:1275-1311, 1477-1540), though only response positions are read:
+    with 213-token prompts and ~38-token responses, ~85% of a 49,152-word output layer's work and of its
+    log-softmax. Rows are right-padded (transformer_impl.py:1288), so a response's positions are the trailing ones
+    from the batch's shortest prompt on: the model gets ``logits_to_keep`` (transformers' causal-LM argument), and
+    verl's own output code runs on each row's tail; outputs before it are zeros no one reads.
+    """
+    engine_class = engine_module.FSDPEngineWithLMHead
+    original_inputs = engine_class.prepare_model_inputs
+    if getattr(original_inputs, "_fspo_cpu_patched", False):
+        return
+    original_outputs = engine_class.prepare_model_outputs
+
+    @functools.wraps(original_inputs)
+    def prepare_model_inputs(self, micro_batch):
+        model_inputs, output_args = original_inputs(self, micro_batch)
+        if _trims_logits(self, micro_batch):
+            start = first_read_position(micro_batch)
+            model_inputs["logits_to_keep"] = model_inputs["input_ids"].shape[1] - start
+            output_args[_LOGITS_FROM] = start
+        return model_inputs, output_args
+
+    @functools.wraps(original_outputs)
+    def prepare_model_outputs(self, output, output_args, micro_batch, logits_processor_func):
+        if _LOGITS_FROM not in output_args:
+            return original_outputs(self, output, output_args, micro_batch, logits_processor_func)
+        start = output_args[_LOGITS_FROM]
+        input_ids = micro_batch["input_ids"]
+        tail_ids = _rows_from(input_ids, start)
+        tail_batch = micro_batch.copy()
+        tail_batch["input_ids"] = tail_ids
+        # The label of each kept position, as verl rolls them (transformer_impl.py:1283); a row's last is not read.
+        tail_args = {**output_args, "input_ids_rmpad_rolled": torch.roll(tail_ids.values(), shifts=-1, dims=0)}
+        tail_outputs = original_outputs(self, output, tail_args, tail_batch, logits_processor_func)
+        return {name: _rows_padded_before(value, input_ids.offsets(), start) for name, value in tail_outputs.items()}
+
+    prepare_model_inputs._fspo_cpu_patched = True
+    engine_class.prepare_model_inputs = prepare_model_inputs
+    engine_class.prepare_model_outputs = prepare_model_outputs

@@ -12,6 +12,7 @@ import importlib.abc
 import importlib.util
 import sys
 import traceback
+from collections.abc import Callable
 from types import ModuleType
 
 from fspo.cpu import cpu_mode_requested
@@ -36,6 +37,7 @@ def _activate() -> None:
     patches.apply()
     register_rollout()
     register_agent_loop()
+    patch_engine_on_import()
 
 
 def register_agent_loop() -> None:
@@ -44,22 +46,41 @@ def register_agent_loop() -> None:
     Not before: this plugin runs in every process that imports verl, and importing the registry's module costs
     ~1.9 s of CPU, which the driver, the FSDP workers and the reward and verifier actors would pay for nothing.
     The registry holds a Hydra target, so the class itself is imported only where an agent loop is built."""
-    module = sys.modules.get(AGENT_LOOP_REGISTRY)
+    after_import(AGENT_LOOP_REGISTRY, _add_agent_loop)
+
+
+def patch_engine_on_import() -> None:
+    """Trim the FSDP engine's LM-head forward (:func:`fspo.cpu.patches.patch_response_logits`) where it is imported:
+    the FSDP workers, not every process that imports verl."""
+    from fspo.cpu import patches
+
+    after_import(patches.ENGINE_MODULE, patches.patch_response_logits)
+
+
+def after_import(name: str, run: Callable[[ModuleType], None]) -> None:
+    """Call ``run(module)`` on module ``name`` now if it is imported, else right after its import (once)."""
+    module = sys.modules.get(name)
     if module is not None:
-        _add_agent_loop(module)
-    elif not any(isinstance(finder, _AddAgentLoopOnImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _AddAgentLoopOnImport())
+        run(module)
+    elif not any(
+        isinstance(finder, _RunAfterImport) and (finder.name, finder.run) == (name, run) for finder in sys.meta_path
+    ):
+        sys.meta_path.insert(0, _RunAfterImport(name, run))
 
 
 def _add_agent_loop(registry: ModuleType) -> None:
     registry._agent_loop_registry[AGENT_LOOP_NAME] = {"_target_": AGENT_LOOP_TARGET}
 
 
-class _AddAgentLoopOnImport(importlib.abc.MetaPathFinder):
-    """Finds the registry's module through the other finders and adds the entry once the module has run."""
+class _RunAfterImport(importlib.abc.MetaPathFinder):
+    """Finds one module through the other finders and runs a function on it once the module has run."""
+
+    def __init__(self, name: str, run: Callable[[ModuleType], None]):
+        self.name = name
+        self.run = run
 
     def find_spec(self, name, path, target=None):
-        if name != AGENT_LOOP_REGISTRY:
+        if name != self.name:
             return None
         sys.meta_path.remove(self)  # one module, once: the other finders locate it
         spec = importlib.util.find_spec(name)
@@ -69,7 +90,7 @@ class _AddAgentLoopOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module: ModuleType) -> None:
             run_module(module)
-            _add_agent_loop(module)
+            self.run(module)
 
         spec.loader.exec_module = exec_module
         return spec
