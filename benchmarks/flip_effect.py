@@ -15,13 +15,17 @@ Pure PyTorch and ``transformers``: no verl trainer, no Ray. The rollouts come fr
 (:mod:`fspo.data.synthetic`), either sampled from the model (``--rollouts sampled``, what a real run trains
 on) or written from the world's facts with a share of steps swapped for false ones (``--rollouts scripted``:
 a test bed that needs no capable model, so the CI test runs it on a tiny random one). The flip's labels are
-the judge's own verdicts (``--labels judge``: the mechanism with a perfect verifier) or the lexical
-verifier's at the quickstart's threshold (``--labels lexical``: what the quickstart trains with).
+the judge's own verdicts (``judge``: the mechanism with a perfect verifier) or the quickstart's training
+verifier's (``lexical``: sentence unit, threshold 1.0, every reasoning step judged as mode fspo judges them;
+``lexical-abstain``: the same with ``abstain_non_claims``). ``--labels`` takes several: each is one more FSPO
+update from the same weights and rollouts, paired with the one GRPO update, so their effects compare side by
+side; the steps measured are the judge's in every arm.
 
 Run (SmolLM2-135M-Instruct as ``fspo quickstart`` converts it; one repeat took 279 s on 2 busy CPU cores, ~50 s
 with ``--device cuda`` on an H200, 16 processes side by side)::
 
-    python benchmarks/flip_effect.py --model smollm2 --rollouts sampled --seeds 0 1 2 --batches 3
+    python benchmarks/flip_effect.py --model smollm2 --rollouts sampled --seeds 0 1 2 --batches 3 \\
+        --labels judge lexical lexical-abstain
 
 Seeds run side by side (one ``--seeds S --out S.json`` each) merge into one interval with
 ``--table 0.json 1.json ...``, which prints the table of docs/results.md; ``benchmarks/results/`` holds the run it shows.
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import math
 import random
@@ -48,17 +53,25 @@ from pathlib import Path
 import torch
 
 from fspo.advantage import apply_step_labels
+from fspo.config.fspo_config import FSPOConfig
 from fspo.data.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_step
 from fspo.evaluation.intervals import CONFIDENCE, t_interval
+from fspo.methods.reward_modes import judged_steps
 from fspo.quickstart.cli import quickstart_rows
 from fspo.steps import reasoning_steps
-from fspo.token_labels import labels_from_offsets, token_char_offsets
+from fspo.token_labels import (
+    labels_from_offsets,
+    step_labels_for_response,
+    token_char_offsets,
+    verdicts_from_scores,
+)
 from fspo.training.outcome import compute_score
 from fspo.training.prompt_formats import render_prompt
 
 PROMPT_FORMAT = "chatml-think"  # the quickstart's
+QUICKSTART_FSPO = FSPOConfig()  # the quickstart sets no fspo.* option the labels depend on (fspo.quickstart.cli)
 VERDICTS = (CONTRADICTED, SUPPORTED)
-LABEL_SOURCES = ("judge", "lexical")
+LABEL_SOURCES = ("judge", "lexical", "lexical-abstain")
 ROLLOUT_SOURCES = ("sampled", "scripted")
 Flip = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -80,7 +93,7 @@ class Rollout:
     response_ids: tuple[int, ...]
     group: int  # the prompt it answers: GRPO normalises rewards within a group
     reward: float
-    labels: tuple[int, ...]  # the flip's label of each response token, in {-1, 0, 1}
+    labels: dict[str, tuple[int, ...]]  # per label source, the flip's label of each response token, in {-1, 0, 1}
     steps: tuple[JudgedStep, ...]
 
 
@@ -146,7 +159,7 @@ def padded_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Te
     positions = torch.zeros((len(rollouts), response_width), dtype=torch.long)
     mask = torch.zeros((len(rollouts), response_width), dtype=torch.bool)
     responses = torch.full((len(rollouts), response_width), pad_id, dtype=torch.long)
-    labels = torch.zeros((len(rollouts), response_width), dtype=torch.long)
+    labels = {source: torch.zeros((len(rollouts), response_width), dtype=torch.long) for source in rollouts[0].labels}
     for row, rollout in enumerate(rollouts):
         tokens = list(rollout.prompt_ids) + list(rollout.response_ids)
         input_ids[row, : len(tokens)] = torch.tensor(tokens)
@@ -155,14 +168,15 @@ def padded_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Te
         positions[row, :count] = torch.arange(len(rollout.prompt_ids), len(tokens))
         mask[row, :count] = True
         responses[row, :count] = torch.tensor(rollout.response_ids)
-        labels[row, :count] = torch.tensor(rollout.labels)
+        for source, source_labels in rollout.labels.items():
+            labels[source][row, :count] = torch.tensor(source_labels)
     return {
         "input_ids": input_ids,
         "attention_mask": attention,
         "positions": positions,
         "mask": mask,
         "responses": responses,
-        "labels": labels,
+        **{f"labels/{source}": source_labels for source, source_labels in labels.items()},
     }
 
 
@@ -179,11 +193,14 @@ def response_log_probs(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -
     return picked * batch["mask"]
 
 
-def token_advantages(rollouts: Sequence[Rollout], batch: dict[str, torch.Tensor], flip: Flip | None) -> torch.Tensor:
-    """Each rollout's GRPO advantage on its response tokens; ``flip`` (FSPO's) applied to them when given."""
+def token_advantages(
+    rollouts: Sequence[Rollout], batch: dict[str, torch.Tensor], flip: Flip | None, labels: str = "judge"
+) -> torch.Tensor:
+    """Each rollout's GRPO advantage on its response tokens; ``flip`` (FSPO's) applied to them with the labels of
+    source ``labels`` when given."""
     per_rollout = grpo_advantages([r.reward for r in rollouts], [r.group for r in rollouts])
     advantages = per_rollout[:, None] * batch["mask"]
-    return advantages if flip is None else flip(advantages, batch["labels"], batch["mask"])
+    return advantages if flip is None else flip(advantages, batch[f"labels/{labels}"], batch["mask"])
 
 
 def updated_model(
@@ -257,26 +274,33 @@ def paired_effect(
     lr: float,
     optimizer: str = "adamw",
     flip: Flip = apply_step_labels,
+    sources: Sequence[str] = ("judge",),
 ) -> dict[str, dict[str, float]]:
-    """One GRPO update and one FSPO update of ``model`` from ``update_rollouts``; per evaluation set and verdict,
-    each arm's mean change in a step's log-probability and their difference ``fspo_minus_grpo``."""
+    """One GRPO update of ``model`` from ``update_rollouts`` and one FSPO update per label source in ``sources``;
+    per source, evaluation set and judge's verdict (key ``source/set/verdict``), each arm's mean change in a
+    step's log-probability and their difference ``fspo_minus_grpo``."""
     model.eval()
     batch = padded_batch(update_rollouts, pad_id)
     grpo = updated_model(model, batch, token_advantages(update_rollouts, batch, None), lr, optimizer)
-    fspo = updated_model(model, batch, token_advantages(update_rollouts, batch, flip), lr, optimizer)
+    fspo = {
+        source: updated_model(model, batch, token_advantages(update_rollouts, batch, flip, source), lr, optimizer)
+        for source in sources
+    }
     result: dict[str, dict[str, float]] = {}
     for name, rollouts in eval_sets.items():
         before = _step_log_probs_of(model, rollouts, pad_id)
         grpo_change = mean_change(before, _step_log_probs_of(grpo, rollouts, pad_id))
-        fspo_change = mean_change(before, _step_log_probs_of(fspo, rollouts, pad_id))
-        for verdict in VERDICTS:
-            result[f"{name}/{verdict}"] = {
-                "grpo": grpo_change[verdict],
-                "fspo": fspo_change[verdict],
-                "fspo_minus_grpo": fspo_change[verdict] - grpo_change[verdict],
-                "steps": len(before[verdict]),
-            }
-    return result
+        for source, updated in fspo.items():
+            fspo_change = mean_change(before, _step_log_probs_of(updated, rollouts, pad_id))
+            for verdict in VERDICTS:
+                result[f"{source}/{name}/{verdict}"] = {
+                    "grpo": grpo_change[verdict],
+                    "fspo": fspo_change[verdict],
+                    "fspo_minus_grpo": fspo_change[verdict] - grpo_change[verdict],
+                    "steps": len(before[verdict]),
+                }
+    # Source by source, so that a table reads one arm's rows together.
+    return {key: result[key] for source in sources for key in result if key.startswith(f"{source}/")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,25 +308,37 @@ def paired_effect(
 # ---------------------------------------------------------------------------------------------
 
 
-def lexical_labeller(threshold: float | None = None) -> Callable[[str, str], int]:
-    """The flip label the lexical verifier gives a step at the quickstart's threshold (+1 supported, -1 not)."""
-    from fspo.config.calibrated_thresholds import calibrated_threshold
-    from fspo.verifiers.lexical import lexical_support
+@functools.cache
+def training_verifier(abstain_non_claims: bool):
+    """The quickstart's training verifier (``lexical``, sentence unit, threshold 1.0), with or without abstention,
+    and its threshold; built once (verifiers import verl)."""
+    from fspo.config.verifier import verifier_config
+    from fspo.quickstart.step_report import TRAINING_VERIFIERS
+    from fspo.verifiers import build_verifier
 
-    cut = calibrated_threshold("lexical") if threshold is None else threshold
-    return lambda step, evidence: 1 if lexical_support(evidence, step) >= cut else -1
+    settings = TRAINING_VERIFIERS["lexical"] | {"abstain_non_claims": abstain_non_claims}
+    return build_verifier(verifier_config(settings)), settings["threshold"]
 
 
-def judge_labeller(step: str, evidence: str, gold_facts: Sequence[str] = ()) -> int:
-    """The flip label from the world judge itself: the mechanism with a perfect verifier."""
-    verdict = judge_step(step, build_world(evidence, gold_facts)).verdict
-    return {SUPPORTED: 1, CONTRADICTED: -1}.get(verdict, 0)
+def verifier_step_labels(response_ids: Sequence[int], tokenizer, text: str, evidence: str, abstain: bool) -> list[int]:
+    """Token labels as the reward manager (:meth:`fspo.training.reward.FSPORewardManager._label`) gives them with
+    the quickstart's ``fspo`` block (its defaults: mode fspo judges every reasoning step, non-claims too, and labels
+    nothing outside the reasoning), the training verifier scoring each step."""
+    verifier, threshold = training_verifier(abstain)
+    steps = judged_steps(QUICKSTART_FSPO, text)
+    scores = verifier.score([(evidence, step.text) for step in steps]) if steps else []
+    verdicts = verdicts_from_scores(scores, threshold, verifier.strict_threshold)
+    return step_labels_for_response(list(response_ids), tokenizer, text, steps, verdicts)
 
 
 def label_response(
-    response_ids: Sequence[int], tokenizer, row: dict, labeller: str = "judge"
-) -> tuple[tuple[int, ...], tuple[JudgedStep, ...]]:
-    """Token labels for the flip and the judge's steps (as token spans) of one response to a synthetic row."""
+    response_ids: Sequence[int], tokenizer, row: dict, sources: Sequence[str] = ("judge",)
+) -> tuple[dict[str, tuple[int, ...]], tuple[JudgedStep, ...]]:
+    """Token labels for the flip from each label source, and the judge's steps (as token spans), of one response
+    to a synthetic row."""
+    unknown = [source for source in sources if source not in LABEL_SOURCES]
+    if unknown or not sources:
+        raise ValueError(f"labels must be some of {LABEL_SOURCES}, got {list(sources)!r}")
     text = tokenizer.decode(list(response_ids), skip_special_tokens=True)
     info = row["extra_info"]
     evidence, gold = info["evidence"], info.get("gold_facts", [])
@@ -311,14 +347,14 @@ def label_response(
     offsets = token_char_offsets(list(response_ids), tokenizer, skip_special_tokens=True, text=text)
     spans = [(step.start, step.end) for step in steps]
     verdicts = [judge_step(step.text, world).verdict for step in steps]
-    if labeller == "judge":
-        flip_labels = [{SUPPORTED: 1, CONTRADICTED: -1}.get(verdict, 0) for verdict in verdicts]
-    elif labeller == "lexical":
-        label = lexical_labeller()
-        flip_labels = [label(step.text, evidence) for step in steps]
-    else:
-        raise ValueError(f"labels must be one of {LABEL_SOURCES}, got {labeller!r}")
-    labels = labels_from_offsets(offsets, text, spans, flip_labels)
+    labels = {}
+    for source in sources:
+        if source == "judge":
+            judge_labels = [{SUPPORTED: 1, CONTRADICTED: -1}.get(verdict, 0) for verdict in verdicts]
+            labels[source] = tuple(labels_from_offsets(offsets, text, spans, judge_labels))
+        else:
+            abstain = source == "lexical-abstain"
+            labels[source] = tuple(verifier_step_labels(response_ids, tokenizer, text, evidence, abstain))
     judged = []
     for index, verdict in enumerate(verdicts):
         # Tokens of a step: those the alignment gives to it (a verdict of +-1 marks them, whatever the judge said).
@@ -326,7 +362,7 @@ def label_response(
         positions = [t for t, hit in enumerate(members) if hit]
         if positions:
             judged.append(JudgedStep(positions[0], positions[-1] + 1, verdict))
-    return tuple(labels), tuple(judged)
+    return labels, tuple(judged)
 
 
 def _reward(text: str, row: dict) -> float:
@@ -359,7 +395,12 @@ def scripted_response(row: dict, rng: random.Random, false_rate: float) -> str:
 
 
 def scripted_rollouts(
-    tokenizer, rows: Sequence[dict], n: int, rng: random.Random, false_rate: float = 0.4, labeller: str = "judge"
+    tokenizer,
+    rows: Sequence[dict],
+    n: int,
+    rng: random.Random,
+    false_rate: float = 0.4,
+    labels: Sequence[str] = ("judge",),
 ) -> list[Rollout]:
     """``n`` scripted responses (:func:`scripted_response`) per row, tokenised and labelled."""
     rollouts = []
@@ -368,8 +409,8 @@ def scripted_rollouts(
         for _ in range(n):
             text = scripted_response(row, rng, false_rate)
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-            labels, steps = label_response(ids, tokenizer, row, labeller)
-            rollouts.append(Rollout(prompt, tuple(ids), group, _reward(text, row), labels, steps))
+            token_labels, steps = label_response(ids, tokenizer, row, labels)
+            rollouts.append(Rollout(prompt, tuple(ids), group, _reward(text, row), token_labels, steps))
     return rollouts
 
 
@@ -382,7 +423,7 @@ def sampled_rollouts(
     seed: int,
     temperature: float = 0.7,
     max_new_tokens: int = 96,
-    labeller: str = "judge",
+    labels: Sequence[str] = ("judge",),
 ) -> list[Rollout]:
     """``n`` responses per row sampled from ``model``: at 0.7 (the quickstart's temperature before its dead-step
     change, docs/results.md) and the quickstart's response length."""
@@ -405,8 +446,8 @@ def sampled_rollouts(
         for sequence in output[:, len(prompt) :].tolist():
             ids = sequence[: sequence.index(stop) + 1] if stop in sequence else sequence
             text = tokenizer.decode(ids, skip_special_tokens=True)
-            labels, steps = label_response(ids, tokenizer, row, labeller)
-            rollouts.append(Rollout(tuple(prompt), tuple(ids), group, _reward(text, row), labels, steps))
+            token_labels, steps = label_response(ids, tokenizer, row, labels)
+            rollouts.append(Rollout(tuple(prompt), tuple(ids), group, _reward(text, row), token_labels, steps))
     return rollouts
 
 
@@ -416,7 +457,8 @@ def sampled_rollouts(
 
 
 def summarise(repeats: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """Per measured set and verdict: the mean FSPO - GRPO difference with its interval, and each arm's mean."""
+    """Per label source, measured set and verdict: the mean FSPO - GRPO difference with its interval, and each
+    arm's mean."""
     summary = {}
     for key in repeats[0]:
         mean, low, high, n = t_interval([r[key]["fspo_minus_grpo"] for r in repeats])
@@ -433,13 +475,20 @@ def summarise(repeats: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict[
 
 
 def draw_rollouts(
-    model, tokenizer, rows: Sequence[dict], n: int, name: str, source: str, labels: str, max_new_tokens: int
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    n: int,
+    name: str,
+    source: str,
+    labels: Sequence[str],
+    max_new_tokens: int,
 ) -> list[Rollout]:
     """``n`` rollouts per row, scripted or sampled, reproducibly from ``name``."""
     if source == "scripted":
-        return scripted_rollouts(tokenizer, rows, n, random.Random(name), labeller=labels)
+        return scripted_rollouts(tokenizer, rows, n, random.Random(name), labels=labels)
     seed = zlib.crc32(name.encode())
-    return sampled_rollouts(model, tokenizer, rows, n, seed, max_new_tokens=max_new_tokens, labeller=labels)
+    return sampled_rollouts(model, tokenizer, rows, n, seed, max_new_tokens=max_new_tokens, labels=labels)
 
 
 def measure(
@@ -451,14 +500,15 @@ def measure(
     n: int,
     lr: float,
     rollouts: str = "scripted",
-    labels: str = "judge",
+    labels: Sequence[str] = ("judge",),
     optimizer: str = "adamw",
     flip: Flip = apply_step_labels,
     max_new_tokens: int = 96,
     on_repeat: Callable[[int, int, dict], None] | None = None,
 ) -> list[dict[str, dict[str, float]]]:
     """One paired measurement per (seed, batch): ``prompts`` synthetic questions with ``n`` rollouts each to update
-    on, and a fresh batch of the same questions' rollouts to measure on as well."""
+    on (one GRPO update, one FSPO update per label source in ``labels``), and a fresh batch of the same questions'
+    rollouts to measure on as well."""
     if rollouts not in ROLLOUT_SOURCES:
         raise ValueError(f"rollouts must be one of {ROLLOUT_SOURCES}, got {rollouts!r}")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -472,7 +522,7 @@ def measure(
                 draw_rollouts(model, tokenizer, rows, n, f"{seed}:{batch}:{part}", rollouts, labels, max_new_tokens)
                 for part in ("update", "fresh")
             )
-            result = paired_effect(model, update, {"same": update, "fresh": fresh}, pad_id, lr, optimizer, flip)
+            result = paired_effect(model, update, {"same": update, "fresh": fresh}, pad_id, lr, optimizer, flip, labels)
             repeats.append(result)
             if on_repeat:
                 on_repeat(seed, batch, result)
@@ -510,7 +560,13 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2", help="tiny, smollm2 or a model directory (default smollm2)")
     parser.add_argument("--rollouts", choices=ROLLOUT_SOURCES, default="sampled")
-    parser.add_argument("--labels", choices=LABEL_SOURCES, default="judge", help="where the flip's labels come from")
+    parser.add_argument(
+        "--labels",
+        choices=LABEL_SOURCES,
+        nargs="+",
+        default=["judge"],
+        help="where the flip's labels come from: one FSPO update per source, all paired with one GRPO update",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--batches", type=int, default=3, help="update batches per seed")
     parser.add_argument("--prompts", type=int, default=4, help="questions per batch")
@@ -530,8 +586,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def with_label_sources(result: dict) -> dict:
+    """A ``--out`` result with ``args.labels`` a list and every key ``source/set/verdict``: files written before
+    ``--labels`` took several sources (one source, keys ``set/verdict``) read as one-source files."""
+    source = result["args"]["labels"]
+    if not isinstance(source, str):
+        return result
+    repeats = [{f"{source}/{key}": value for key, value in repeat.items()} for repeat in result["repeats"]]
+    return result | {"args": result["args"] | {"labels": [source]}, "repeats": repeats}
+
+
 def merge_results(results: Sequence[dict]) -> dict:
     """One result from several ``--out`` files of the same settings and other seeds (run side by side)."""
+    results = [with_label_sources(result) for result in results]
     settings = [{k: v for k, v in r["args"].items() if k not in ("seeds", "out")} for r in results]
     if any(s != settings[0] for s in settings):
         raise ValueError(
@@ -544,17 +611,28 @@ def merge_results(results: Sequence[dict]) -> dict:
     return {"args": settings[0] | {"seeds": seeds}, "repeats": repeats, "summary": summarise(repeats)}
 
 
+LABEL_NAMES = {
+    "judge": "world judge",
+    "lexical": "`lexical`",
+    "lexical-abstain": "`lexical`, abstaining on non-claims",
+}
+
+
 def markdown_table(result: dict) -> str:
-    """The summary as the Markdown table docs/results.md shows."""
+    """The summary as the Markdown table docs/results.md shows: rows in the order measured, the flip's labels in a
+    first column when the result holds more than one source (one source is named in the text above the table)."""
+    several = len(result["args"]["labels"]) > 1
     lines = [
-        "| steps measured | judge's verdict | FSPO − GRPO, 95% interval | GRPO | FSPO | steps | repeats |",
-        "|---|---|---|---|---|---|---|",
+        ("| flip's labels " if several else "")
+        + "| steps measured | judge's verdict | FSPO − GRPO, 95% interval | GRPO | FSPO | steps | repeats |",
+        ("|---" if several else "") + "|---|---|---|---|---|---|---|",
     ]
     where = {"same": "the update's own rollouts", "fresh": "fresh rollouts"}
     for key, f in result["summary"].items():
-        batch, verdict = key.split("/")
+        source, batch, verdict = key.split("/")
         lines.append(
-            f"| {where.get(batch, batch)} | {verdict} | {f['fspo_minus_grpo']:+.3f} [{f['lower']:+.3f}, {f['upper']:+.3f}]"
+            (f"| {LABEL_NAMES[source]} " if several else "")
+            + f"| {where.get(batch, batch)} | {verdict} | {f['fspo_minus_grpo']:+.3f} [{f['lower']:+.3f}, {f['upper']:+.3f}]"
             f" | {f['grpo']:+.3f} | {f['fspo']:+.3f} | {f['steps']} | {f['repeats']} |"
         )
     return "\n".join(lines)

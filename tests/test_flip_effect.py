@@ -58,12 +58,14 @@ def test_the_flip_moves_labelled_steps_its_way_against_grpo_and_a_missing_or_rev
     On this tiny random model the contradicted steps' interval still spans 0 (their names are the supported steps'
     names, which the update raises); `python benchmarks/flip_effect.py` measures it on SmolLM2."""
     fspo = _differences(tiny, apply_step_labels, [0, 1, 2])
-    assert fspo["same/supported"]["lower"] > 0, fspo
-    assert fspo["same/contradicted"]["fspo_minus_grpo"] < 0, fspo
-    assert _differences(tiny, _no_flip, [0])["same/supported"]["fspo_minus_grpo"] == 0
+    assert fspo["judge/same/supported"]["lower"] > 0, fspo
+    assert fspo["judge/same/contradicted"]["fspo_minus_grpo"] < 0, fspo
+    assert _differences(tiny, _no_flip, [0])["judge/same/supported"]["fspo_minus_grpo"] == 0
     reversed_flip = _differences(tiny, _reversed_flip, [0])
     assert (
-        reversed_flip["same/supported"]["fspo_minus_grpo"] < 0 < reversed_flip["same/contradicted"]["fspo_minus_grpo"]
+        reversed_flip["judge/same/supported"]["fspo_minus_grpo"]
+        < 0
+        < reversed_flip["judge/same/contradicted"]["fspo_minus_grpo"]
     )
 
 
@@ -109,7 +111,7 @@ def test_scripted_rollouts_hold_flawed_positives_and_the_judges_steps(tiny):
     for rollout in rollouts:
         for step in rollout.steps:
             sign = {"supported": 1, "contradicted": -1}[step.verdict]
-            assert set(rollout.labels[step.start : step.end]) == {sign}
+            assert set(rollout.labels["judge"][step.start : step.end]) == {sign}
 
 
 def test_the_micro_batched_update_is_the_whole_batch_update(tiny):
@@ -143,7 +145,10 @@ def test_runs_of_other_seeds_merge_into_one_interval_and_other_settings_do_not(t
         {"args": measured["args"] | {"seeds": measured["args"]["seeds"][:4]}, "repeats": measured["repeats"][:12]},
         {"args": measured["args"] | {"seeds": measured["args"]["seeds"][4:]}, "repeats": measured["repeats"][12:]},
     ]
-    assert flip_effect.merge_results(halves)["summary"] == flip_effect.summarise(measured["repeats"])
+    merged = flip_effect.merge_results(halves)
+    assert merged["summary"] == flip_effect.summarise(flip_effect.with_label_sources(measured)["repeats"])
+    # Written when one file held one label source: read as that source's arm.
+    assert list(merged["summary"]) == [f"judge/{key}" for key in measured["repeats"][0]]
     with pytest.raises(ValueError, match="different settings"):
         flip_effect.merge_results([halves[0], {**halves[1], "args": halves[1]["args"] | {"lr": 1.0}}])
     with pytest.raises(ValueError, match="more than one file"):
@@ -160,3 +165,65 @@ def test_the_results_page_shows_the_committed_measurement(capsys):
     assert flip_effect.main(["--table", str(RESULTS)]) == 0
     table = capsys.readouterr().out.strip()
     assert table in (RESULTS.parents[2] / "docs" / "results.md").read_text()
+
+
+def _step_token_labels(labels, ids, tokenizer, text):
+    """The set of token labels on each reasoning step of ``text`` (``ids`` decoded)."""
+    from fspo.steps import reasoning_steps
+    from fspo.token_labels import labels_from_offsets, token_char_offsets
+
+    offsets = token_char_offsets(ids, tokenizer, skip_special_tokens=True, text=text)
+    found = []
+    for step in reasoning_steps(text):
+        members = labels_from_offsets(offsets, text, [(step.start, step.end)], [1])
+        found.append({label for label, member in zip(labels, members) if member})
+    return found
+
+
+def test_the_training_verifiers_labels_check_each_clause_in_its_sentence_and_abstention_zeroes_a_fragment(tiny):
+    """The `lexical` arms label as the quickstart trains: sentence unit at threshold 1.0, every reasoning step judged
+    (mode fspo). A copied fact is +1; a true hop with the wrong city, all of whose words the evidence holds but no
+    one sentence, is -1 (whole-evidence lookup would pass it); the bare answer "Piobrdell." is +1 without
+    abstention and 0 with it. The judge's arm labels the swapped hop -1 and the fragment, no claim, 0."""
+    _, tokenizer = tiny
+    row = flip_effect.quickstart_rows(1, 0, "train")[0]
+    assert row["extra_info"]["gold_facts"] == [
+        "Stesta Bagu works for Vigio Shipping.",
+        "Vigio Shipping is headquartered in Piobrdell.",
+    ]
+    response = (
+        "Stesta Bagu works for Vigio Shipping. Vigio Shipping is headquartered in Staenvale. Piobrdell.\n"
+        "</think>\n<answer>Piobrdell</answer>"
+    )
+    ids = tokenizer(response, add_special_tokens=False)["input_ids"]
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    labels, _ = flip_effect.label_response(ids, tokenizer, row, flip_effect.LABEL_SOURCES)
+    by_source = {source: _step_token_labels(labels[source], ids, tokenizer, text) for source in labels}
+    assert by_source == {
+        "judge": [{1}, {-1}, {0}],
+        "lexical": [{1}, {-1}, {1}],
+        "lexical-abstain": [{1}, {-1}, {0}],
+    }
+    with pytest.raises(ValueError, match="labels must be some of"):
+        flip_effect.label_response(ids, tokenizer, row, ["lexical-whole"])
+
+
+def test_every_label_source_is_one_more_fspo_update_paired_with_the_same_grpo_update(tiny):
+    """Arms added with ``--labels`` share the rollouts and the GRPO update: GRPO's change is the same number in
+    every arm, and the judge's arm measures what a judge-only run measures. The table gets a labels column."""
+    model, tokenizer = tiny
+    settings = {"seeds": [0], "batches": 1, "prompts": 1, "n": 2, "lr": 1e-2, "optimizer": "sgd"}
+    arms = flip_effect.measure(model, tokenizer, labels=flip_effect.LABEL_SOURCES, **settings)[0]
+    judge_only = flip_effect.measure(model, tokenizer, labels=["judge"], **settings)[0]
+    assert [key.split("/")[0] for key in arms] == [s for s in flip_effect.LABEL_SOURCES for _ in range(4)]
+    for key, figures in judge_only.items():
+        assert arms[key] == pytest.approx(figures, rel=1e-6, nan_ok=True)
+        for source in flip_effect.LABEL_SOURCES:
+            assert arms[key.replace("judge/", f"{source}/")]["grpo"] == pytest.approx(figures["grpo"], nan_ok=True)
+    table = flip_effect.markdown_table(
+        flip_effect.merge_results(
+            [{"args": {"labels": list(flip_effect.LABEL_SOURCES), "seeds": [0]}, "repeats": [arms]}]
+        )
+    )
+    assert table.splitlines()[0].startswith("| flip's labels | steps measured |")
+    assert table.splitlines()[-1].startswith("| `lexical`, abstaining on non-claims | fresh rollouts | supported |")
