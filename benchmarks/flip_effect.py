@@ -21,8 +21,9 @@ verifier's (``lexical``: sentence unit, threshold 1.0, every reasoning step judg
 update from the same weights and rollouts, paired with the one GRPO update, so their effects compare side by
 side; the steps measured are the judge's in every arm.
 
-Run (SmolLM2-135M-Instruct as ``fspo quickstart`` converts it; one repeat took 279 s on 2 busy CPU cores, ~50 s
-with ``--device cuda`` on an H200, 16 processes side by side)::
+Run (SmolLM2-135M-Instruct as ``fspo quickstart`` converts it; one repeat with one label source took 279 s on 2 busy
+CPU cores, ~50 s with ``--device cuda`` on an H200, 16 processes side by side; each further source adds one update
+and four forward passes of the batch)::
 
     python benchmarks/flip_effect.py --model smollm2 --rollouts sampled --seeds 0 1 2 --batches 3 \\
         --labels judge lexical lexical-abstain
