@@ -8,9 +8,11 @@ entropies as verl's own forward, and keep the update's gradient.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from transformers import LlamaConfig, LlamaForCausalLM
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine.fsdp import transformer_impl
@@ -91,6 +93,19 @@ def _trimmed(engine, micro_batch):
 def test_the_engine_imported_in_a_cpu_process_is_the_trimmed_one():
     # This process is on the CPU platform (no accelerator), so importing the engine applied the patch.
     assert getattr(Engine.prepare_model_inputs, "_fspo_cpu_patched", False)
+
+
+def test_the_cpu_presets_model_settings_take_the_trimmed_path():
+    preset = yaml.safe_load((Path(patches.__file__).parents[1] / "config" / "platform" / "cpu.yaml").read_text())
+    model = preset["actor_rollout_ref"]["model"]
+    micro_batch = _micro_batch([5, 9], [3, 2])
+    # verl's default for fused kernels is off (verl/trainer/config/model/hf_model.yaml:61).
+    tu.assign_non_tensor(
+        micro_batch,
+        use_remove_padding=model["use_remove_padding"],
+        use_fused_kernels=model.get("use_fused_kernels", False),
+    )
+    assert patches._trims_logits(_tiny_engine(), micro_batch)
 
 
 @pytest.mark.parametrize(
