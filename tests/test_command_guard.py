@@ -712,7 +712,10 @@ def test_every_model_argument_refuses_a_cut_short_or_unfit_model(in_work, pool, 
             else:
                 gc.adapter_model(pool["model"], folder, 8, detail)
             out = tmp_path / f"out-{cases}"
-            argv = gc.runnable_argv(leaf, pool, out, {item.flag: str(folder), **gc.backend_for(item, leaf)})
+            # every output option under out: a data builder given only --tokenizer wrote its default data/NAME in
+            # the working folder (the raised run of 2026-11-29 read that as a changed user file)
+            given = {item.flag: str(folder), **gc.backend_for(item, leaf)}
+            argv = gc.runnable_argv(leaf, pool, out, given, every_output=True)
             if argv is None:
                 record_71("model", command, "no runnable argv", f"{item.flag}: a required input has no valid value")
                 continue
