@@ -50,6 +50,13 @@ its trained weights are deleted unless ``--keep-models`` (an RL run's checkpoint
     python benchmarks/fspo_vs_grpo.py --world shortcut --arms fspo grpo --seeds 16 --val-rows 64 \
         --output-dir outputs/shortcut    # the pre-registered comparison (benchmarks/preregistration_shortcut.md)
 
+**One Ray cluster for the sweep.** The runs of one invocation join a Ray cluster it starts once, and their trainers
+and Ray's workers fork from interpreters that imported torch, transformers, Ray and verl once (the test suite's
+machinery: :mod:`fspo_testing.shared_ray`, :mod:`fspo_testing.warm_python`). A run then pays neither Ray's start nor
+those imports in each of its ~11 processes; each run is still a Ray job of its own, loading its model afresh, and
+its figures are those of the same run started alone (tests/test_e2e_reproducible.py compares the two).
+``--separate-ray`` starts every run as ``fspo quickstart`` does.
+
 ``--collect`` trains nothing: it tabulates the runs of ``--arms`` and ``--seeds`` that have finished, and names
 the ones left out, so that arms measured with different numbers of seeds (or in several invocations) make one
 comparison; each arm's row says over how many runs it is taken.
@@ -196,6 +203,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="train nothing: write results.json and the tables from the runs of these arms and seeds that have "
         "finished in --output-dir (the others are named and left out)",
+    )
+    parser.add_argument(
+        "--separate-ray",
+        action="store_true",
+        help="each run starts its own Ray and interpreters, as fspo quickstart does (default: the sweep shares one)",
     )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     return parser
@@ -385,10 +397,41 @@ def shared_before(arm: str, seed: int, args, setup: dict, earlier: list[dict], c
     return None
 
 
-def run_once(arm: str, seed: int, args, model: Path, clock: float, earlier: list[dict] | None = None) -> dict:
+class SweepLauncher:
+    """How this invocation's runs start: joining one Ray cluster, their interpreters forked from warm servers (the
+    suite's runs: :func:`fspo_testing.shared_ray.launch_joined`), or with ``separate`` each on its own."""
+
+    def __init__(self, separate: bool):
+        self.separate = separate
+        self.python, self.overrides = sys.executable, []
+        if not separate:
+            from fspo_testing.shared_ray import JOIN_OVERRIDES
+            from fspo_testing.warm_python import warm_python, warm_ray_workers
+
+            warm_ray_workers()  # before the cluster starts: its workers fork from a warm server
+            self.python, self.overrides = warm_python(), list(JOIN_OVERRIDES)
+
+    def before_run(self) -> None:
+        """Point the next run at the sweep's cluster (started at the first run), its earlier runs' logs retired."""
+        if not self.separate:
+            from fspo_testing.shared_ray import joining_env
+
+            os.environ["RAY_ADDRESS"] = joining_env()["RAY_ADDRESS"]
+
+
+def run_once(
+    arm: str,
+    seed: int,
+    args,
+    model: Path,
+    clock: float,
+    earlier: list[dict] | None = None,
+    launcher: SweepLauncher | None = None,
+) -> dict:
     """Trains one arm with one seed (or reads its finished result) and returns its figures. ``earlier``: this
     seed's results so far, whose validation before training the run takes where it is the same
-    (:func:`shared_before`)."""
+    (:func:`shared_before`). ``launcher``: how the run starts (default: on its own)."""
+    launcher = launcher or SweepLauncher(separate=True)
     name, out, extra = run_arguments(arm, seed, args)
     result_path = out / "result.json"
     config = run_config(arm, seed, args)
@@ -410,7 +453,8 @@ def run_once(arm: str, seed: int, args, model: Path, clock: float, earlier: list
         # The F-DPO model answers the held-out questions in the same validation pass as every arm's: that of a
         # one-step run of it whose update is not used (its validation before training is the F-DPO model's).
         setup["model"], steps = fdpo_model(seed, args, model, train_file, out / "fdpo", clock), 1
-    run = train(name, setup, out, steps, seed, extra, clock, shared)
+    launcher.before_run()
+    run = train(name, setup, out, steps, seed, [*extra, *launcher.overrides], clock, shared, python=launcher.python)
     rows = read_rows(val_file)
     say(clock, f"[{arm} seed {seed}] scoring the answers with the world judge and both verifiers")
     if shared is None:
@@ -901,11 +945,12 @@ def main(argv: list[str] | None = None) -> int:
             from fspo.quickstart.smollm2 import convert_smollm2
 
             model = convert_smollm2()
+        launcher = SweepLauncher(args.separate_ray)
         results = []
         for seed in range(args.seeds):
             seed_results: list[dict] = []
             for arm in args.arms:
-                seed_results.append(run_once(arm, seed, args, model, clock, list(seed_results)))
+                seed_results.append(run_once(arm, seed, args, model, clock, list(seed_results), launcher))
             results += seed_results
     wall_s = time.time() - clock  # this invocation only; the runs' own seconds survive a resume
     run_s = sum(result["seconds"] for result in results)

@@ -72,6 +72,7 @@ def grpo_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
     run keeps its rollouts and validation answers: test_e2e_reproducible runs its overrides again
     (``first_overrides(folder)``) and compares the two.
     """
+    from fspo.quickstart.cli import EXACT_ROLLOUT_LOGPROBS
     from fspo_testing.shared_ray import launch_joined
     from fspo_testing.tiny_run import tiny_run_overrides
 
@@ -80,6 +81,10 @@ def grpo_run(tiny_reasoner, varied_reward_overrides, tmp_path_factory):
             *varied_reward_overrides,
             "algorithm.adv_estimator=grpo",
             "trainer.resume_mode=auto",
+            # The quickstart's old-policy log-probs: the rollout's where they are the actor's (float32), so that
+            # test_e2e_reproducible holds that path to the same seed, same run.
+            f"actor_rollout_ref.rollout.calculate_log_probs={EXACT_ROLLOUT_LOGPROBS}",
+            f"algorithm.rollout_correction.bypass_mode={EXACT_ROLLOUT_LOGPROBS}",
         ]
 
     def first_overrides(out: Path) -> list[str]:

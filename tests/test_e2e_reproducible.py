@@ -1,6 +1,10 @@
 """Same seed, same run: ``grpo_run``'s first run, launched again with the same overrides, logs the same
 rollouts, rewards, step labels, per-step metrics and validation answers; another seed samples other rollouts
-(compared with ``servers_gone_run``, which samples at seed 3)."""
+(compared with ``servers_gone_run``, which samples at seed 3).
+
+The first run is one of a sweep (it joins the test process's Ray cluster, after or beside other runs, its processes
+forked from warm interpreters, as benchmarks/fspo_vs_grpo.py's runs are); the second runs alone, as ``fspo
+quickstart`` and a GPU user start one: its own Ray, a fresh interpreter, Ray's own workers."""
 
 from __future__ import annotations
 
@@ -16,13 +20,29 @@ pytestmark = pytest.mark.e2e
 STEPS = 2  # grpo_run's first run
 
 
+# What makes a launch from the test process join its cluster and fork from warm servers (conftest's
+# warm_ray_workers, fspo_testing.shared_ray.joining_env): a run alone has none of them.
+SWEEP_VARIABLES = ("RAY_ADDRESS", "RAY_RUNTIME_ENV_HOOK", "FSPO_WARM_PYTHON", "FSPO_WARM_OWNER")
+
+
 @pytest.fixture(scope="module")
 def seeded_runs(grpo_run, tmp_path_factory):
-    """``grpo_run``'s first run and a second launch of its overrides (one more Ray start and tiny run)."""
-    from fspo_testing.shared_ray import launch_joined
+    """``grpo_run``'s first run and a second launch of its overrides, alone (one more Ray start and tiny run)."""
+    import sys
+
+    from fspo.quickstart.launch import launch
 
     again = tmp_path_factory.mktemp("reproducible")
-    records = launch_joined(grpo_run["first_overrides"](again), again / "first.log", again / "first.jsonl")
+    with pytest.MonkeyPatch.context() as env:
+        for name in SWEEP_VARIABLES:
+            env.delenv(name, raising=False)
+        records = launch(
+            [*grpo_run["first_overrides"](again), "platform=cpu"],
+            again / "first.log",
+            again / "first.jsonl",
+            python=sys.executable,
+        )
+    assert "Started a local Ray instance" in (again / "first.log").read_text()  # not the test process's cluster
     return {
         "first": {"records": grpo_run["first"], "out": grpo_run["out"]},
         "again": {"records": records, "out": again},
@@ -105,7 +125,7 @@ def test_another_seed_samples_other_rollouts(seeded_runs, servers_gone_run):
 
 
 def test_the_runs_leave_the_cluster_they_joined_free(seeded_runs):
-    """The three runs joined this process's Ray cluster (fspo_testing/shared_ray.py), one after another: Ray freed
+    """``grpo_run``'s two runs joined this process's Ray cluster (fspo_testing/shared_ray.py), one after another: Ray freed
     each job's placement groups and actors when its driver exited, so the next run found every logical CPU and GPU."""
     import psutil
 

@@ -372,6 +372,7 @@ def train(
     extra: list[str],
     clock: float | None = None,
     shared_before: tuple[str, dict] | None = None,
+    python: str = sys.executable,
 ) -> dict:
     """One training run with validation before and after; returns its records and figures.
 
@@ -379,6 +380,7 @@ def train(
     ``shared_before``: (name, figures before training) of a run that validated what this one would
     (:func:`fspo.quickstart.shared_validation.sharing_refusal` says when): this run skips its own validation
     before training and returns those figures, with the run's name as ``before_shared_from``.
+    ``python``: the trainer's interpreter (:func:`fspo.quickstart.launch.launch`).
     """
     overrides = train_overrides(name, setup, out, steps, seed, extra)
     if shared_before is not None:
@@ -392,7 +394,12 @@ def train(
     )
     progress.start()
     records = launch(
-        overrides, out / "train.log", out / "metrics.jsonl", on_step=progress.on_record, on_poll=progress.poll
+        overrides,
+        out / "train.log",
+        out / "metrics.jsonl",
+        on_step=progress.on_record,
+        on_poll=progress.poll,
+        python=python,
     )
     seconds = time.time() - started
     validation, training = _split_records(records)
