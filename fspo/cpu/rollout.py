@@ -13,7 +13,8 @@ CPU. This backend plays the same three roles with ``transformers``:
   one server per replica.
 - :class:`HFServerAdapter`, the :class:`~verl.workers.rollout.base.BaseRollout` living in the
   hybrid actor worker, which receives the FSDP actor's weights through verl's default
-  ``naive`` checkpoint engine and hands them to its server. A LoRA actor sends, as to vLLM, only
+  ``naive`` checkpoint engine and hands them to its server (through shared memory where it can:
+  :mod:`fspo.cpu.weight_file`). A LoRA actor sends, as to vLLM, only
   its adapter with the peft config; the server applies it to the base weights it read from disk.
 
 Select it with ``actor_rollout_ref.rollout.name=hf``. It has no OpenAI HTTP endpoint, so agent
@@ -38,6 +39,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from fspo.config.environment import ENVIRONMENT, environment_value
+from fspo.cpu import weight_file
 from fspo.cpu.compute import use_all_threads
 from fspo.cpu.row_attention import ROW_ATTENTION
 from fspo.cpu.row_attention import register as register_row_attention
@@ -566,7 +568,8 @@ class HFRolloutServer:
         peft_config: Any = None,
         base_sync_done: bool = False,
     ):
-        """Load what the actor sends after an update, as verl's vLLM server takes it.
+        """Load what the actor sends after an update, as verl's vLLM server takes it; ``named_tensors`` may be
+        a :class:`~fspo.cpu.weight_file.StagedWeights` (returns None when its file is not on this machine).
 
         Without ``peft_config``: the full (HF-named) weights. With it (a LoRA actor, ``lora.merge`` off):
         ``base_sync_done`` means ``named_tensors`` are the adapter alone (peft's names, e.g.
@@ -575,6 +578,10 @@ class HFRolloutServer:
         base weights, named as for a LoRA-wrapped model (``...q_proj.base_layer.weight``).
         """
         started = time.time()
+        if isinstance(named_tensors, weight_file.StagedWeights):  # the sender staged them in shared memory
+            named_tensors = weight_file.read(named_tensors.path, named_tensors.size, named_tensors.entries)
+            if named_tensors is None:
+                return None  # not on this machine: the sender sends the tensors themselves
         async with self._coalescer().lock:  # never swap weights under a running batch
             if peft_config is not None and base_sync_done:
                 self._load_adapter(named_tensors, peft_config)
@@ -764,7 +771,19 @@ class HFServerAdapter(_adapter_base()):
         if wire_format != "named_tensors":
             raise ValueError(f"the hf rollout backend takes full named tensors, not {wire_format!r}")
         # Every rank must walk the generator: producing a full tensor is a collective.
-        named = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
+        named = {name: tensor.detach().to("cpu") for name, tensor in weights}
         server = self._server()
-        if server is not None:
-            await server.load_weights.remote(named, global_steps, peft_config, base_sync_done)
+        if server is None:
+            return
+        # Through shared memory where the server can read it (fspo.cpu.weight_file): pickled, they cost seconds.
+        staged = weight_file.stage(named)
+        try:
+            if staged is not None and await server.load_weights.remote(
+                staged, global_steps, peft_config, base_sync_done
+            ):
+                return
+        finally:
+            if staged is not None:
+                staged.remove()
+        named = {name: tensor.clone() for name, tensor in named.items()}  # not the engine's own storage
+        await server.load_weights.remote(named, global_steps, peft_config, base_sync_done)
