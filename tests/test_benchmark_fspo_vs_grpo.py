@@ -237,13 +237,15 @@ def test_the_fdpo_arm_labels_its_pairs_with_the_verifier_the_rl_arms_train_with(
 def test_baselines_join_the_default_arms(monkeypatch, tmp_path):
     seen = []
     monkeypatch.setattr(
-        bench, "run_once", lambda arm, seed, args, model, clock, earlier: seen.append(arm) or _run(arm, seed, 0.1, 0.1)
+        bench,
+        "run_once",
+        lambda arm, seed, args, model, clock, earlier, launcher: seen.append(arm) or _run(arm, seed, 0.1, 0.1),
     )
     monkeypatch.setattr(bench, "plot", lambda summary, path: None)
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
     argv = ["--seeds", "1", "--model", str(tmp_path / "m"), "--output-dir", str(tmp_path / "o")]
-    assert bench.main([*argv, "--baseline", "fapo", "--baseline", "fdpo"]) == 0
+    assert bench.main([*argv, "--baseline", "fapo", "--baseline", "fdpo", "--separate-ray"]) == 0
     assert seen == ["fspo", "grpo", "grpo_factuality_reward", "fapo", "fdpo"]
 
 
@@ -383,7 +385,7 @@ def test_a_judged_run_drops_its_weights_unless_asked_to_keep_them(tmp_path, monk
     val_file = write_parquet(_world_rows()[:2], tmp_path / "val.parquet")
     out = tmp_path / "o" / "fspo" / "seed0"
 
-    def train(name, setup, run_out, steps, seed, overrides, clock, shared_before):
+    def train(name, setup, run_out, steps, seed, overrides, clock, shared_before, python):
         (run_out / "ckpt" / "global_step_1").mkdir(parents=True)
         (run_out / "ckpt" / "global_step_1" / "optim.pt").write_bytes(b"0" * 64)
         dumps = {"before": run_out / "validation" / "0.jsonl", "after": run_out / "validation" / "1.jsonl"}

@@ -237,7 +237,7 @@ def test_the_benchmarks_later_arms_end_with_the_first_arms_figures_before_traini
     model.mkdir()
     (model / "config.json").write_text("{}")
     argv = ["--seeds", "1", "--steps", "1", "--model", str(model), "--output-dir", str(tmp_path / "o")]
-    assert bench.main([*argv, "--arms", "fspo", "grpo", "knowrl", "fapo"]) == 0
+    assert bench.main([*argv, "--arms", "fspo", "grpo", "knowrl", "fapo", "--separate-ray"]) == 0
 
     results = {run["arm"]: run for run in json.loads((tmp_path / "o" / "results.json").read_text())["runs"]}
     first = results["fspo"]["before"]

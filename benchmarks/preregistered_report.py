@@ -1,0 +1,231 @@
+"""The pre-registered comparison's report (benchmarks/preregistration_shortcut.md), from its committed runs.
+
+    python benchmarks/preregistered_report.py --store outputs/shortcut   # copy the sweep's finished runs in
+    python benchmarks/preregistered_report.py                            # rewrite docs/results.md's section
+    python benchmarks/preregistered_report.py --check                    # exit 1 when the section differs
+
+The runs live one file each in ``benchmarks/results/shortcut/<arm>/seed<N>.json`` (``fspo_vs_grpo.py``'s
+``result.json``, as the sweep wrote it). Until every run of the plan is in, the section says how many are and
+reports no figure: the plan allows no interim look. Then it reports the primary and secondary figures against the
+plan, whatever their sign. :data:`PLAN` is the pre-registration's; a test holds the two equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from fspo.evaluation.intervals import t_interval
+from fspo.utils.input_files import read_json
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "benchmarks" / "results" / "shortcut"
+RESULTS_MD = ROOT / "docs" / "results.md"
+PREREGISTRATION = ROOT / "benchmarks" / "preregistration_shortcut.md"
+SECTION = "## Pre-registered: FSPO against GRPO on the shortcut world"
+UNTIL = "## Still to measure"
+
+_spec = importlib.util.spec_from_file_location("fspo_vs_grpo", Path(__file__).with_name("fspo_vs_grpo.py"))
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the pre-registration fixed before the first run."""
+
+    arm: str = "fspo"
+    baseline: str = "grpo"
+    seeds: tuple[int, ...] = tuple(range(16))
+    val_rows: int = 64
+    world: str = "shortcut"
+    overrides: tuple[str, ...] = ("fspo.verifier.abstain_non_claims=true",)
+    primary: str = "flawed_positive_share"
+    secondary: str = "supported_chain_accuracy"
+    non_inferior: str = "exact_match"
+    margin: float = -0.10
+
+
+PLAN = Plan()
+TITLES = {
+    "flawed_positive_share": "flawed-positive share",
+    "supported_chain_accuracy": "supported-chain accuracy",
+    "exact_match": "exact match",
+    "steps_per_answer": "steps per answer",
+    "non_claim_share": "share of steps that are no claim",
+    "hallucinated_step_rate": "pooled hallucinated-step rate",
+}
+DESCRIPTIVE = ["steps_per_answer", "non_claim_share", "hallucinated_step_rate"]
+
+
+def run_path(arm: str, seed: int, folder: Path = RUNS) -> Path:
+    return folder / arm / f"seed{seed}.json"
+
+
+def planned(result: dict, plan: Plan = PLAN) -> str | None:
+    """Why a stored run is not one the plan covers (None: it is)."""
+    config = result.get("config") or []
+    wanted = [f"world={plan.world}", f"val_rows={plan.val_rows}", f"seed={result.get('seed')}", *plan.overrides]
+    missing = [item for item in wanted if item not in config]
+    if result.get("arm") not in (plan.arm, plan.baseline) or result.get("seed") not in plan.seeds:
+        return f"arm {result.get('arm')} seed {result.get('seed')} is not in the plan"
+    return f"its configuration lacks {', '.join(missing)}" if missing else None
+
+
+def stored_runs(folder: Path = RUNS, plan: Plan = PLAN) -> dict[tuple[str, int], dict]:
+    """The plan's runs stored in ``folder``, by (arm, seed). A stored file the plan does not cover is an error."""
+    runs = {}
+    for arm in (plan.arm, plan.baseline):
+        for seed in plan.seeds:
+            path = run_path(arm, seed, folder)
+            if path.is_file():
+                result = read_json(path)
+                why = planned(result, plan)
+                if why:
+                    raise ValueError(f"{path}: {why}")
+                runs[arm, seed] = result
+    return runs
+
+
+def store(sweep: Path, folder: Path = RUNS, plan: Plan = PLAN) -> list[Path]:
+    """Copy the plan's finished runs from a sweep's output folder (``<arm>/seed<N>/result.json``) into ``folder``."""
+    copied = []
+    for arm in (plan.arm, plan.baseline):
+        for seed in plan.seeds:
+            source = sweep / arm / f"seed{seed}" / "result.json"
+            if not source.is_file():
+                continue
+            why = planned(read_json(source), plan)
+            if why:
+                raise ValueError(f"{source}: {why}")
+            target = run_path(arm, seed, folder)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            copied.append(target)
+    return copied
+
+
+def differences(runs: dict[tuple[str, int], dict], key: str, plan: Plan = PLAN) -> dict[int, float]:
+    """Per seed: the arm's per-answer figure after training minus the baseline's (``answer_metrics``)."""
+    out = {}
+    for seed in plan.seeds:
+        mine = bench.answer_metrics(runs[plan.arm, seed]["after"])[key]
+        theirs = bench.answer_metrics(runs[plan.baseline, seed]["after"])[key]
+        if mine is not None and theirs is not None:
+            out[seed] = mine - theirs
+    return out
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.3f}"
+
+
+def comparison_row(runs, key: str, plan: Plan = PLAN) -> tuple[str, float, float, float]:
+    """(table row, mean, low, high) of the paired difference in ``key``."""
+    per_seed = differences(runs, key, plan)
+    mean, low, high, n = t_interval(list(per_seed.values()))
+    above = sum(value > 0 for value in per_seed.values())
+    below = sum(value < 0 for value in per_seed.values())
+    row = (
+        f"| {TITLES[key]} | {_signed(mean)} | [{_signed(low)}, {_signed(high)}] | {n} | "
+        f"{above} / {n - above - below} / {below} |"
+    )
+    return row, mean, low, high
+
+
+def section(runs: dict[tuple[str, int], dict], plan: Plan = PLAN) -> str:
+    """The section of docs/results.md: progress until every planned run is in, then the result against the plan."""
+    expected = 2 * len(plan.seeds)
+    lines = [
+        SECTION,
+        "",
+        f"Plan, committed before the first run: [benchmarks/preregistration_shortcut.md]"
+        f"(../benchmarks/preregistration_shortcut.md) ({plan.arm.upper()} and {plan.baseline.upper()}, "
+        f"{len(plan.seeds)} seeds, {plan.val_rows} held-out questions a seed).",
+    ]
+    if len(runs) < expected:
+        lines += [
+            "",
+            f"Runs finished and committed: {len(runs)} of {expected}"
+            + (" (`benchmarks/results/shortcut/`)." if runs else "."),
+            "No figure is reported before all are in: the plan allows no interim look.",
+        ]
+        return "\n".join(lines)
+    commits = sorted({run.get("code_version", "unknown") for run in runs.values()})
+    minutes = sorted(run["seconds"] / 60 for run in runs.values())
+    lines += [
+        f"Trained at commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}; "
+        f"{minutes[len(minutes) // 2]:.1f} minutes a run (median; {minutes[0]:.1f}-{minutes[-1]:.1f}).",
+        "",
+        f"Paired over seeds, {plan.arm.upper()} − {plan.baseline.upper()} after training, 95% t interval; "
+        "seeds with the difference above / equal to / below 0:",
+        "",
+        "| figure | mean | 95% interval | seeds | above / equal / below |",
+        "|---|---|---|---|---|",
+    ]
+    primary, p_mean, p_low, p_high = comparison_row(runs, plan.primary, plan)
+    secondary, _, s_low, s_high = comparison_row(runs, plan.secondary, plan)
+    non_inferior, _, n_low, _ = comparison_row(runs, plan.non_inferior, plan)
+    lines += [primary + " (primary)", secondary, non_inferior]
+    lines += [comparison_row(runs, key, plan)[0] + " (descriptive)" for key in DESCRIPTIVE]
+    verdict = (
+        "no difference shown: the interval includes 0"
+        if p_low <= 0 <= p_high
+        else f"{plan.arm.upper()} {'lower' if p_mean < 0 else 'higher'}: the interval excludes 0"
+    )
+    lines += [
+        "",
+        f"- Primary, {TITLES[plan.primary]}: {verdict}.",
+        f"- Secondary, {TITLES[plan.secondary]}: "
+        + ("the interval includes 0." if s_low <= 0 <= s_high else "the interval excludes 0."),
+        f"- {TITLES[plan.non_inferior].capitalize()}, non-inferiority at a margin of {plan.margin:+.2f}: "
+        + (
+            f"shown (the interval's lower end {n_low:+.3f} is above it)."
+            if n_low > plan.margin
+            else f"not shown (the interval's lower end {n_low:+.3f} is not above it)."
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def written(results_md: str, runs: dict[tuple[str, int], dict]) -> str:
+    """docs/results.md with the section (re)written before :data:`UNTIL`."""
+    new = section(runs).rstrip("\n") + "\n\n"
+    if SECTION + "\n" in results_md:
+        start = results_md.index(SECTION + "\n")
+        end = results_md.index(UNTIL, start)
+        return results_md[:start] + new + results_md[end:]
+    at = results_md.index(UNTIL)
+    return results_md[:at] + new + results_md[at:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", type=Path, help="a sweep's --output-dir: copy its finished planned runs in first")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when the section differs")
+    args = parser.parse_args(argv)
+    try:
+        if args.store:
+            copied = store(args.store)
+            print(f"stored {len(copied)} runs in {RUNS.relative_to(ROOT)}")
+        runs = stored_runs()
+    except ValueError as error:
+        print(f"preregistered_report: {error}", file=sys.stderr)
+        return 2
+    new = written(RESULTS_MD.read_text(), runs)
+    if args.check:
+        if new != RESULTS_MD.read_text():
+            print("docs/results.md differs from `.venv/bin/python benchmarks/preregistered_report.py`", file=sys.stderr)
+            return 1
+        return 0
+    RESULTS_MD.write_text(new)
+    print(f"wrote {RESULTS_MD.relative_to(ROOT)} ({len(runs)} of {2 * len(PLAN.seeds)} runs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

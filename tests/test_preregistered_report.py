@@ -1,0 +1,112 @@
+"""benchmarks/preregistered_report.py: the plan it reports against is the committed pre-registration's; no figure
+before every planned run is in; then each figure is the paired t interval of the per-seed differences, the
+verdicts follow the plan's rules, and docs/results.md's section is what the committed runs give."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fspo.evaluation.intervals import t_interval
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("preregistered_report", ROOT / "benchmarks" / "preregistered_report.py")
+report = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = report  # its dataclass looks its module up there
+_spec.loader.exec_module(report)
+PLAN = report.PLAN
+
+
+def test_the_plan_is_the_committed_preregistrations():
+    text = (ROOT / "benchmarks" / "preregistration_shortcut.md").read_text()
+    count = int(re.search(r"\*\*N = (\d+) seeds \((\d+)-(\d+)\)\*\*", text).group(1))
+    first, last = map(int, re.search(r"\*\*N = \d+ seeds \((\d+)-(\d+)\)\*\*", text).groups())
+    assert PLAN.seeds == tuple(range(first, last + 1)) and len(PLAN.seeds) == count
+    command = re.search(r"python benchmarks/fspo_vs_grpo.py (.*?)\n\n", text, re.S).group(1).replace("\\\n", " ")
+    arguments = command.split()
+    assert arguments[arguments.index("--world") + 1] == PLAN.world
+    assert arguments[arguments.index("--val-rows") + 1] == str(PLAN.val_rows)
+    assert arguments[arguments.index("--seeds") + 1] == str(len(PLAN.seeds))
+    assert arguments[arguments.index("--arms") + 1 : arguments.index("--arms") + 3] == [PLAN.arm, PLAN.baseline]
+    assert all(override in arguments for override in PLAN.overrides)
+    assert "**Primary metric.** Flawed-positive share" in text and PLAN.primary == "flawed_positive_share"
+    assert "- Supported-chain accuracy" in text and PLAN.secondary == "supported_chain_accuracy"
+    margin = float(re.search(r"interval of FSPO - GRPO lies above (-\d+\.\d+)", text).group(1))
+    assert PLAN.non_inferior == "exact_match" and PLAN.margin == margin
+
+
+def _run(arm: str, seed: int, records: list[list[float]]) -> dict:
+    config = [f"world={PLAN.world}", f"val_rows={PLAN.val_rows}", f"seed={seed}", *PLAN.overrides]
+    per_question = {f"q{index}": record for index, record in enumerate(records)}
+    return {"arm": arm, "seed": seed, "config": config, "code_version": "abc", "seconds": 600.0 + seed,
+            "after": {"per_question": per_question}}  # fmt: skip
+
+
+def _records(rng: random.Random, questions: int, flaw_rate: float) -> list[list[float]]:
+    """Per-question records (contradicted, claims, f1, unseen, steps, exact_match, gold_chain_stated)."""
+    out = []
+    for _ in range(questions):
+        right = rng.random() < 0.5
+        contradicted = int(rng.random() < flaw_rate)
+        out.append([contradicted, 2, float(right), 0, 3, int(right), int(rng.random() < 0.5)])
+    return out
+
+
+def _runs(seed: int, effect: float, seeds=PLAN.seeds) -> dict:
+    rng = random.Random(seed)
+    runs = {}
+    for s in seeds:
+        runs[PLAN.baseline, s] = _run(PLAN.baseline, s, _records(rng, 8, 0.4))
+        runs[PLAN.arm, s] = _run(PLAN.arm, s, _records(rng, 8, max(0.0, 0.4 + effect)))
+    return runs
+
+
+def test_no_figure_before_every_planned_run_is_in():
+    runs = _runs(0, -0.3)
+    del runs[PLAN.arm, PLAN.seeds[-1]]
+    text = report.section(runs)
+    assert f"{len(runs)} of {2 * len(PLAN.seeds)}" in text
+    assert "no interim look" in text and "|" not in text and "interval" not in text
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10**6), effect=st.sampled_from([-0.4, -0.1, 0.0, 0.2]))
+def test_each_figure_is_the_paired_t_interval_and_the_verdicts_follow_the_plan(seed, effect):
+    runs = _runs(seed, effect)
+    text = report.section(runs)
+    for key in (PLAN.primary, PLAN.secondary, PLAN.non_inferior):
+        values = []
+        for s in PLAN.seeds:
+            mine = report.bench.answer_metrics(runs[PLAN.arm, s]["after"])[key]
+            theirs = report.bench.answer_metrics(runs[PLAN.baseline, s]["after"])[key]
+            values.append(mine - theirs)
+        mean, low, high, n = t_interval(values)
+        assert f"| {report.TITLES[key]} | {mean:+.3f} | [{low:+.3f}, {high:+.3f}] | {n} |" in text
+        if key == PLAN.primary:
+            assert ("the interval includes 0" in text.split("- Primary")[1].split("\n")[0]) == (low <= 0 <= high)
+        if key == PLAN.non_inferior:
+            assert ("non-inferiority" in text) and (
+                ("shown (" in text and "not shown" not in text) == (low > PLAN.margin)
+            )
+
+
+def test_a_stored_run_the_plan_does_not_cover_is_refused(tmp_path):
+    run = _run(PLAN.arm, 0, [[0, 1, 1.0, 0, 1, 1, 1]])
+    run["config"].remove(PLAN.overrides[0])
+    path = report.run_path(PLAN.arm, 0, tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(run))
+    with pytest.raises(ValueError, match="abstain_non_claims"):
+        report.stored_runs(tmp_path)
+
+
+def test_the_docs_section_is_what_the_committed_runs_give():
+    assert report.main(["--check"]) == 0
