@@ -221,15 +221,21 @@ def floor_seconds(
     return floors
 
 
+# A phase measured below this share of its floor did not run (the old-policy pass under rollout_correction.bypass_mode).
+NOT_RUN_BELOW = 0.1
+
+
 def floor_table(timings: dict[str, float], floors: dict[str, float]) -> list[str]:
     """The phase table: measured seconds, floor seconds and percent of floor (floor / measured); the ``step`` row
-    is the whole step measured against the sum of the phases' floors."""
+    is the whole step measured against the sum of the floors of the phases that ran."""
     lines = [f"{'phase (per step)':<18} {'measured s':>10} {'floor s':>8} {'% of floor':>10}"]
+    ran = [p for p in PHASES if p not in timings or timings[p] >= NOT_RUN_BELOW * floors[p]]
     rows = [(phase, timings[phase], floors[phase]) for phase in PHASES if phase in timings]
     if "step" in timings:
-        rows.append(("step", timings["step"], sum(floors[phase] for phase in PHASES)))
+        rows.append(("step", timings["step"], sum(floors[phase] for phase in ran)))
     for phase, measured, floor in rows:
-        lines.append(f"{phase:<18} {measured:>10.2f} {floor:>8.2f} {100 * floor / measured:>9.0f}%")
+        share = f"{100 * floor / measured:>9.0f}%" if phase == "step" or phase in ran else f"{'not run':>10}"
+        lines.append(f"{phase:<18} {measured:>10.2f} {floor:>8.2f} {share}")
     return lines
 
 

@@ -109,3 +109,7 @@ def test_the_floor_table_reads_a_runs_metrics_and_config():
     timings = {"gen": 8.0, "old_log_prob": 4.0, "update_actor": 48.0, "update_weights": 1.0, "step": 82.0}
     table = bench.floor_table(timings, floors)
     assert [line.split()[-1] for line in table[1:]] == ["50%", "100%", "25%", "50%", "25%"]
+    # The old-policy pass the rollout's log-probs replaced (bypass_mode): not run, and not in the step's floor.
+    bypassed = bench.floor_table({**timings, "old_log_prob": 0.01, "step": 78.0}, floors)
+    assert bypassed[2].split()[-2:] == ["not", "run"]
+    assert bypassed[-1].split()[-2:] == ["16.50", "21%"]
