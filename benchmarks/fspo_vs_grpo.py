@@ -416,9 +416,7 @@ class SweepLauncher:
         if not self.separate:
             from fspo_testing.shared_ray import joining_env
 
-            # Ray's own log monitor: at the suite's quiet settings the trainer's "validation begins" line reached
-            # the run's log minutes late, after the step that followed, and the progress lines named the wrong pass.
-            os.environ["RAY_ADDRESS"] = joining_env(quiet=False)["RAY_ADDRESS"]
+            os.environ["RAY_ADDRESS"] = joining_env()["RAY_ADDRESS"]
 
 
 def run_once(

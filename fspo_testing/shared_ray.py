@@ -58,18 +58,17 @@ def _stop_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def shared_cluster(quiet: bool = True) -> str:
-    """The address (``ip:port``) of this process's shared cluster, started at the first call; ``quiet``: its daemons
-    at :data:`QUIET_DAEMONS` (False: Ray's defaults, a cluster of its own)."""
-    return _start_shared(quiet)[0]
+def shared_cluster() -> str:
+    """The address (``ip:port``) of this process's shared cluster, started at the first call."""
+    return _start_shared()[0]
 
 
 @functools.cache
-def _start_shared(quiet: bool = True) -> tuple[str, str]:
+def _start_shared() -> tuple[str, str]:
     """The shared cluster's address and temp folder."""
     folder = tempfile.mkdtemp(prefix="ray-s-", dir="/tmp")  # short: Ray's socket paths fit 107 bytes
     log_path = Path(folder) / "head.log"
-    env = {**os.environ, "RAY_TMPDIR": folder, "RAY_AUTH_MODE": "disabled", **(QUIET_DAEMONS if quiet else {})}
+    env = {**os.environ, "RAY_TMPDIR": folder, "RAY_AUTH_MODE": "disabled", **QUIET_DAEMONS}
     env.pop("RAY_ADDRESS", None)
     command = [
         sys.executable, "-m", __name__, "start", "--head", "--block", "--port=0", "--disable-usage-stats",
@@ -105,18 +104,18 @@ def _stop(head: subprocess.Popen, folder: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def logs_folder(quiet: bool = True) -> Path:
+def logs_folder() -> Path:
     """The shared cluster's logs folder."""
-    return Path(_start_shared(quiet)[1]) / "ray" / "session_latest" / "logs"
+    return Path(_start_shared()[1]) / "ray" / "session_latest" / "logs"
 
 
-def retire_dead_workers_logs(quiet: bool = True) -> int:
+def retire_dead_workers_logs() -> int:
     """Move the log files of the shared cluster's dead workers to ``logs/old``, as Ray's log monitor does with the
     files it holds open; returns how many. The monitor drops a file that is gone from its list: those of the runs
     before the next one are not read again every 0.1 s. Their drivers are gone, and with them whoever read them."""
     from ray._private.log_monitor import WORKER_LOG_PATTERN  # worker-<worker id>-<job id>-<pid>.out|.err
 
-    folder = logs_folder(quiet)
+    folder = logs_folder()
     moved = 0
     for path in folder.glob("worker-*"):
         found = WORKER_LOG_PATTERN.match(path.name)
@@ -128,11 +127,11 @@ def retire_dead_workers_logs(quiet: bool = True) -> int:
     return moved
 
 
-def joining_env(env: dict[str, str] | None = None, quiet: bool = True) -> dict[str, str]:
-    """``env`` (default: this process's) with ``RAY_ADDRESS`` naming the shared cluster (``quiet``: see
-    :func:`shared_cluster`); the logs of the runs that joined it before are retired."""
-    address = shared_cluster(quiet)
-    retire_dead_workers_logs(quiet)
+def joining_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with ``RAY_ADDRESS`` naming the shared cluster; the logs of the runs that
+    joined it before are retired."""
+    address = shared_cluster()
+    retire_dead_workers_logs()
     return {**(os.environ if env is None else env), "RAY_ADDRESS": address}
 
 
