@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -69,15 +67,32 @@ def test_no_room_a_shard_or_another_machine_means_send_the_tensors(tmp_path, mon
     staged.remove()
 
 
-def test_a_killed_writers_file_is_removed_by_the_next_writer(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    orphan = tmp_path / f"{weight_file.PREFIX}{int(dead.stdout)}-abc"
+def test_a_killed_writers_file_is_removed_by_the_next_writer_and_a_held_one_is_kept(tmp_path):
+    import fcntl
+
+    orphan = tmp_path / f"{weight_file.PREFIX}killed"  # its writer's lock went with its process
     orphan.write_bytes(b"x" * 100)
-    alive = tmp_path / f"{weight_file.PREFIX}{os.getpid()}-def"  # this process's: in use
-    alive.write_bytes(b"x")
+    held = weight_file.stage({"w": torch.ones(3)}, tmp_path)  # a writer mid-sync: its shared lock is held
+    other = tmp_path / f"{weight_file.PREFIX}other-writer"
+    other.write_bytes(b"x")
+    handle = os.open(other, os.O_RDONLY)
+    fcntl.flock(handle, fcntl.LOCK_SH)
     staged = weight_file.stage({"w": torch.zeros(3)}, tmp_path)
-    assert not orphan.exists() and alive.exists()
-    staged.remove()
+    assert not orphan.exists() and Path(held.path).exists() and other.exists()
+    os.close(handle)
+    for one in (staged, held):
+        one.remove()
+    weight_file.stage({}, tmp_path).remove()
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_file_that_cannot_be_backed_means_send_the_tensors(tmp_path, monkeypatch):
+    def full(*_args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(weight_file.os, "posix_fallocate", full)
+    assert weight_file.stage({"w": torch.ones(4)}, tmp_path) is None
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +150,7 @@ def test_the_adapter_sends_through_the_file_or_else_the_tensors(rollout_server, 
 
     adapter = HFServerAdapter.__new__(HFServerAdapter)  # its Ray and verl set-up is not what is tested
     handle = _Handle(rollout_server, serves_files)
-    adapter.rollout_rank, adapter.server_handle = 0, handle
+    adapter.rollout_rank, adapter.server_handle, adapter.server_reads_files = 0, handle, True
     update = {name: torch.randn_like(tensor) for name, tensor in rollout_server.model.named_parameters()}
     monkeypatch.setattr(weight_file, "SHARED_MEMORY", tmp_path)  # a machine without /dev/shm tests the same
     asyncio.run(adapter.update_weights(iter(update.items()), global_steps=5))
@@ -143,3 +158,6 @@ def test_the_adapter_sends_through_the_file_or_else_the_tensors(rollout_server, 
     for name, tensor in rollout_server.model.named_parameters():
         assert torch.equal(tensor, update[name]), name
     assert not list(tmp_path.iterdir())
+    # A server on another machine is not sent the file again.
+    asyncio.run(adapter.update_weights(iter(update.items()), global_steps=6))
+    assert handle.calls == (["StagedWeights"] * 2 if serves_files else ["StagedWeights", "dict", "dict"])

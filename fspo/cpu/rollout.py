@@ -741,6 +741,7 @@ class HFServerAdapter(_adapter_base()):
         self.replica_rank = rank // rollout_world_size if replica_rank == -1 else replica_rank
         self.rollout_rank = rank % rollout_world_size
         self.server_handle = None
+        self.server_reads_files = True  # until its server says the staged file is not on its machine
 
     def _server(self):
         if self.rollout_rank != 0:
@@ -776,14 +777,16 @@ class HFServerAdapter(_adapter_base()):
         if server is None:
             return
         # Through shared memory where the server can read it (fspo.cpu.weight_file): pickled, they cost seconds.
-        staged = weight_file.stage(named)
-        try:
-            if staged is not None and await server.load_weights.remote(
-                staged, global_steps, peft_config, base_sync_done
-            ):
-                return
-        finally:
-            if staged is not None:
+        staged = weight_file.stage(named) if self.server_reads_files else None
+        if staged is None:
+            named = {name: tensor.clone() for name, tensor in named.items()}  # not the engine's own storage
+        else:
+            try:
+                if await server.load_weights.remote(staged, global_steps, peft_config, base_sync_done):
+                    return
+                self.server_reads_files = False  # on another machine: send the tensors from now on
+                read = weight_file.read(staged.path, staged.size, staged.entries)
+                named = {name: tensor.clone() for name, tensor in read.items()}  # as staged, before the await
+            finally:
                 staged.remove()
-        named = {name: tensor.clone() for name, tensor in named.items()}  # not the engine's own storage
         await server.load_weights.remote(named, global_steps, peft_config, base_sync_done)

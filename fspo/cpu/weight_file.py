@@ -5,25 +5,24 @@ of the quickstart's ~5.4 s weight sync there (2026-11-29). Here the worker copie
 ``/dev/shm`` (RAM), the server copies it once into its model; the Ray call carries the file's name and layout.
 
 Where that cannot work the caller sends the tensors as before: no ``/dev/shm`` or too little room in it (:func:`stage`
-returns None), or a server on another machine (:func:`read` returns None). A file lives for one sync; one whose
-writer was killed is removed by the next writer on the machine (its process id is in the name).
+returns None), or a server on another machine (:func:`read` returns None). A file lives for one sync, its writer
+holding a shared lock on it; the next writer removes the unlocked files its user owns (a killed writer's).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
-import re
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 SHARED_MEMORY = Path("/dev/shm")
 PREFIX = "fspo-weights-"
-_WRITER = re.compile(rf"{PREFIX}(\d+)-")
 # Left free in /dev/shm beyond the file: Ray's object store and torch's worker sharing live there too.
 HEADROOM_BYTES = 1 << 30
 
@@ -42,19 +41,30 @@ class StagedWeights:
     path: str
     size: int
     entries: tuple[Entry, ...]
+    # The writer's descriptor, holding a shared lock while the file is in use (meaningless to the reader).
+    lock_fd: int = field(default=-1, compare=False)
 
     def remove(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
+        if self.lock_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.lock_fd)
 
 
 def _remove_orphans(folder: Path) -> None:
-    """Remove the files of writers that are gone (killed mid-sync): each holds a model's weights in RAM."""
+    """Remove this user's files that no writer holds (killed mid-sync): each holds a model's weights in RAM. A lock,
+    not the writer's process id, says so: ids are reused, and another container sharing the folder has its own."""
     for path in folder.glob(f"{PREFIX}*"):
-        found = _WRITER.match(path.name)
-        if found and not Path(f"/proc/{found.group(1)}").exists():
-            with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
+            if path.stat().st_uid != os.getuid():
+                continue
+            handle = os.open(path, os.O_RDONLY)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while a writer holds it
                 path.unlink()
+            finally:
+                os.close(handle)
 
 
 def stage(tensors: dict[str, torch.Tensor], folder: Path | None = None) -> StagedWeights | None:
@@ -74,14 +84,21 @@ def stage(tensors: dict[str, torch.Tensor], folder: Path | None = None) -> Stage
     _remove_orphans(folder)
     if shutil.disk_usage(folder).free < size + HEADROOM_BYTES:
         return None
-    handle, path = tempfile.mkstemp(prefix=f"{PREFIX}{os.getpid()}-", dir=folder)
-    staged = StagedWeights(path, size, tuple(entries))
     try:
-        os.ftruncate(handle, size)
-        os.close(handle)
+        handle, path = tempfile.mkstemp(prefix=PREFIX, dir=folder)
+    except OSError:
+        return None
+    staged = StagedWeights(path, size, tuple(entries), lock_fd=handle)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_SH)
+        # Pages taken now: a sparse file that a full /dev/shm cannot back would kill the copy below with SIGBUS.
+        os.posix_fallocate(handle, 0, size)
         buffer = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
         for entry, tensor in zip(entries, tensors.values()):
             _view(buffer, entry).copy_(tensor.detach().reshape(entry.shape))
+    except OSError:
+        staged.remove()
+        return None
     except BaseException:
         staged.remove()
         raise
