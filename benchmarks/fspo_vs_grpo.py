@@ -397,6 +397,20 @@ def shared_before(arm: str, seed: int, args, setup: dict, earlier: list[dict], c
     return None
 
 
+def sweep_refusal(overrides: list[str]) -> str | None:
+    """Why the runs cannot share the sweep's cluster (a CPU one of the preset's logical size; a joined run takes
+    ``platform=cpu`` and leaves the cluster's size to it), or None."""
+    from fspo.cpu import cpu_mode_requested
+
+    if not cpu_mode_requested():
+        return "an accelerator is present (the shared cluster is the CPU preset's)"
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key == "platform" or key.startswith("ray_kwargs."):
+            return f"{key} is given (a joined run takes the shared cluster's platform and size)"
+    return None
+
+
 class SweepLauncher:
     """How this invocation's runs start: joining one Ray cluster, their interpreters forked from warm servers (the
     suite's runs: :func:`fspo_testing.shared_ray.launch_joined`), or with ``separate`` each on its own."""
@@ -945,7 +959,9 @@ def main(argv: list[str] | None = None) -> int:
             from fspo.quickstart.smollm2 import convert_smollm2
 
             model = convert_smollm2()
-        launcher = SweepLauncher(args.separate_ray)
+        launcher = SweepLauncher(args.separate_ray or bool(sweep_refusal(args.overrides)))
+        if not args.separate_ray and sweep_refusal(args.overrides):
+            say(clock, f"each run starts its own Ray: {sweep_refusal(args.overrides)}")
         results = []
         for seed in range(args.seeds):
             seed_results: list[dict] = []

@@ -58,22 +58,33 @@ TITLES = {
     "steps_per_answer": "steps per answer",
     "non_claim_share": "share of steps that are no claim",
     "hallucinated_step_rate": "pooled hallucinated-step rate",
+    "answer_f1": "answer F1",
 }
-DESCRIPTIVE = ["steps_per_answer", "non_claim_share", "hallucinated_step_rate"]
+DESCRIPTIVE = ["steps_per_answer", "non_claim_share", "hallucinated_step_rate", "answer_f1"]
 
 
 def run_path(arm: str, seed: int, folder: Path = RUNS) -> Path:
     return folder / arm / f"seed{seed}.json"
 
 
+def plan_arguments(plan: Plan = PLAN) -> list[str]:
+    """The pre-registered command's arguments to ``fspo_vs_grpo.py`` (steps and model at their defaults)."""
+    return ["--world", plan.world, "--arms", plan.arm, plan.baseline, "--seeds", str(len(plan.seeds)),
+            "--val-rows", str(plan.val_rows), *plan.overrides]  # fmt: skip
+
+
 def planned(result: dict, plan: Plan = PLAN) -> str | None:
-    """Why a stored run is not one the plan covers (None: it is)."""
+    """Why a stored run is not one the plan covers (None: it is): its arm and seed, and its whole configuration
+    (``fspo_vs_grpo.run_config``: the quickstart's overrides, the arm's, the plan's, the sizes, the model)."""
+    arm, seed = result.get("arm"), result.get("seed")
+    if arm not in (plan.arm, plan.baseline) or seed not in plan.seeds:
+        return f"arm {arm} seed {seed} is not in the plan"
+    wanted = bench.run_config(arm, seed, bench._parser().parse_args(plan_arguments(plan)))
     config = result.get("config") or []
-    wanted = [f"world={plan.world}", f"val_rows={plan.val_rows}", f"seed={result.get('seed')}", *plan.overrides]
-    missing = [item for item in wanted if item not in config]
-    if result.get("arm") not in (plan.arm, plan.baseline) or result.get("seed") not in plan.seeds:
-        return f"arm {result.get('arm')} seed {result.get('seed')} is not in the plan"
-    return f"its configuration lacks {', '.join(missing)}" if missing else None
+    if config != wanted:
+        differing = sorted(set(config) ^ set(wanted)) or ["the order of its overrides"]
+        return f"its configuration is not the plan's ({', '.join(differing[:4])})"
+    return None
 
 
 def stored_runs(folder: Path = RUNS, plan: Plan = PLAN) -> dict[tuple[str, int], dict]:
@@ -84,7 +95,8 @@ def stored_runs(folder: Path = RUNS, plan: Plan = PLAN) -> dict[tuple[str, int],
             path = run_path(arm, seed, folder)
             if path.is_file():
                 result = read_json(path)
-                why = planned(result, plan)
+                held = (result.get("arm"), result.get("seed"))
+                why = f"holds arm {held[0]} seed {held[1]}" if held != (arm, seed) else planned(result, plan)
                 if why:
                     raise ValueError(f"{path}: {why}")
                 runs[arm, seed] = result
@@ -103,18 +115,25 @@ def store(sweep: Path, folder: Path = RUNS, plan: Plan = PLAN) -> list[Path]:
             if why:
                 raise ValueError(f"{source}: {why}")
             target = run_path(arm, seed, folder)
+            if target.is_file() and target.read_bytes() != source.read_bytes():
+                raise ValueError(f"{target} is stored already and differs from {source}: a run is stored once")
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
             copied.append(target)
     return copied
 
 
+def figure(run: dict, key: str) -> float | None:
+    """A run's figure after training: a per-answer one (``answer_metrics``) or, for F1, the run's own."""
+    after = run["after"]
+    return after.get("answer_f1") if key == "answer_f1" else bench.answer_metrics(after)[key]
+
+
 def differences(runs: dict[tuple[str, int], dict], key: str, plan: Plan = PLAN) -> dict[int, float]:
-    """Per seed: the arm's per-answer figure after training minus the baseline's (``answer_metrics``)."""
+    """Per seed: the arm's figure after training minus the baseline's (seeds where either lacks it left out)."""
     out = {}
     for seed in plan.seeds:
-        mine = bench.answer_metrics(runs[plan.arm, seed]["after"])[key]
-        theirs = bench.answer_metrics(runs[plan.baseline, seed]["after"])[key]
+        mine, theirs = figure(runs[plan.arm, seed], key), figure(runs[plan.baseline, seed], key)
         if mine is not None and theirs is not None:
             out[seed] = mine - theirs
     return out
@@ -155,9 +174,14 @@ def section(runs: dict[tuple[str, int], dict], plan: Plan = PLAN) -> str:
             "No figure is reported before all are in: the plan allows no interim look.",
         ]
         return "\n".join(lines)
+    for key in (plan.primary, plan.secondary, plan.non_inferior):
+        missing = sorted(set(plan.seeds) - set(differences(runs, key, plan)))
+        if missing:  # the plan: no run drops out of the compared figures
+            raise ValueError(f"{TITLES[key]} is missing for seeds {missing}; every planned run must have it")
     commits = sorted({run.get("code_version", "unknown") for run in runs.values()})
     minutes = sorted(run["seconds"] / 60 for run in runs.values())
     lines += [
+        "",
         f"Trained at commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}; "
         f"{minutes[len(minutes) // 2]:.1f} minutes a run (median; {minutes[0]:.1f}-{minutes[-1]:.1f}).",
         "",
@@ -213,10 +237,10 @@ def main(argv: list[str] | None = None) -> int:
             copied = store(args.store)
             print(f"stored {len(copied)} runs in {RUNS.relative_to(ROOT)}")
         runs = stored_runs()
+        new = written(RESULTS_MD.read_text(), runs)
     except ValueError as error:
         print(f"preregistered_report: {error}", file=sys.stderr)
         return 2
-    new = written(RESULTS_MD.read_text(), runs)
     if args.check:
         if new != RESULTS_MD.read_text():
             print("docs/results.md differs from `.venv/bin/python benchmarks/preregistered_report.py`", file=sys.stderr)

@@ -679,3 +679,14 @@ def test_a_later_arm_takes_no_validation_from_a_run_trained_at_other_code(tmp_pa
     )
     earlier["code_version"] = bench.code_version()
     assert bench.shared_before("grpo", 0, args, setup, [earlier], clock=0.0) == ("fspo", earlier["before"])
+
+
+def test_a_sweep_shares_its_cluster_only_where_a_run_alone_would_be_the_same(monkeypatch):
+    """A joined run takes platform=cpu and the shared cluster's size: with an accelerator, or a platform or cluster
+    size given, each run starts its own Ray instead."""
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    assert bench.sweep_refusal(["fspo.verifier.abstain_non_claims=true"]) is None
+    assert "platform" in bench.sweep_refusal(["platform=gpu"])
+    assert "ray_kwargs.ray_init.num_gpus" in bench.sweep_refusal(["+ray_kwargs.ray_init.num_gpus=2"])
+    monkeypatch.setenv("VERL_PLATFORM", "cuda")
+    assert "accelerator" in bench.sweep_refusal([])

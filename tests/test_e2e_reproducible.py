@@ -124,7 +124,7 @@ def test_another_seed_samples_other_rollouts(seeded_runs, servers_gone_run):
     assert outputs[0] != outputs[1]
 
 
-def test_the_runs_leave_the_cluster_they_joined_free(seeded_runs):
+def test_the_runs_leave_the_cluster_they_joined_free(grpo_run):
     """``grpo_run``'s two runs joined this process's Ray cluster (fspo_testing/shared_ray.py), one after another: Ray freed
     each job's placement groups and actors when its driver exited, so the next run found every logical CPU and GPU."""
     import psutil

@@ -36,7 +36,14 @@ def test_the_plan_is_the_committed_preregistrations():
     assert arguments[arguments.index("--val-rows") + 1] == str(PLAN.val_rows)
     assert arguments[arguments.index("--seeds") + 1] == str(len(PLAN.seeds))
     assert arguments[arguments.index("--arms") + 1 : arguments.index("--arms") + 3] == [PLAN.arm, PLAN.baseline]
-    assert all(override in arguments for override in PLAN.overrides)
+    # Nothing else: the steps and the model at the script's defaults, and exactly the plan's overrides.
+    assert [arg for arg in arguments if not arg.startswith("--")] == [
+        PLAN.world, PLAN.arm, PLAN.baseline, str(len(PLAN.seeds)), str(PLAN.val_rows), "outputs/shortcut",
+        *PLAN.overrides,
+    ]  # fmt: skip
+    assert sorted(arg for arg in arguments if arg.startswith("--")) == [
+        "--arms", "--output-dir", "--seeds", "--val-rows", "--world",
+    ]  # fmt: skip
     assert "**Primary metric.** Flawed-positive share" in text and PLAN.primary == "flawed_positive_share"
     assert "- Supported-chain accuracy" in text and PLAN.secondary == "supported_chain_accuracy"
     margin = float(re.search(r"interval of FSPO - GRPO lies above (-\d+\.\d+)", text).group(1))
@@ -44,10 +51,10 @@ def test_the_plan_is_the_committed_preregistrations():
 
 
 def _run(arm: str, seed: int, records: list[list[float]]) -> dict:
-    config = [f"world={PLAN.world}", f"val_rows={PLAN.val_rows}", f"seed={seed}", *PLAN.overrides]
+    config = report.bench.run_config(arm, seed, report.bench._parser().parse_args(report.plan_arguments()))
     per_question = {f"q{index}": record for index, record in enumerate(records)}
     return {"arm": arm, "seed": seed, "config": config, "code_version": "abc", "seconds": 600.0 + seed,
-            "after": {"per_question": per_question}}  # fmt: skip
+            "after": {"per_question": per_question, "answer_f1": 0.5}}  # fmt: skip
 
 
 def _records(rng: random.Random, questions: int, flaw_rate: float) -> list[list[float]]:
@@ -98,14 +105,40 @@ def test_each_figure_is_the_paired_t_interval_and_the_verdicts_follow_the_plan(s
             )
 
 
-def test_a_stored_run_the_plan_does_not_cover_is_refused(tmp_path):
+@pytest.mark.parametrize(
+    "change", ["drop the plan's override", "a smoke run's steps", "another arm's override", "another seed's file"]
+)
+def test_a_stored_run_the_plan_does_not_cover_is_refused(tmp_path, change):
     run = _run(PLAN.arm, 0, [[0, 1, 1.0, 0, 1, 1, 1]])
-    run["config"].remove(PLAN.overrides[0])
+    if change == "drop the plan's override":
+        run["config"].remove(PLAN.overrides[0])
+    elif change == "a smoke run's steps":
+        run["config"] = [item.replace("total_training_steps=12", "total_training_steps=1") for item in run["config"]]
+    elif change == "another arm's override":
+        run["config"].insert(-5, "fspo.flip=false")
+    else:
+        run["seed"] = 1
     path = report.run_path(PLAN.arm, 0, tmp_path)
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(run))
-    with pytest.raises(ValueError, match="abstain_non_claims"):
+    with pytest.raises(ValueError, match="not the plan's|holds arm"):
         report.stored_runs(tmp_path)
+
+
+def test_a_run_is_stored_once_and_every_compared_figure_is_required(tmp_path):
+    sweep = tmp_path / "sweep"
+    run = _run(PLAN.arm, 0, [[0, 1, 1.0, 0, 1, 1, 1]])
+    (sweep / PLAN.arm / "seed0").mkdir(parents=True)
+    (sweep / PLAN.arm / "seed0" / "result.json").write_text(json.dumps(run))
+    assert report.store(sweep, tmp_path / "stored") == [report.run_path(PLAN.arm, 0, tmp_path / "stored")]
+    assert report.store(sweep, tmp_path / "stored")  # the same file again: nothing changes
+    (sweep / PLAN.arm / "seed0" / "result.json").write_text(json.dumps({**run, "seconds": 1.0}))
+    with pytest.raises(ValueError, match="stored already"):
+        report.store(sweep, tmp_path / "stored")
+    runs = _runs(0, 0.0)
+    runs[PLAN.arm, 3]["after"] = {}  # no per-question records: no flawed-positive share
+    with pytest.raises(ValueError, match="seeds \\[3\\]"):
+        report.section(runs)
 
 
 def test_the_docs_section_is_what_the_committed_runs_give():
