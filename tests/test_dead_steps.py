@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, compute_rloo_outcome_advantage
 
 from fspo.advantage import apply_step_labels
+from fspo.cpu.patches import ZERO_GRADIENT_UPDATE
 from fspo.training.trainer import FSPOAdvantageMixin, advantages_all_zero, dead_step_blocker
 
 
@@ -62,6 +63,7 @@ def _config(**overrides):
             "rollout": {"calculate_log_probs": False},
         },
         "fspo": {"skip_dead_steps": True},
+        "trainer": {"device": "cpu"},
     }
     config = OmegaConf.create(base)
     for key, value in overrides.items():
@@ -86,6 +88,9 @@ def _config(**overrides):
             False,
             None,
         ),
+        # Only the CPU platform's FSDP engine takes a zero-gradient update without its passes.
+        ({"trainer.device": "cuda"}, False, "trainer.device=cuda"),
+        ({"actor_rollout_ref.actor.strategy": "megatron"}, False, "not FSDP"),
     ],
 )
 def test_dead_step_blocker_names_what_gives_a_zero_advantage_step_a_gradient(overrides, use_critic, blocker):
@@ -114,7 +119,7 @@ class _VerlStep:
         return batch
 
     def _update_actor(self, batch, metrics):
-        self.calls.append("update")
+        self.calls.append("update" + (" on zero gradients" if batch.extra_info.get(ZERO_GRADIENT_UPDATE) else ""))
         return batch
 
     def step_once(self) -> dict:
@@ -129,6 +134,9 @@ class _VerlStep:
 
 class _Batch:
     keys, partition_id, tags = ["k_0_0"], "train", [{}]
+
+    def __init__(self):
+        self.extra_info = {}
 
 
 class _Trainer(FSPOAdvantageMixin, _VerlStep):
@@ -148,12 +156,12 @@ def _metadata_refresh(monkeypatch):
 
 
 @pytest.mark.parametrize("skip", [True, False])
-def test_a_dead_update_skips_the_old_policy_and_reference_passes_and_the_update(skip):
+def test_a_dead_update_skips_the_old_policy_and_reference_passes_and_updates_on_zero_gradients(skip):
     trainer = _Trainer(_config(**{"fspo.skip_dead_steps": skip}))
     trainer.dead = True
     metrics = trainer.step_once()
     if skip:
-        assert trainer.calls == ["advantage"] and metrics == {"fspo/step_skipped": 1.0}
+        assert trainer.calls == ["advantage", "update on zero gradients"] and metrics == {"fspo/step_skipped": 1.0}
     else:  # verl's order, untouched
         assert trainer.calls == ["old_log_prob", "ref", "advantage", "update"] and metrics == {}
     # The next update is live: everything runs, the advantage once.
@@ -173,26 +181,71 @@ def test_skip_dead_steps_stays_off_where_a_zero_advantage_step_has_a_gradient():
     assert trainer.calls == ["old_log_prob", "ref", "advantage", "update"]
 
 
-def test_a_zero_gradient_adamw_step_still_moves_the_weights():
-    """What a skip changes (fspo.skip_dead_steps' help): AdamW at verl's defaults (weight decay 0.01, betas
-    0.9/0.999) and the quickstart's lr 2e-5. On a first, dead step only weight decay moves a weight (by lr x 0.01 of
-    it); after one live step the momentum moves every weight by 0.67 lr, two thirds of the live step's lr."""
-    lr = 2e-5
+def _tiny_llama(seed: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    def step_sizes(live_steps: int) -> torch.Tensor:
-        torch.manual_seed(0)
-        weight = torch.nn.Parameter(torch.randn(4096) * 0.02)
-        optimizer = torch.optim.AdamW([weight], lr=lr, weight_decay=0.01)
-        for _ in range(live_steps):
-            weight.grad = torch.randn(4096) * 1e-3
-            optimizer.step()
-        before = weight.detach().clone()
-        weight.grad = torch.zeros(4096)
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, attn_implementation="sdpa")  # fmt: skip
+    return LlamaForCausalLM(config)
+
+
+def _response_log_probs(model, ids: torch.Tensor, prompt: int) -> torch.Tensor:
+    logits = model(input_ids=ids).logits[:, prompt - 1 : -1]
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, prompt:, None]).squeeze(-1)
+
+
+def test_a_zero_gradient_update_gives_the_weights_of_verls_full_computation():
+    """fspo.cpu.patches.patch_zero_gradient_updates against verl's own computation of a dead update: the vanilla
+    clipped loss (verl/trainer/ppo/core_algos.py:1286) at zero advantages, off-policy (ratio != 1), its backward, the
+    engine's clipping and AdamW at verl's defaults (weight decay 0.01), after a live step that left momentum. The
+    full computation's gradient is exactly 0, and both models end bit for bit equal; AdamW did move them."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.engine.fsdp import transformer_impl
+
+    from fspo.cpu import patches
+
+    loss_config = OmegaConf.create({"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28,
+                                    "clip_ratio_c": 3.0, "global_batch_info": {}})  # fmt: skip
+    generator = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 300, (4, 12), generator=generator)
+    mask = (torch.rand(4, 8, generator=generator) > 0.2).float()
+    mask[:, 0] = 1.0
+    models = [_tiny_llama(0), _tiny_llama(0)]
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=2e-5, weight_decay=0.01) for m in models]
+
+    def full_step(model, optimizer, advantages, old):
+        optimizer.zero_grad()
+        log_prob = _response_log_probs(model, ids, 4)
+        loss, _ = compute_policy_loss_vanilla(old, log_prob, advantages, mask, "token-mean", loss_config)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
         optimizer.step()
-        return (weight.detach() - before).abs(), before.abs()
 
-    moved, size = step_sizes(0)
-    ulp = torch.finfo(torch.float32).eps * size  # the decay, lr x 0.01 = 2e-7 of a weight, is a few float32 ulps
-    assert ((moved - size * lr * 0.01).abs() <= ulp).all() and (moved > 0).float().mean() > 0.99
-    moved, _ = step_sizes(1)
-    assert moved.mean() / lr == pytest.approx(0.67, abs=0.01)
+    live = torch.randn(4, 8, generator=generator)
+    for model, optimizer in zip(models, optimizers):
+        with torch.no_grad():
+            old = _response_log_probs(model, ids, 4) + 0.05
+        full_step(model, optimizer, live, old)
+    start = {name: p.detach().clone() for name, p in models[0].named_parameters()}
+
+    with torch.no_grad():
+        old = _response_log_probs(models[0], ids, 4) + 0.1 * torch.randn(4, 8, generator=generator)
+    full_step(models[0], optimizers[0], torch.zeros(4, 8), old)
+    assert all(torch.equal(p.grad, torch.zeros_like(p)) for p in models[0].parameters())
+
+    engine = object.__new__(transformer_impl.FSDPEngine)
+    engine.module = models[1]
+    patches.patch_zero_gradient_updates(transformer_impl)
+    optimizers[1].zero_grad()
+    data = tu.get_tensordict({"input_ids": ids}, non_tensor_dict={patches.ZERO_GRADIENT_UPDATE: True})
+    output = transformer_impl.FSDPEngine.forward_backward_batch(engine, data, loss_function=None)
+    assert output == {"model_output": {}, "loss": [0.0], "metrics": {}}
+    torch.nn.utils.clip_grad_norm_(models[1].parameters(), max_norm=1.0)
+    optimizers[1].step()
+
+    for (name, full), (_, shortcut) in zip(models[0].named_parameters(), models[1].named_parameters()):
+        assert torch.equal(full, shortcut), name
+    assert any(not torch.equal(p, start[name]) for name, p in models[0].named_parameters())

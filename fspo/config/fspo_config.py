@@ -132,15 +132,11 @@ class FSPOConfig(BaseConfig):
     skip_dead_steps: bool = field(
         default=False,
         metadata={
-            "help": "Skip the update, and the passes only it needs, when every advantage is 0. That is when every "
-            "group's rewards are equal (the flip keeps 0); the old-policy and reference passes and the actor update "
-            "are skipped and fspo/step_skipped logged. Such a step has no "
-            "gradient, but AdamW still moves the weights on it: weight decay, and the momentum of earlier steps "
-            "(0.67 x lr per weight after one live step, measured); a skip leaves them, AdamW's step count and the "
-            "LR schedule where they were, so a run's weights differ from an unskipped run's after its first dead "
-            "step. Only with an estimator computed from the rewards alone (grpo, rloo, reinforce_plus_plus...), no "
-            "critic, no KL loss or KL in the reward, entropy_coeff 0 (the trainer's log says which). false = "
-            "verl's behaviour (the published figures)."
+            "help": "Skip the forward and backward of an update whose every advantage is 0 (the CPU preset: true). "
+            "Every group's rewards are equal then (the flip keeps 0) and the gradient is exactly 0: the CPU engine sets "
+            "it so and AdamW steps as after the full pass (same weights, bit for bit); the old-policy and reference "
+            "passes are skipped, fspo/step_skipped logged. CPU platform only; needs an estimator of the rewards alone "
+            "(grpo, rloo, ...), no critic, no KL, entropy_coeff 0 (the log says which)."
         },
     )
     dump_dir: Optional[str] = field(

@@ -37,5 +37,5 @@ METRICS = {
     # The trainer's own.
     "fspo/rejected_label_rows": "rows whose labels were missing or malformed (trained unlabelled)",
     "fspo/fapo_refinement_group_frac": "share of prompts whose fully correct rollouts outnumber the wrong ones",
-    "fspo/step_skipped": "share of actor updates skipped as dead (`fspo.skip_dead_steps`)",
+    "fspo/step_skipped": "share of actor updates taken without forward and backward (`fspo.skip_dead_steps`)",
 }

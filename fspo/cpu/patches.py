@@ -193,3 +193,42 @@ def patch_response_logits(engine_module) -> None:
     prepare_model_inputs._fspo_cpu_patched = True
     engine_class.prepare_model_inputs = prepare_model_inputs
     engine_class.prepare_model_outputs = prepare_model_outputs
+
+
+# The flag FSPO's trainer puts in an update's extra_info when every advantage is 0 (fspo.skip_dead_steps).
+ZERO_GRADIENT_UPDATE = "fspo_zero_gradient_update"
+
+
+def patch_zero_gradient_updates(engine_module) -> None:
+    """An update flagged :data:`ZERO_GRADIENT_UPDATE` gets zero gradients without the forward and the backward.
+
+    Its advantages are all 0 and its loss is -advantage x a function of the policy with no other term
+    (:func:`fspo.training.trainer.dead_step_blocker`), so verl's full computation gives every parameter a gradient of
+    exactly 0. The optimizer step then runs as ever (clipping a norm of 0, AdamW's momentum and weight decay, the LR
+    schedule): the weights are the full computation's, bit for bit. Only the per-micro-batch metrics (pg_loss,
+    clip fractions, KL) are not computed; the loss logged is that 0.
+    """
+    engine_class = engine_module.FSDPEngine
+    original = engine_class.forward_backward_batch
+    if getattr(original, "_fspo_cpu_patched", False):
+        return
+
+    @functools.wraps(original)
+    def forward_backward_batch(self, data, loss_function, forward_only=False):
+        from verl.utils import tensordict_utils as tu
+
+        if forward_only or not tu.get_non_tensor_data(data=data, key=ZERO_GRADIENT_UPDATE, default=False):
+            return original(self, data, loss_function, forward_only)
+        for parameter in self.module.parameters():
+            if parameter.requires_grad:
+                parameter.grad = torch.zeros_like(parameter)
+        return {"model_output": {}, "loss": [0.0], "metrics": {}}
+
+    forward_backward_batch._fspo_cpu_patched = True
+    engine_class.forward_backward_batch = forward_backward_batch
+
+
+def patch_engine(engine_module) -> None:
+    """The CPU platform's changes to verl's FSDP engine."""
+    patch_response_logits(engine_module)
+    patch_zero_gradient_updates(engine_module)

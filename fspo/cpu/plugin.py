@@ -50,11 +50,11 @@ def register_agent_loop() -> None:
 
 
 def patch_engine_on_import() -> None:
-    """Trim the FSDP engine's LM-head forward (:func:`fspo.cpu.patches.patch_response_logits`) where it is imported:
-    the FSDP workers, not every process that imports verl."""
+    """Patch the FSDP engine (:func:`fspo.cpu.patches.patch_engine`: the LM head at read positions only, zero-gradient
+    updates) where it is imported: the FSDP workers, not every process that imports verl."""
     from fspo.cpu import patches
 
-    after_import(patches.ENGINE_MODULE, patches.patch_response_logits)
+    after_import(patches.ENGINE_MODULE, patches.patch_engine)
 
 
 def after_import(name: str, run: Callable[[ModuleType], None]) -> None:

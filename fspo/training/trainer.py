@@ -25,6 +25,7 @@ from verl.workers.utils.padding import response_to_nested
 from fspo.advantage import apply_step_labels, flip_stats
 from fspo.config.fspo_config import fspo_config
 from fspo.config.vocabulary import TRAINER_MODES
+from fspo.cpu.patches import ZERO_GRADIENT_UPDATE
 from fspo.methods.fapo import refinement_groups
 from fspo.training.batch_dump import dump_file_name, save_atomically
 from fspo.training.reward_extra_info import (
@@ -89,6 +90,13 @@ def dead_step_blocker(config, use_critic: bool) -> Optional[str]:
 
     estimator = str(setting("algorithm.adv_estimator"))
     bypass = bool(setting("algorithm.rollout_correction.bypass_mode", False))
+    device = str(setting("trainer.device", "cuda"))
+    if device != "cpu":
+        return (
+            f"trainer.device={device}: only the CPU platform's engine takes a zero-gradient update without its passes"
+        )
+    if setting("actor_rollout_ref.actor.strategy", "fsdp2") not in ("fsdp", "fsdp2"):
+        return "actor_rollout_ref.actor.strategy is not FSDP: only the FSDP engine takes a zero-gradient update"
     if estimator not in REWARD_ONLY_ESTIMATORS:
         return f"algorithm.adv_estimator={estimator} reads more than the rewards"
     if use_critic:
@@ -174,8 +182,9 @@ class FSPOAdvantageMixin:
     ``fspo.dump_dir`` (default off) saves, for every actor update, the tensors the actor is updated
     with (:mod:`fspo.training.batch_dump`).
 
-    ``fspo.skip_dead_steps`` (default off), where :func:`dead_step_blocker` allows it: the advantage runs before the
-    old-policy pass, and an update whose every advantage is 0 skips that pass, the reference pass and the update.
+    ``fspo.skip_dead_steps``, where :func:`dead_step_blocker` allows it: the advantage runs before the old-policy
+    pass, and an update whose every advantage is 0 skips that pass and the reference pass, and takes its optimizer
+    step on zero gradients without the forward and backward (the same weights as verl's full update).
     """
 
     def __init__(self, *args, **kwargs):
@@ -320,11 +329,16 @@ class FSPOAdvantageMixin:
             save_atomically(record, os.path.join(self.fspo_dump_dir, name))
             self._fspo_step_record = None
         if self._fspo_early_advantage:
-            skipped, self._fspo_dead_update = self._fspo_dead_update, False
-            metrics["fspo/step_skipped"] = float(skipped)
-            if skipped:
-                # No gradient: AdamW, its step count and the LR schedule stay where they were (fspo.skip_dead_steps).
-                return batch
+            dead, self._fspo_dead_update = self._fspo_dead_update, False
+            metrics["fspo/step_skipped"] = float(dead)
+            if dead:
+                # The gradient is 0: the engine sets it so without the forward and backward, and AdamW and the LR
+                # schedule step as after the full computation (fspo.cpu.patches.patch_zero_gradient_updates).
+                batch.extra_info[ZERO_GRADIENT_UPDATE] = True
+                try:
+                    return super()._update_actor(batch, metrics=metrics)
+                finally:
+                    batch.extra_info.pop(ZERO_GRADIENT_UPDATE, None)
         return super()._update_actor(batch, metrics=metrics)
 
 
