@@ -249,3 +249,18 @@ def test_a_zero_gradient_update_gives_the_weights_of_verls_full_computation():
     for (name, full), (_, shortcut) in zip(models[0].named_parameters(), models[1].named_parameters()):
         assert torch.equal(full, shortcut), name
     assert any(not torch.equal(p, start[name]) for name, p in models[0].named_parameters())
+
+
+def test_the_zero_gradient_shortcut_is_taken_only_where_zeros_are_the_exact_gradient():
+    """Experts, a vision tower or dropout: verl's pass would leave some gradients None (AdamW then skips those
+    weights) or draw random numbers, so the engine runs the full pass there."""
+    from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
+
+    from fspo.cpu.patches import zero_gradient_is_exact
+
+    tiny = {"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "num_key_value_heads": 1}  # fmt: skip
+    assert zero_gradient_is_exact(LlamaForCausalLM(LlamaConfig(**tiny)))
+    assert not zero_gradient_is_exact(LlamaForCausalLM(LlamaConfig(**tiny, attention_dropout=0.1)))
+    assert not zero_gradient_is_exact(MixtralForCausalLM(MixtralConfig(**tiny, num_local_experts=2)))
+    assert not zero_gradient_is_exact(torch.nn.Linear(2, 2))  # no model config: the full pass

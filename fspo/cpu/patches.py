@@ -199,6 +199,33 @@ def patch_response_logits(engine_module) -> None:
 ZERO_GRADIENT_UPDATE = "fspo_zero_gradient_update"
 
 
+# Model config keys that mark parameters a forward may leave untouched (experts no token reached, a vision or audio
+# tower on text): verl's pass leaves their gradient None, and AdamW skips them, where zeros would decay them.
+_SPARSE_KEYS = (
+    "num_experts",
+    "num_local_experts",
+    "n_routed_experts",
+    "moe_num_experts",
+    "vision_config",
+    "audio_config",
+)
+
+
+def zero_gradient_is_exact(module) -> bool:
+    """Whether zeros are exactly the gradient verl's pass would give ``module`` at zero advantages: every parameter
+    on the loss's path (no experts, no vision or audio tower) and no dropout (whose draws the pass would take)."""
+    config = getattr(module, "config", None)
+    if config is None or not hasattr(config, "to_dict"):
+        return False
+    values = config.to_dict()
+    if any(values.get(key) for key in _SPARSE_KEYS):
+        return False
+    return not any(
+        "dropout" in key and isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        for key, value in values.items()
+    )
+
+
 def patch_zero_gradient_updates(engine_module) -> None:
     """An update flagged :data:`ZERO_GRADIENT_UPDATE` gets zero gradients without the forward and the backward.
 
@@ -207,6 +234,10 @@ def patch_zero_gradient_updates(engine_module) -> None:
     exactly 0. The optimizer step then runs as ever (clipping a norm of 0, AdamW's momentum and weight decay, the LR
     schedule): the weights are the full computation's, bit for bit. Only the per-micro-batch metrics (pg_loss,
     clip fractions, KL) are not computed; the loss logged is that 0.
+
+    Only for a dense text model without dropout (:func:`zero_gradient_is_exact`); any other runs the full pass. A
+    forward whose activations overflow (NaN logits) would have made verl skip the optimizer step; the shortcut
+    cannot see that.
     """
     engine_class = engine_module.FSDPEngine
     original = engine_class.forward_backward_batch
@@ -217,7 +248,8 @@ def patch_zero_gradient_updates(engine_module) -> None:
     def forward_backward_batch(self, data, loss_function, forward_only=False):
         from verl.utils import tensordict_utils as tu
 
-        if forward_only or not tu.get_non_tensor_data(data=data, key=ZERO_GRADIENT_UPDATE, default=False):
+        flagged = tu.get_non_tensor_data(data=data, key=ZERO_GRADIENT_UPDATE, default=False)
+        if forward_only or not flagged or not zero_gradient_is_exact(self.module):
             return original(self, data, loss_function, forward_only)
         for parameter in self.module.parameters():
             if parameter.requires_grad:
