@@ -959,9 +959,10 @@ def main(argv: list[str] | None = None) -> int:
             from fspo.quickstart.smollm2 import convert_smollm2
 
             model = convert_smollm2()
-        launcher = SweepLauncher(args.separate_ray or bool(sweep_refusal(args.overrides)))
-        if not args.separate_ray and sweep_refusal(args.overrides):
-            say(clock, f"each run starts its own Ray: {sweep_refusal(args.overrides)}")
+        refusal = None if args.separate_ray else sweep_refusal(args.overrides)
+        if refusal:
+            say(clock, f"each run starts its own Ray: {refusal}")
+        launcher = SweepLauncher(args.separate_ray or refusal is not None)
         results = []
         for seed in range(args.seeds):
             seed_results: list[dict] = []
