@@ -185,7 +185,7 @@ def test_run_progress_announces_each_phase_and_keeps_talking_during_validation(t
     progress.poll()  # validation is over: no progress line
     progress.on_record({"step": 1, "data": {"training/global_step": 1, "critic/score/mean": 0.5}})
     with open(log, "a") as handle:
-        handle.write("ation begins (global step 1)\n")  # the half-written line completes
+        handle.write("ation begins (global step 2)\n")  # the half-written line completes
     progress.poll()
     progress.on_record({"step": 2, "data": {"training/global_step": 2, "val-core/x/f1/mean@1": 0.5}})
     lines = capsys.readouterr().out.splitlines()

@@ -355,7 +355,7 @@ def test_the_quickstart_scans_the_trainers_log_as_bytes(tmp_path, capsys):
     progress.poll()
     assert progress.validating_since is None
     with open(log, "ab") as handle:
-        handle.write(b"ins\n")
+        handle.write(b"ins (global step 0)\n")
     progress.poll()
     assert progress.validating_since is not None
     assert "validating on 4 held-out questions before training" in capsys.readouterr().out

@@ -268,3 +268,29 @@ def test_a_run_that_does_not_validate_before_training_announces_its_first_step_a
         "[grpo] training step 2/2: rollouts, verifier, update",
         "[grpo] validating on 32 held-out questions after step 2 (greedy answers)",
     ]
+
+
+def test_a_validation_line_that_arrives_after_its_pass_is_passed_over(tmp_path, capsys):
+    # In a sweep joined to one Ray cluster, the trainer's line for the pass before training reached the log after
+    # that pass's record, a step into training; it was announced as a validation after step 2 and kept the
+    # heartbeat going through the training steps.
+    log = tmp_path / "train.log"
+    log.write_text("")
+    progress = cli.RunProgress("fspo", log, steps=12, questions=64, started=0.0, heartbeat_s=0.0)
+    progress.start()
+    progress.on_record({"step": 0, "data": {"val-core/x/f1/mean@1": 0.25}})
+    progress.on_record({"step": 1, "data": {"training/global_step": 1}})
+    log.write_text(f"{progress.VALIDATION_MARK} (global step 0)\n")
+    progress.poll()
+    progress.poll()
+    assert progress.validating_since is None
+    with open(log, "a") as handle:
+        handle.write(f"{progress.VALIDATION_MARK} (global step 12)\n")
+    progress.poll()
+    phases = [line.split("] ", 1)[1] for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert phases[1:] == [
+        "[fspo] validation done: answer F1 0.250, supported-step rate 0.000",
+        "[fspo] training step 1/12: rollouts, verifier, update",
+        "[fspo] training step 2/12: rollouts, verifier, update",
+        "[fspo] validating on 64 held-out questions after step 12 (greedy answers)",
+    ]

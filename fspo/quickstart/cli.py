@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -174,6 +175,9 @@ class RunProgress:
     The trainer runs in a subprocess: a validation pass starts when FSPO's trainer logs that it does,
     and ends, like each training step, when its metrics record arrives. A validation pass on a CPU is
     one long batched ``generate``; while it runs a line every ``heartbeat_s`` seconds says how long.
+    The pass is named by the global step in the trainer's line, and a line for a pass whose record came
+    first is passed over: Ray forwards a worker's output to the log, and in a sweep that joins one Ray
+    cluster it can arrive a step late.
 
     Args:
         name: the run's name, printed in front of its lines.
@@ -188,6 +192,7 @@ class RunProgress:
     # fspo.training.trainer.VALIDATION_BEGINS, which FSPO's trainer prints as a validation pass starts (not
     # imported: fspo.training.trainer loads verl and torch, seconds before `fspo quickstart --help` could answer).
     VALIDATION_MARK = "fspo: validation begins"
+    VALIDATION_LINE = re.compile(re.escape(VALIDATION_MARK).encode() + rb" \(global step (\d+)\)")
 
     def __init__(
         self,
@@ -206,7 +211,7 @@ class RunProgress:
         self.trained = 0
         self.validating_since: float | None = None
         self.validates_before = validates_before
-        self.validated = not validates_before  # the next validation is after a step
+        self.reported: set[int] = set()  # global steps whose validation record has arrived
         self.last_line_at = 0.0
 
     def say(self, message: str) -> None:
@@ -223,10 +228,11 @@ class RunProgress:
     def poll(self) -> None:
         """Reads the log's new lines; called about once a second while the trainer runs."""
         for line in self._new_lines():
-            if self.VALIDATION_MARK.encode() in line and self.validating_since is None:
+            mark = self.VALIDATION_LINE.search(line)
+            if mark and self.validating_since is None and int(mark[1]) not in self.reported:
                 self.validating_since = time.time()
-                # verl validates after a step's update and logs both in that step's record.
-                when = f"after step {self.trained + 1}" if self.validated else "before training"
+                # verl validates after a step's update (at that global step) and logs both in its record.
+                when = f"after step {mark[1].decode()}" if int(mark[1]) else "before training"
                 self.say(f"validating on {self.questions} held-out questions {when} (greedy answers)")
                 return
         if self.validating_since is not None and time.time() - self.last_line_at >= self.heartbeat_s:
@@ -236,7 +242,8 @@ class RunProgress:
         """Reports a metrics record: a validation pass done, a training step done and the next begun."""
         data = record["data"]
         if any(key.startswith("val") for key in data):
-            self.validating_since, self.validated = None, True
+            self.validating_since = None
+            self.reported.add(int(record["step"]))
             figures = validation_figures(record)
             self.say(
                 f"validation done: answer F1 {figures['answer_f1']:.3f}, "
