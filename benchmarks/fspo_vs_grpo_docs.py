@@ -36,7 +36,23 @@ NAMES = {
     "fdpo": "F-DPO",
 }
 OTHER_ARMS = ["grpo_factuality_reward", "knowrl", "fapo", "fdpo"]
-FIGURE_NAMES = {"hallucinated_step_rate": "hallucinated-step rate", "answer_f1": "answer F1"}
+# The paired differences the docs show, the primary first: defined for every run that answered (per answer),
+# unlike the pooled hallucinated-step rate, which a run without a judged step lacks (bench.ANSWER_FIGURES).
+DIFFERENCES = {
+    "flawed_positive_share": "flawed positives per question",
+    "exact_match": "exact match",
+    "answer_f1": "answer F1",
+    "hallucinated_step_rate": "hallucinated-step rate, pooled (secondary)",
+}
+PRIMARY = "flawed_positive_share"
+# What the verifiers and the policies' copying show beside the per-answer table (bench.FIGURES' keys).
+DESCRIPTIVE = [
+    "answer_f1",
+    "lexical_supported_step_rate",
+    "embedding_supported_step_rate",
+    "copy_rate",
+    "verifier_blind_rate",
+]
 # results.json records each run's commit but not its date or CPU: both from the commits that added the runs
 # (git log benchmarks/results/fspo_vs_grpo.json). Update with the next measurement.
 MEASURED = "2026-11-26 on 2 cores of a shared CPU machine whose model was not recorded"
@@ -44,12 +60,17 @@ MEASURED = "2026-11-26 on 2 cores of a shared CPU machine whose model was not re
 COLLAPSE_ANSWERS_PER_STEP = 4
 # The issue's rule: the comparison is finished when the interval excludes 0 or this many seeds are in.
 SEEDS_PLANNED = 8
-# A held-out answer is right at F1 1 (the per-question figures keep F1, not the scorer's exact match).
-RIGHT_F1 = 1.0
+# The world judge these runs were judged by: before f0fef0b it judged three true restatements of a relation
+# ("A's birthplace is B", "The headquarters of A are in B", "B was the mentor of A") contradicted. The runs kept
+# per-question counts, not the answers, so they cannot be judged again. Update with the next measurement.
+JUDGE = (
+    "The world judge of these runs predates f0fef0b: it judged a step in three true wordings (\"A's birthplace is "
+    'B", "The headquarters of A are in B", "B was the mentor of A") contradicted. The runs kept counts per '
+    "question, not the answers, so they are not judged again."
+)
 
 FSPO_SECTION = "## FSPO against GRPO on the quickstart"
 OTHERS_SECTION = "## The other methods on the quickstart"
-FLAWED_SECTION = "## Flawed positives in the quickstart's world"
 NEXT_SECTION = "## What one update with the flip does, paired"
 METHODS_DEPARTURES = "[methods](methods.md#departures-from-the-authors-code)"
 
@@ -94,11 +115,21 @@ def stopped_reasoning(runs: list[dict]) -> str:
     return "; ".join(f"{arm} {', '.join(seeds)}" for arm, seeds in by_arm.items())
 
 
-def flawed_positives(per_question: dict) -> tuple[int, int, int]:
-    """(right answers, those holding a contradicted step, those with no judged step) of one validation pass,
-    from its per-question [contradicted, claims, F1, unseen] figures."""
-    right = [figures for figures in per_question.values() if figures[2] == RIGHT_F1]
-    return len(right), sum(figures[0] > 0 for figures in right), sum(figures[1] == 0 for figures in right)
+def descriptive_table(summary: dict) -> str:
+    """:data:`DESCRIPTIVE`'s figures, mean ± std over each arm's runs, ``(n=2)`` where some runs lack one."""
+    titles = dict(bench.FIGURES)
+    lines = [
+        "| arm | runs | " + " | ".join(titles[key] for key in DESCRIPTIVE) + " |",
+        "|---|---|" + "---|" * len(DESCRIPTIVE),
+    ]
+    for name, stats in summary.items():
+        runs = max(count for _, _, count in stats.values())
+        cells = []
+        for key in DESCRIPTIVE:
+            mean, std, count = stats[key]
+            cells.append("n/a" if count == 0 else f"{mean:.3f} ± {std:.3f}" + (f" (n={count})" if count < runs else ""))
+        lines.append(f"| {name} | {runs} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 class Comparison:
@@ -107,8 +138,9 @@ class Comparison:
     def __init__(self, measured: dict):
         self.measured = measured
         self.runs = measured["runs"]
-        self.paired = bench.comparisons(self.runs)
-        self.tables = bench.report(self.runs, measured["steps"], measured["val_rows"], self.paired).split("\n\n")
+        self.paired = bench.comparisons(self.runs) + bench.answer_comparisons(self.runs)
+        # `--table`'s per-answer table of the arms (its caption and the differences around it are not shown).
+        self.answer_table = bench.answer_table(self.runs).split("\n\n")[1]
         self.summary = bench.summarise(self.runs)
 
     def seeds(self, arm: str) -> list[int]:
@@ -132,12 +164,23 @@ class Comparison:
             for pair in [(arm, "grpo")] + ([] if arm == "grpo_factuality_reward" else [("fspo", arm)])
         ]
 
-    def other_intervals_excluding_zero(self) -> str:
-        """The other methods' differences whose interval excludes 0, named ("F-DPO − GRPO in answer F1"), or ""."""
+    def difference_table(self) -> str:
+        """Each pair's :data:`DIFFERENCES` after training: mean [95% paired t interval] (seeds)."""
+        lines = [
+            "| difference | " + " | ".join(DIFFERENCES.values()) + " |",
+            "|---|" + "---|" * len(DIFFERENCES),
+        ]
+        for a, b in self.pairs():
+            cells = [short_interval(self.difference(a, b, figure)) for figure in DIFFERENCES]
+            lines.append(f"| {a} − {b} | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def intervals_excluding_zero(self, pairs: list[tuple[str, str]]) -> str:
+        """The differences of ``pairs`` whose interval excludes 0, named ("F-DPO − GRPO in answer F1"), or ""."""
         return "; ".join(
-            f"{NAMES[a]} − {NAMES[b]} in {FIGURE_NAMES[figure]}"
-            for a, b in self.pairs()[1:]
-            for figure in FIGURE_NAMES
+            f"{NAMES[a]} − {NAMES[b]} in {name}"
+            for a, b in pairs
+            for figure, name in DIFFERENCES.items()
             if not spans_zero(self.difference(a, b, figure))
         )
 
@@ -165,34 +208,27 @@ class Comparison:
             if base["arm"] in ("grpo", "fspo") and base["seed"] == run["seed"] and figures(base) == figures(run)
         ]
 
-    def flawed(self, arm: str) -> tuple[int, int, int]:
-        """:func:`flawed_positives` summed over an arm's runs after training (``base model``: before, once a seed)."""
-        if arm == "base model":
-            first = next(run["arm"] for run in self.runs if run["before"] is not None)
-            passes = [run["before"] for run in self.runs if run["arm"] == first]
-        else:
-            passes = [run["after"] for run in self.runs if run["arm"] == arm]
-        counts = [flawed_positives(figures.get("per_question", {})) for figures in passes]
-        return tuple(sum(column) for column in zip(*counts, strict=True)) if counts else (0, 0, 0)
 
-    def flawed_share_difference(self, arm: str, baseline: str) -> tuple[float, float, float, int]:
-        """``arm`` − ``baseline`` in the share of right answers holding a contradicted step: mean and 95% t
-        interval over the seeds where both runs have a right answer."""
-        shares = {}
-        for run in self.runs:
-            right, flawed, _ = flawed_positives(run["after"].get("per_question", {}))
-            if right:
-                shares[(run["arm"], run["seed"])] = flawed / right
-        seeds = sorted({seed for a, seed in shares if a == arm} & {seed for b, seed in shares if b == baseline})
-        return t_interval([shares[(arm, seed)] - shares[(baseline, seed)] for seed in seeds])
+def verdict(primary: dict, seeds: int, finished: bool) -> str:
+    """The bold line on FSPO − GRPO in the primary figure: what its interval shows."""
+    name = DIFFERENCES[PRIMARY]
+    if not spans_zero(primary):
+        fewer = "fewer" if primary["mean"] < 0 else "more"
+        return f"**On {seeds} seeds FSPO's answers hold {fewer} flawed positives than GRPO's: the 95% interval of {name} excludes 0.**"
+    if finished:
+        return (
+            f"**On {seeds} seeds the 95% interval of FSPO − GRPO in {name} spans 0: this benchmark does not show "
+            "that FSPO lowers them.**"
+        )
+    return f"**With {seeds} of {SEEDS_PLANNED} seeds the intervals still span 0.**"
 
 
 def fspo_section(c: Comparison) -> str:
     fspo_seeds = c.seeds("fspo")
-    rate = c.difference("fspo", "grpo", "hallucinated_step_rate")
+    primary = c.difference("fspo", "grpo", PRIMARY)
     live = [run["live_steps"][0] for run in c.runs if run["arm"] in ("fspo", "grpo") and run.get("live_steps")]
     live_mean, live_low, live_high, _ = t_interval(live)
-    finished = len(fspo_seeds) >= SEEDS_PLANNED or not spans_zero(rate)
+    finished = len(fspo_seeds) >= SEEDS_PLANNED or not spans_zero(primary)
     copied = {arm: c.summary[arm]["copy_rate"][0] for arm in ("fspo", "grpo")}
 
     lines = [
@@ -207,54 +243,39 @@ def fspo_section(c: Comparison) -> str:
         else f"Seeds {seed_range(fspo_seeds)} of the {SEEDS_PLANNED} are finished; the same command resumes at seed "
         f"{len(fspo_seeds)}, because finished runs stay in `outputs/fspo_vs_grpo/`.",
         f"Measured {MEASURED}, at code {bench.code_versions(c.runs)}.",
+        JUDGE,
         "`benchmarks/fspo_vs_grpo_docs.py` writes these sections from `benchmarks/results/fspo_vs_grpo.json`, "
         "which holds each run's time (`seconds`).",
         "",
-        "After training, mean ± std over each arm's runs (one per seed):",
+        "Per answer after training, over every held-out question (a flawed positive: a right answer holding a step "
+        "the judge contradicts); mean ± std over each arm's runs (one per seed):",
         "",
-        c.tables[1],
+        c.answer_table,
+        "",
+        "These runs kept no gold chain per question: supported-chain accuracy is n/a.",
         "",
         "Paired differences after training (mean, 95% paired t interval, seeds):",
         "",
-        "| difference | hallucinated-step rate | answer F1 |",
-        "|---|---|---|",
-        *(
-            f"| {a} − {b} | {short_interval(c.difference(a, b, 'hallucinated_step_rate'))} | "
-            f"{short_interval(c.difference(a, b, 'answer_f1'))} |"
-            for a, b in c.pairs()
-        ),
+        c.difference_table(),
+        "",
+        verdict(primary, len(fspo_seeds), finished),
         "",
     ]
-    paired_note = (
-        "" if rate["seeds"] == len(fspo_seeds) else f" ({rate['seeds']} of them paired in the hallucinated-step rate)"
-    )
-    if not spans_zero(rate):
-        lines.append(
-            f"**On {len(fspo_seeds)} seeds FSPO's hallucinated-step rate is below GRPO's: the 95% interval excludes 0.**"
-        )
-    elif finished:
-        lines.append(
-            f"**On {len(fspo_seeds)} seeds the 95% interval of FSPO − GRPO in the hallucinated-step rate "
-            "spans 0: this benchmark does not show that FSPO lowers it.**"
-        )
-    else:
-        lines.append(f"**With {len(fspo_seeds)} of {SEEDS_PLANNED} seeds{paired_note} the intervals still span 0.**")
-    lines.append("")
-    if rate["per_seed"] and all(value < 0 for value in rate["per_seed"].values()):
-        lines.append("- FSPO's hallucinated-step rate is the lower on every seed.")
+    if primary["per_seed"] and all(value < 0 for value in primary["per_seed"].values()):
+        lines.append(f"- FSPO's {DIFFERENCES[PRIMARY]} are the fewer on every seed.")
     collapsed = c.collapsed(("fspo", "grpo"))
     if collapsed:
         lines.append(
-            f"- Stopped writing reasoning: {stopped_reasoning(collapsed)}; a run with no step has no "
-            "hallucinated-step rate to pair."
+            f"- Stopped writing reasoning: {stopped_reasoning(collapsed)}; an answer with no step holds no flawed "
+            "positive, and a run with no judged step has no pooled rate."
         )
     collapsed_seeds = {str(run["seed"]) for run in collapsed}
-    rest = [value for seed, value in rate["per_seed"].items() if str(seed) not in collapsed_seeds]
+    rest = [value for seed, value in primary["per_seed"].items() if str(seed) not in collapsed_seeds]
     if collapsed_seeds and len(rest) > 1:
         mean, low, high, n = t_interval(rest)
         lines.append(
             f"- Without seed{'s' if len(collapsed_seeds) > 1 else ''} "
-            f"{', '.join(sorted(collapsed_seeds, key=int))}, FSPO − GRPO in the hallucinated-step rate is "
+            f"{', '.join(sorted(collapsed_seeds, key=int))}, FSPO − GRPO in {DIFFERENCES[PRIMARY]} is "
             f"{signed(mean)}, 95% CI [{signed(low)}, {signed(high)}] ({n} seeds)."
         )
     lines += [
@@ -265,19 +286,23 @@ def fspo_section(c: Comparison) -> str:
         "in its own words −1, so the flip pays copying.",
         f"  FSPO's policies copy more of their steps than GRPO's ({copied['fspo']:.3f} against "
         f"{copied['grpo']:.3f}); whether that costs F1 was not measured.",
+        "",
+        "The verifiers' view of the same answers, mean ± std over each arm's runs:",
+        "",
+        descriptive_table(c.summary),
     ]
     return "\n".join(lines)
 
 
 def others_section(c: Comparison) -> str:
     others, seeds = c.other_arms(), c.other_seeds()
-    excluding_zero = c.other_intervals_excluding_zero()
+    excluding_zero = c.intervals_excluding_zero(c.pairs()[1:])
     lines = [
         OTHERS_SECTION,
         "",
         f"Plan: `.venv/bin/python benchmarks/fspo_vs_grpo.py --arms {' '.join(others)} --seeds {len(seeds)}` trains "
         "each as [methods](methods.md) defines it, on the same verifier, data, seeds and budget.",
-        "Measured on the same date, machine and code as above.",
+        "Measured on the same date, machine, code and judge as above.",
         "Their figures and paired differences are in the tables [above](#fspo-against-grpo-on-the-quickstart), "
         + (
             f"wide with {len(seeds)} seeds (t(0.975, {len(seeds) - 1}) = {t_quantile(0.975, len(seeds) - 1):.3f})."
@@ -310,65 +335,38 @@ def others_section(c: Comparison) -> str:
     return "\n".join(lines)
 
 
-def flawed_section(c: Comparison) -> str:
-    arms = ["base model", "fspo", "grpo", *c.other_arms()]
-    mean, low, high, n = c.flawed_share_difference("fspo", "grpo")
-    lines = [
-        FLAWED_SECTION,
-        "",
-        f"A flawed positive is a right answer (F1 {RIGHT_F1:g}) holding a step the world judge contradicts.",
-        "Over the held-out answers of the runs above:",
-        "",
-        "| arm | right answers | with a contradicted step | share | with no judged step |",
-        "|---|---|---|---|---|",
-    ]
-    for arm in arms:
-        right, flawed, unjudged = c.flawed(arm)
-        share = f"{flawed / right:.3f}" if right else "n/a"
-        lines.append(f"| {arm} | {right} | {flawed} | {share} | {unjudged} |")
-    lines += [
-        "",
-        f"FSPO − GRPO in the share, paired over {n} seeds: {signed(mean)}, 95% CI [{signed(low)}, {signed(high)}].",
-        "A right answer with no judged step counts as not flawed.",
-        "",
-        "`fspo quickstart --world shortcut` builds a test bed where a wrong chain still reaches the right answer.",
-    ]
-    return "\n".join(lines)
-
-
 def readme_section(c: Comparison) -> str:
     fspo_seeds = c.seeds("fspo")
-    rate = c.difference("fspo", "grpo", "hallucinated_step_rate")
-    f1 = c.difference("fspo", "grpo", "answer_f1")
+    primary = c.difference("fspo", "grpo", PRIMARY)
+    exact = c.difference("fspo", "grpo", "exact_match")
     so_far = "" if len(fspo_seeds) >= SEEDS_PLANNED else " so far"
-    if spans_zero(rate) and spans_zero(f1):
-        verdict = "Both intervals span 0"
-    elif not spans_zero(rate):
-        verdict = "The hallucinated-step interval excludes 0"
-    else:
-        verdict = "The F1 interval excludes 0"
-    if len(fspo_seeds) >= SEEDS_PLANNED:
-        verdict += f" with {len(fspo_seeds)} seeds" + (
-            ": this benchmark does not show FSPO lowering the judge's hallucinated-step rate."
-            if spans_zero(rate)
-            else "."
-        )
-    else:
-        verdict += f" with {len(fspo_seeds)} of {SEEDS_PLANNED} seeds; the rest of the seeds follow."
+    shown = [
+        name
+        for figure, name in DIFFERENCES.items()
+        if figure in (PRIMARY, "exact_match") and not spans_zero(c.difference("fspo", "grpo", figure))
+    ]
+    verdict_line = (
+        "Both intervals span 0" if not shown else f"The interval of {' and of '.join(shown)} excludes 0"
+    ) + (
+        f" with {len(fspo_seeds)} seeds."
+        if len(fspo_seeds) >= SEEDS_PLANNED
+        else f" with {len(fspo_seeds)} of {SEEDS_PLANNED} seeds; the rest of the seeds follow."
+    )
     lines = [
         "## Results",
         "",
         f"`.venv/bin/python benchmarks/fspo_vs_grpo.py --arms fspo grpo --seeds {SEEDS_PLANNED}` on the quickstart, "
         f"seeds {seed_range(fspo_seeds)}{so_far}, {c.measured['dtype']}; {c.measured['val_rows']} held-out questions, "
-        f"greedy, after {c.measured['steps']} training steps; mean ± std over each arm's runs (one per seed):",
+        f"greedy, after {c.measured['steps']} training steps; per answer, mean ± std over each arm's runs "
+        "(one per seed):",
         "",
-        c.tables[1],
+        c.answer_table,
         "",
-        f"FSPO − GRPO, paired over seeds: hallucinated-step rate {interval(rate)}; answer F1 {interval(f1)}.",
-        verdict,
+        f"FSPO − GRPO, paired over seeds: {DIFFERENCES[PRIMARY]} {interval(primary)}; exact match {interval(exact)}.",
+        verdict_line,
     ]
     if c.other_arms():
-        excluding_zero = c.other_intervals_excluding_zero()
+        excluding_zero = c.intervals_excluding_zero(c.pairs()[1:])
         lines.append(
             f"The other methods ran on seeds {seed_range(c.other_seeds())} on the same verifier; "
             + (
@@ -379,8 +377,8 @@ def readme_section(c: Comparison) -> str:
         )
     lines += [
         "",
-        "Every paired difference, the flawed positives, the flip's one-update effect, and each measurement's plan, "
-        "date and commit: [docs/results.md](docs/results.md).",
+        "Every paired difference, the judge these runs had, the flip's one-update effect, and each measurement's "
+        "plan, date and commit: [docs/results.md](docs/results.md).",
     ]
     return "\n".join(lines)
 
@@ -397,7 +395,7 @@ def replace_section(text: str, heading: str, new: str, until: str | None = None)
 def written_docs(measured: dict, results_md: str, readme: str) -> tuple[str, str]:
     """docs/results.md and README.md with their comparison sections written from ``measured``."""
     c = Comparison(measured)
-    sections = [fspo_section(c), *([others_section(c)] if c.other_arms() else []), flawed_section(c)]
+    sections = [fspo_section(c), *([others_section(c)] if c.other_arms() else [])]
     results_md = replace_section(results_md, FSPO_SECTION, "\n\n".join(sections), until=NEXT_SECTION)
     readme = replace_section(readme, "## Results", readme_section(c))
     return results_md.rstrip("\n") + "\n", readme
