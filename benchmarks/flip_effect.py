@@ -7,7 +7,9 @@ Then the log-probability of every reasoning step that the world judge (:mod:`fsp
 calls contradicted or supported is read again, under both updated policies, on the batch updated on
 ("same") and on a fresh batch of samples of the untouched policy ("fresh"). The figure is the paired
 difference FSPO - GRPO of the mean change in a contradicted step's log-probability: the flip's intended
-effect is that it is negative (and positive for supported steps). Repeats over batches and seeds give a
+effect is that it is negative (and positive for supported steps). The same is read for the claims copied from
+the evidence and those in the policy's own words, whatever their verdict (what the ``lexical`` labels pay), and
+for the answer of each right response (what answer F1 counts). Repeats over batches and seeds give a
 95% interval (Student's t over repeats). Everything else (weights, rollouts, rewards, optimiser) is shared,
 so run-to-run noise does not enter the difference.
 
@@ -59,6 +61,7 @@ from fspo.data.world_judge import CONTRADICTED, SUPPORTED, build_world, judge_st
 from fspo.evaluation.intervals import CONFIDENCE, t_interval
 from fspo.methods.reward_modes import judged_steps
 from fspo.quickstart.cli import quickstart_rows
+from fspo.quickstart.step_report import is_copy
 from fspo.steps import reasoning_steps
 from fspo.token_labels import (
     labels_from_offsets,
@@ -66,24 +69,29 @@ from fspo.token_labels import (
     token_char_offsets,
     verdicts_from_scores,
 )
-from fspo.training.outcome import compute_score
+from fspo.training.outcome import answer_span, compute_score
 from fspo.training.prompt_formats import render_prompt
 
 PROMPT_FORMAT = "chatml-think"  # the quickstart's
 QUICKSTART_FSPO = FSPOConfig()  # the quickstart sets no fspo.* option the labels depend on (fspo.quickstart.cli)
 VERDICTS = (CONTRADICTED, SUPPORTED)
+COPIED, OWN_WORDS, RIGHT_ANSWER = "copied", "own words", "right answer"
+# The spans measured: a step by the judge's verdict, a claim by whether it is copied from the evidence, and the
+# <answer> text of a right response (F1 1: the normalised answer is the gold one).
+GROUPS = (*VERDICTS, COPIED, OWN_WORDS, RIGHT_ANSWER)
 LABEL_SOURCES = ("judge", "lexical", "lexical-abstain")
 ROLLOUT_SOURCES = ("sampled", "scripted")
 Flip = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
-class JudgedStep:
-    """A reasoning step as response-token positions ``[start, end)`` and the world judge's verdict."""
+class MeasuredSpan:
+    """Response-token positions ``[start, end)`` whose log-probability is measured, and the :data:`GROUPS` it is
+    counted in (a claim's verdict and whether it is copied; or the right answer)."""
 
     start: int
     end: int
-    verdict: str
+    groups: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,7 @@ class Rollout:
     group: int  # the prompt it answers: GRPO normalises rewards within a group
     reward: float
     labels: dict[str, tuple[int, ...]]  # per label source, the flip's label of each response token, in {-1, 0, 1}
-    steps: tuple[JudgedStep, ...]
+    spans: tuple[MeasuredSpan, ...]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,33 +246,31 @@ def updated_model(
 
 
 def step_log_probs(log_probs: torch.Tensor, rollouts: Sequence[Rollout]) -> dict[str, list[float]]:
-    """The log-probability of each judged step (sum over its tokens), grouped by the judge's verdict."""
-    by_verdict: dict[str, list[float]] = {verdict: [] for verdict in VERDICTS}
+    """The log-probability of each measured span (sum over its tokens), in each of its groups."""
+    by_group: dict[str, list[float]] = {group: [] for group in GROUPS}
     for row, rollout in enumerate(rollouts):
-        for step in rollout.steps:
-            if step.verdict in by_verdict:
-                by_verdict[step.verdict].append(float(log_probs[row, step.start : step.end].sum()))
-    return by_verdict
+        for span in rollout.spans:
+            for group in span.groups:
+                by_group[group].append(float(log_probs[row, span.start : span.end].sum()))
+    return by_group
 
 
 def mean_change(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict[str, float]:
-    """Per verdict, the mean change of a step's log-probability (NaN where no step has the verdict)."""
+    """Per group, the mean change of a span's log-probability (NaN where the group has no span)."""
     return {
-        verdict: statistics.fmean(a - b for a, b in zip(after[verdict], before[verdict]))
-        if before[verdict]
-        else math.nan
-        for verdict in VERDICTS
+        group: statistics.fmean(a - b for a, b in zip(after[group], before[group])) if before[group] else math.nan
+        for group in GROUPS
     }
 
 
 @torch.no_grad()
 def _step_log_probs_of(model: torch.nn.Module, rollouts: Sequence[Rollout], pad_id: int) -> dict[str, list[float]]:
-    by_verdict: dict[str, list[float]] = {verdict: [] for verdict in VERDICTS}
+    by_group: dict[str, list[float]] = {group: [] for group in GROUPS}
     for rows in micro_batches(len(rollouts), MICRO_BATCH):
         part = [rollouts[i] for i in range(rows.start, rows.stop)]
-        for verdict, values in step_log_probs(response_log_probs(model, padded_batch(part, pad_id)), part).items():
-            by_verdict[verdict] += values
-    return by_verdict
+        for group, values in step_log_probs(response_log_probs(model, padded_batch(part, pad_id)), part).items():
+            by_group[group] += values
+    return by_group
 
 
 def paired_effect(
@@ -278,8 +284,8 @@ def paired_effect(
     sources: Sequence[str] = ("judge",),
 ) -> dict[str, dict[str, float]]:
     """One GRPO update of ``model`` from ``update_rollouts`` and one FSPO update per label source in ``sources``;
-    per source, evaluation set and judge's verdict (key ``source/set/verdict``), each arm's mean change in a
-    step's log-probability and their difference ``fspo_minus_grpo``."""
+    per source, evaluation set and group of spans (key ``source/set/group``, :data:`GROUPS`), each arm's mean
+    change in a span's log-probability and their difference ``fspo_minus_grpo``."""
     model.eval()
     batch = padded_batch(update_rollouts, pad_id)
     grpo = updated_model(model, batch, token_advantages(update_rollouts, batch, None), lr, optimizer)
@@ -293,12 +299,12 @@ def paired_effect(
         grpo_change = mean_change(before, _step_log_probs_of(grpo, rollouts, pad_id))
         for source, updated in fspo.items():
             fspo_change = mean_change(before, _step_log_probs_of(updated, rollouts, pad_id))
-            for verdict in VERDICTS:
-                result[f"{source}/{name}/{verdict}"] = {
-                    "grpo": grpo_change[verdict],
-                    "fspo": fspo_change[verdict],
-                    "fspo_minus_grpo": fspo_change[verdict] - grpo_change[verdict],
-                    "steps": len(before[verdict]),
+            for group in GROUPS:
+                result[f"{source}/{name}/{group}"] = {
+                    "grpo": grpo_change[group],
+                    "fspo": fspo_change[group],
+                    "fspo_minus_grpo": fspo_change[group] - grpo_change[group],
+                    "steps": len(before[group]),
                 }
     # Source by source, so that a table reads one arm's rows together.
     return {key: result[key] for source in sources for key in result if key.startswith(f"{source}/")}
@@ -334,9 +340,9 @@ def verifier_step_labels(response_ids: Sequence[int], tokenizer, text: str, evid
 
 def label_response(
     response_ids: Sequence[int], tokenizer, row: dict, sources: Sequence[str] = ("judge",)
-) -> tuple[dict[str, tuple[int, ...]], tuple[JudgedStep, ...]]:
-    """Token labels for the flip from each label source, and the judge's steps (as token spans), of one response
-    to a synthetic row."""
+) -> tuple[dict[str, tuple[int, ...]], tuple[MeasuredSpan, ...]]:
+    """Token labels for the flip from each label source, and the spans to measure (:data:`GROUPS`) as token
+    positions, of one response to a synthetic row."""
     unknown = [source for source in sources if source not in LABEL_SOURCES]
     if unknown or not sources:
         raise ValueError(f"labels must be some of {LABEL_SOURCES}, got {list(sources)!r}")
@@ -356,14 +362,21 @@ def label_response(
         else:
             abstain = source == "lexical-abstain"
             labels[source] = tuple(verifier_step_labels(response_ids, tokenizer, text, evidence, abstain))
-    judged = []
-    for index, verdict in enumerate(verdicts):
-        # Tokens of a step: those the alignment gives to it (a verdict of +-1 marks them, whatever the judge said).
-        members = labels_from_offsets(offsets, text, [spans[index]], [1])
+    measured = []
+    for span, step, verdict in zip(spans, steps, verdicts):
+        copied = COPIED if is_copy(step.text, evidence) else OWN_WORDS
+        measured.append((span, (verdict, copied) if verdict in VERDICTS else (copied,)))
+    answer = answer_span(text)
+    if answer is not None and _reward(text, row) == 1.0:
+        measured.append((answer, (RIGHT_ANSWER,)))
+    token_spans = []
+    for span, groups in measured:
+        # A span's tokens: those the alignment gives to it (a label of +-1 marks them, whatever the judge said).
+        members = labels_from_offsets(offsets, text, [span], [1])
         positions = [t for t, hit in enumerate(members) if hit]
         if positions:
-            judged.append(JudgedStep(positions[0], positions[-1] + 1, verdict))
-    return labels, tuple(judged)
+            token_spans.append(MeasuredSpan(positions[0], positions[-1] + 1, groups))
+    return labels, tuple(token_spans)
 
 
 def _reward(text: str, row: dict) -> float:
@@ -458,11 +471,14 @@ def sampled_rollouts(
 
 
 def summarise(repeats: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """Per label source, measured set and verdict: the mean FSPO - GRPO difference with its interval, and each
-    arm's mean."""
+    """Per label source, measured set and group: the mean FSPO - GRPO difference with its interval over the
+    repeats that have a span of the group, and each arm's mean."""
     summary = {}
     for key in repeats[0]:
-        mean, low, high, n = t_interval([r[key]["fspo_minus_grpo"] for r in repeats])
+        differences = [r[key]["fspo_minus_grpo"] for r in repeats if math.isfinite(r[key]["fspo_minus_grpo"])]
+        if not differences:
+            continue
+        mean, low, high, n = t_interval(differences)
         summary[key] = {
             "fspo_minus_grpo": mean,
             "lower": low,
@@ -588,8 +604,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def with_label_sources(result: dict) -> dict:
-    """A ``--out`` result with ``args.labels`` a list and every key ``source/set/verdict``: files written before
-    ``--labels`` took several sources (one source, keys ``set/verdict``) read as one-source files."""
+    """A ``--out`` result with ``args.labels`` a list and every key ``source/set/group``: files written before
+    ``--labels`` took several sources (one source, keys ``set/group``) read as one-source files."""
     source = result["args"]["labels"]
     if not isinstance(source, str):
         return result
@@ -619,21 +635,30 @@ LABEL_NAMES = {
 }
 
 
+GROUP_NAMES = {
+    CONTRADICTED: "steps the judge contradicts",
+    SUPPORTED: "steps the judge supports",
+    COPIED: "claims copied from the evidence",
+    OWN_WORDS: "claims in other words",
+    RIGHT_ANSWER: "the answer of a right response",
+}
+
+
 def markdown_table(result: dict) -> str:
     """The summary as the Markdown table docs/results.md shows: rows in the order measured, the flip's labels in a
     first column when the result holds more than one source (one source is named in the text above the table)."""
     several = len(result["args"]["labels"]) > 1
     lines = [
         ("| flip's labels " if several else "")
-        + "| steps measured | judge's verdict | FSPO − GRPO, 95% interval | GRPO | FSPO | steps | repeats |",
+        + "| rollouts measured | spans measured | FSPO − GRPO, 95% interval | GRPO | FSPO | spans | repeats |",
         ("|---" if several else "") + "|---|---|---|---|---|---|---|",
     ]
     where = {"same": "the update's own rollouts", "fresh": "fresh rollouts"}
     for key, f in result["summary"].items():
-        source, batch, verdict = key.split("/")
+        source, batch, group = key.split("/")
         lines.append(
             (f"| {LABEL_NAMES[source]} " if several else "")
-            + f"| {where.get(batch, batch)} | {verdict} | {f['fspo_minus_grpo']:+.3f} [{f['lower']:+.3f}, {f['upper']:+.3f}]"
+            + f"| {where.get(batch, batch)} | {GROUP_NAMES[group]} | {f['fspo_minus_grpo']:+.3f} [{f['lower']:+.3f}, {f['upper']:+.3f}]"
             f" | {f['grpo']:+.3f} | {f['fspo']:+.3f} | {f['steps']} | {f['repeats']} |"
         )
     return "\n".join(lines)

@@ -106,12 +106,42 @@ def test_scripted_rollouts_hold_flawed_positives_and_the_judges_steps(tiny):
     _, tokenizer = tiny
     rows = flip_effect.quickstart_rows(3, 0, "train")
     rollouts = flip_effect.scripted_rollouts(tokenizer, rows, 8, random.Random(0))
-    flawed = [r for r in rollouts if r.reward > 0 and any(s.verdict == "contradicted" for s in r.steps)]
+    flawed = [r for r in rollouts if r.reward > 0 and any("contradicted" in s.groups for s in r.spans)]
     assert flawed and any(r.reward == 0 for r in rollouts)
     for rollout in rollouts:
-        for step in rollout.steps:
-            sign = {"supported": 1, "contradicted": -1}[step.verdict]
-            assert set(rollout.labels["judge"][step.start : step.end]) == {sign}
+        for span in rollout.spans:
+            for verdict, sign in (("supported", 1), ("contradicted", -1)):
+                if verdict in span.groups:
+                    assert set(rollout.labels["judge"][span.start : span.end]) == {sign}
+
+
+def test_each_claim_is_measured_as_copied_or_not_and_a_right_responses_answer_as_such(tiny):
+    """A claim is in exactly one of "copied" and "own words" (a verbatim piece of the evidence or not), beside its
+    verdict; a response scored 1 adds its <answer> text, whose tokens hold the answer; a wrong one adds none."""
+    from fspo.quickstart.step_report import is_copy
+    from fspo.training.outcome import extract_answer
+
+    _, tokenizer = tiny
+    rows = flip_effect.quickstart_rows(3, 1, "train")
+    rollouts = flip_effect.scripted_rollouts(tokenizer, rows, 8, random.Random(1))
+    for rollout in rollouts:
+        text = tokenizer.decode(list(rollout.response_ids), skip_special_tokens=True)
+        evidence = rows[rollout.group]["extra_info"]["evidence"]
+        answers = [s for s in rollout.spans if flip_effect.RIGHT_ANSWER in s.groups]
+        assert len(answers) == (1 if rollout.reward == 1.0 else 0)
+        for span in answers:
+            assert span.groups == (flip_effect.RIGHT_ANSWER,)
+            # Tokens that overlap the answer: a token may straddle a tag (">Siosburg").
+            decoded = tokenizer.decode(list(rollout.response_ids[span.start : span.end]))
+            assert extract_answer(text) in decoded and decoded in text[text.rindex("<answer") :]
+        claims = [s for s in rollout.spans if flip_effect.RIGHT_ANSWER not in s.groups]
+        for span in claims:
+            kinds = {flip_effect.COPIED, flip_effect.OWN_WORDS} & set(span.groups)
+            assert len(kinds) == 1
+            step = tokenizer.decode(list(rollout.response_ids[span.start : span.end]))
+            assert (flip_effect.COPIED in kinds) == is_copy(step, evidence)
+    groups = {group for rollout in rollouts for span in rollout.spans for group in span.groups}
+    assert groups == set(flip_effect.GROUPS)
 
 
 def test_the_micro_batched_update_is_the_whole_batch_update(tiny):
@@ -215,7 +245,8 @@ def test_every_label_source_is_one_more_fspo_update_paired_with_the_same_grpo_up
     settings = {"seeds": [0], "batches": 1, "prompts": 1, "n": 2, "lr": 1e-2, "optimizer": "sgd"}
     arms = flip_effect.measure(model, tokenizer, labels=flip_effect.LABEL_SOURCES, **settings)[0]
     judge_only = flip_effect.measure(model, tokenizer, labels=["judge"], **settings)[0]
-    assert [key.split("/")[0] for key in arms] == [s for s in flip_effect.LABEL_SOURCES for _ in range(4)]
+    per_source = 2 * len(flip_effect.GROUPS)  # the update's own rollouts and fresh ones
+    assert [key.split("/")[0] for key in arms] == [s for s in flip_effect.LABEL_SOURCES for _ in range(per_source)]
     for key, figures in judge_only.items():
         assert arms[key] == pytest.approx(figures, rel=1e-6, nan_ok=True)
         for source in flip_effect.LABEL_SOURCES:
@@ -225,5 +256,5 @@ def test_every_label_source_is_one_more_fspo_update_paired_with_the_same_grpo_up
             [{"args": {"labels": list(flip_effect.LABEL_SOURCES), "seeds": [0]}, "repeats": [arms]}]
         )
     )
-    assert table.splitlines()[0].startswith("| flip's labels | steps measured |")
-    assert table.splitlines()[-1].startswith("| `lexical`, abstaining on non-claims | fresh rollouts | supported |")
+    assert table.splitlines()[0].startswith("| flip's labels | rollouts measured | spans measured |")
+    assert table.splitlines()[-1].startswith("| `lexical`, abstaining on non-claims | fresh rollouts | ")

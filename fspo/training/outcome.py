@@ -53,12 +53,19 @@ _PUNCTUATION = frozenset(string.punctuation) | frozenset("，。、：；！？�
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef]")
 
 
-def extract_answer(solution_str: str | None) -> str | None:
-    """Text of the last complete ``<answer>...</answer>`` block, stripped; None when there is none."""
+def answer_span(solution_str: str | None) -> tuple[int, int] | None:
+    """Character span ``[start, end)`` of the last complete ``<answer>...</answer>`` block's text (inside the
+    tags); None when there is none."""
     if not solution_str:
         return None
-    blocks = _ANSWER_BLOCK.findall(solution_str)
-    return blocks[-1].strip() if blocks else None
+    blocks = list(_ANSWER_BLOCK.finditer(solution_str))
+    return blocks[-1].span(1) if blocks else None
+
+
+def extract_answer(solution_str: str | None) -> str | None:
+    """Text of the last complete ``<answer>...</answer>`` block, stripped; None when there is none."""
+    span = answer_span(solution_str)
+    return None if span is None else solution_str[span[0] : span[1]].strip()
 
 
 def normalize_answer(text: str) -> str:
