@@ -9,7 +9,9 @@ by ``RAY_JOB_ID``: a server shared by two jobs registered the second's workers u
 
 The cluster has the CPU preset's logical resources (``fspo/config/platform/cpu.yaml``), a temp folder of its own
 (a ``ray.init()`` without an address in this process would otherwise join it), and Ray's token authentication off
-(a driver that joins by address reads no token). It stops with the process that started it.
+(a driver that joins by address reads no token). It stops with the process that started it: at its exit, or, when a
+signal ended that process, by the reaper of its warm servers (fspo_testing/warm_python.py), which also removes the
+cluster's folder.
 """
 
 from __future__ import annotations
@@ -66,7 +68,11 @@ def shared_cluster() -> str:
 @functools.cache
 def _start_shared() -> tuple[str, str]:
     """The shared cluster's address and temp folder."""
+    from fspo_testing.warm_python import remove_with_owner, warm_python
+
+    warm_python()  # the cluster's processes carry this process's mark, which the reaper goes by
     folder = tempfile.mkdtemp(prefix="ray-s-", dir="/tmp")  # short: Ray's socket paths fit 107 bytes
+    remove_with_owner(folder)
     log_path = Path(folder) / "head.log"
     env = {**os.environ, "RAY_TMPDIR": folder, "RAY_AUTH_MODE": "disabled", **QUIET_DAEMONS}
     env.pop("RAY_ADDRESS", None)

@@ -14,7 +14,9 @@ environment agrees with the one it started with on every variable a library may 
 differs there starts a server of its own. fspo reads its own ``FSPO_*`` variables only when called, so they and
 a recipe's variables may differ per call. What importing changed in the environment (the CPU plugin sets
 ``VERL_PLATFORM``) is applied again on top of each caller's environment. A server ends with the process that asked
-for it (``FSPO_WARM_OWNER``) or after :data:`IDLE_S` seconds without a request or a child.
+for it (``FSPO_WARM_OWNER``) or after :data:`IDLE_S` seconds without a request or a child. Whatever ends the owner
+(a signal, ``kill -9``), a reaper it starts (:func:`reap`) then kills every process still marked with its pid (servers,
+their children, a Ray cluster and its workers) and removes its folders.
 
 The same server starts Ray's workers (:func:`warm_ray_workers`): Ray runs ``py_executable default_worker.py ...`` for
 each worker, and with :func:`ray_runtime_env_hook` (``RAY_RUNTIME_ENV_HOOK``) that executable is this shim. A worker
@@ -41,6 +43,7 @@ import json
 import os
 import runpy
 import select
+import shutil
 import signal
 import socket
 import stat
@@ -162,8 +165,24 @@ def warm_python() -> str:
     shim = folder / "python"
     shim.write_text(_SHIM.format(python=sys.executable, client=Path(__file__).resolve()))
     shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    os.environ["FSPO_WARM_OWNER"] = str(os.getpid())
+    owner = os.getpid()
+    os.environ["FSPO_WARM_OWNER"] = str(owner)
+    _start_reaper(owner, folder)
     return str(shim)
+
+
+def servers_folder(owner: int) -> Path:
+    """The folder of ``owner``'s servers: their sockets and logs."""
+    return Path(tempfile.gettempdir()) / f"fspo-warm-{owner}"
+
+
+def remove_with_owner(path: str | Path) -> None:
+    """Have the reaper of this process's servers remove ``path`` (a folder under the temp folder) when this process
+    ends (a Ray cluster's session folder, which the cluster's own stop leaves where a signal ended the process)."""
+    folder = servers_folder(int(os.environ["FSPO_WARM_OWNER"]))
+    folder.mkdir(mode=0o700, exist_ok=True)
+    with open(folder / REMOVE_LIST, "a") as listed:
+        listed.write(f"{Path(path).resolve()}\n")
 
 
 def warm_ray_workers() -> None:
@@ -310,7 +329,7 @@ def client_main(argv: list[str]) -> None:
         _exec_cold(argv)
     env = dict(os.environ)
     # The servers' own folder is also their working folder: `-m` puts it first on sys.path, and it holds no module.
-    folder = Path(tempfile.gettempdir()) / f"fspo-warm-{env['FSPO_WARM_OWNER']}"
+    folder = servers_folder(int(env["FSPO_WARM_OWNER"]))
     folder.mkdir(mode=0o700, exist_ok=True)
     connection = _server(folder, kind, env)
     if connection is None:
@@ -596,8 +615,77 @@ def _alive(pid: int) -> bool:
         return True
 
 
+# --- the reaper -------------------------------------------------------------------------------------------------
+
+# The file in the servers' folder that lists further folders to remove with them (remove_with_owner).
+REMOVE_LIST = "remove-with-owner"
+# How long the reaper goes on killing after the owner ended: a process may be starting a child as it is killed.
+REAP_S = 30.0
+REAP_QUIET_SCANS = 3  # scans in a row that find nothing marked end it sooner
+
+
+def _start_reaper(owner: int, shim_folder: Path) -> None:
+    """Start :func:`reap` for ``owner``: in a session of its own (a signal to the owner's process group misses it),
+    with no stdio of the owner's (a caller reading the owner's output to its end would wait for it) and without the
+    owner's mark, which would make it its own target."""
+    env = {k: v for k, v in os.environ.items() if k != "FSPO_WARM_OWNER"}
+    argv = [sys.executable, "-S", os.path.abspath(__file__), "--reap", str(owner), str(shim_folder)]
+    devnull = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
+    os.posix_spawn(sys.executable, argv, env, file_actions=devnull, setsid=True)
+
+
+def marked_processes(owner: int) -> set[int]:
+    """The processes whose environment marks them as ``owner``'s (``FSPO_WARM_OWNER``), and their descendants (a
+    process that rewrites its title, as Ray's agents do, loses its environment's text, not its parent)."""
+    mark = f"\0FSPO_WARM_OWNER={owner}\0".encode()
+    marked, parents = set(), {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in (owner, os.getpid()):
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
+                parents[int(entry.name)] = int(stat_file.read().rsplit(b")", 1)[1].split()[1])
+            with open(f"/proc/{entry.name}/environ", "rb") as environ:
+                if mark in b"\0" + environ.read():
+                    marked.add(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue  # gone, another user's, or a kernel thread
+    found, frontier = set(marked), set(marked)
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def reap(owner: int, shim_folder: Path) -> None:
+    """Wait for ``owner`` to end, then kill what it left (:func:`marked_processes`) and remove its folders: the shim's,
+    its servers' (:func:`servers_folder`) and those listed there (:func:`remove_with_owner`)."""
+    try:
+        ended = os.pidfd_open(owner)
+        select.select([ended], [], [])
+    except ProcessLookupError:
+        pass  # already gone
+    deadline, quiet = time.monotonic() + REAP_S, 0
+    while quiet < REAP_QUIET_SCANS and time.monotonic() < deadline:
+        left = marked_processes(owner)
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        quiet = 0 if left else quiet + 1
+        time.sleep(0.1)
+    folder = servers_folder(owner)
+    listed = folder / REMOVE_LIST
+    extra = listed.read_text().split("\n") if listed.is_file() else []
+    temp = {Path(tempfile.gettempdir()).resolve(), Path("/tmp").resolve()}  # Ray's folders are in /tmp (short paths)
+    for path in [shim_folder, folder, *map(Path, filter(None, extra))]:
+        if temp & set(path.resolve().parents):  # never anything outside the temp folders, whatever the list says
+            shutil.rmtree(path, ignore_errors=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
         serve(Path(sys.argv[2]), sys.argv[3])
+    elif sys.argv[1:2] == ["--reap"]:
+        reap(int(sys.argv[2]), Path(sys.argv[3]))
     else:
         client_main(sys.argv[1:])

@@ -569,3 +569,81 @@ def test_the_installed_libraries_come_with_their_bytecode():
     for name in ("torch", "transformers", "verl", "ray"):
         origin = importlib.util.find_spec(name).origin
         assert Path(importlib.util.cache_from_source(origin)).is_file(), f"{name} was installed without bytecode"
+
+
+# A process that owns warm servers and a shared Ray cluster, busy in a job when it is ended: the sweep of
+# benchmarks/fspo_vs_grpo.py as it was killed mid-run.
+_OWNER = """
+import time
+
+import ray
+
+from fspo_testing import shared_ray
+from fspo_testing.warm_python import warm_ray_workers
+
+warm_ray_workers()
+ray.init(address=shared_ray.shared_cluster(), logging_level="ERROR", log_to_driver=False)
+
+
+@ray.remote(num_cpus=0)
+class Busy:
+    def run(self):
+        time.sleep(600)
+
+
+busy = Busy.remote()
+ray.get(busy.__ray_ready__.remote())
+busy.run.remote()
+print("READY", shared_ray.logs_folder().parents[2], flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("end", ["SIGTERM to its process group", "SIGKILL to it alone"])
+def test_an_owner_ended_by_a_signal_leaves_no_process_and_no_folder(tmp_path, end):
+    """Killed mid-run with SIGTERM to its group, the sweep left its Ray cluster's head hanging on Ray's drain
+    (~30 s, its raylet a zombie), and idle workers, warm servers and their forked workers running for good.
+    Whatever ends the owner, its reaper kills every process marked with its pid within seconds and removes the
+    servers' and the cluster's folders. The actor's worker starts cold here (no torch to import); Ray's setup step
+    for it runs from a warm server, which the reaper kills too."""
+    import select
+    import signal
+
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _OWNER],
+        stdout=subprocess.PIPE,
+        stderr=open(tmp_path / "owner.err", "wb"),  # noqa: SIM115 - read on failure
+        cwd=tmp_path,
+        start_new_session=True,
+        env={**os.environ, "RAY_prestart_worker_first_driver": "1"},  # idle workers, as in the sweep
+    )
+    try:
+        ready, _, _ = select.select([owner.stdout], [], [], 240)
+        line = owner.stdout.readline().decode() if ready else ""
+        assert line.startswith("READY"), (tmp_path / "owner.err").read_text()[-3000:]
+        ray_folder = Path(line.split()[1])
+        commands = []
+        for pid in warm.marked_processes(owner.pid):
+            with contextlib.suppress(psutil.Error):
+                commands.append(" ".join(psutil.Process(pid).cmdline()))
+        assert any("gcs_server" in c for c in commands) and any("raylet" in c for c in commands), commands
+        assert any("--serve" in c and "ray-setup-" in c for c in commands), commands  # a warm server
+        if end.startswith("SIGTERM"):
+            os.killpg(owner.pid, signal.SIGTERM)
+        else:
+            os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(30)
+        # Ray's own stop waits 30 s on its drain; the reaper kills at once (10 s: a loaded machine).
+        deadline = time.monotonic() + 10
+        while warm.marked_processes(owner.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not warm.marked_processes(owner.pid)
+        deadline = time.monotonic() + 10
+        while (warm.servers_folder(owner.pid).exists() or ray_folder.exists()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not warm.servers_folder(owner.pid).exists() and not ray_folder.exists()
+    finally:
+        owner.kill()
+        for pid in warm.marked_processes(owner.pid):
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
