@@ -25,6 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT_ENV = "FSPO_BACKGROUND_DIR"
+# The controller's pid, which owns every command (stop_all): a command carries it as its warm-server owner
+# (fspo_testing/warm_python.py), not the xdist worker that started it, whose reaper would kill the command when that
+# worker ends early (xdist shuts an idle worker down) while another worker's test waits for it.
+OWNER_ENV = "FSPO_BACKGROUND_OWNER"
 
 Builder = Callable[[Path], tuple[list[str], dict[str, str]]]
 
@@ -45,9 +49,10 @@ def start(builder: Builder, root: str | Path | None = None) -> bool:
     wrapper = '"$@" > "$OUT/stdout" 2> "$OUT/stderr"; echo $? > "$OUT/returncode.part"; mv "$OUT/returncode.part" "$OUT/returncode"'
     try:
         command, env = builder(here)
+        owner = {"FSPO_WARM_OWNER": os.environ[OWNER_ENV]} if OWNER_ENV in os.environ else {}
         process = subprocess.Popen(
             ["bash", "-c", wrapper, "background", *command],
-            env={**env, "OUT": str(here)},
+            env={**{k: v for k, v in env.items() if k != "FSPO_WARM_OWNER"}, **owner, "OUT": str(here)},
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: stop_all ends pip and its children together
         )

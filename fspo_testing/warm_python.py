@@ -43,7 +43,6 @@ import json
 import os
 import runpy
 import select
-import shutil
 import signal
 import socket
 import stat
@@ -167,7 +166,7 @@ def warm_python() -> str:
     shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     owner = os.getpid()
     os.environ["FSPO_WARM_OWNER"] = str(owner)
-    _start_reaper(owner, folder)
+    _start_reaper(owner, [folder, servers_folder(owner)])
     return str(shim)
 
 
@@ -619,65 +618,96 @@ def _alive(pid: int) -> bool:
 
 # The file in the servers' folder that lists further folders to remove with them (remove_with_owner).
 REMOVE_LIST = "remove-with-owner"
+# In a reaper's environment: another owner's reaper (a child of an owner that is itself marked) is no target.
+REAPER_ENV = "FSPO_WARM_REAPER"
 # How long the reaper goes on killing after the owner ended: a process may be starting a child as it is killed.
 REAP_S = 30.0
 REAP_QUIET_SCANS = 3  # scans in a row that find nothing marked end it sooner
 
 
-def _start_reaper(owner: int, shim_folder: Path) -> None:
+def _start_reaper(owner: int, folders: list[Path]) -> None:
     """Start :func:`reap` for ``owner``: in a session of its own (a signal to the owner's process group misses it),
-    with no stdio of the owner's (a caller reading the owner's output to its end would wait for it) and without the
-    owner's mark, which would make it its own target."""
-    env = {k: v for k, v in os.environ.items() if k != "FSPO_WARM_OWNER"}
-    argv = [sys.executable, "-S", os.path.abspath(__file__), "--reap", str(owner), str(shim_folder)]
+    with no stdio of the owner's (a caller reading the owner's output to its end would wait for it), without the
+    owner's mark and with a reaper's."""
+    env = {k: v for k, v in os.environ.items() if k != "FSPO_WARM_OWNER"} | {REAPER_ENV: "1"}
+    argv = [sys.executable, "-S", os.path.abspath(__file__), "--reap", str(owner), *map(str, folders)]
     devnull = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
     os.posix_spawn(sys.executable, argv, env, file_actions=devnull, setsid=True)
 
 
-def marked_processes(owner: int) -> set[int]:
+def _start_time(pid: int | str) -> int:
+    """A process's start time (clock ticks since boot): with its pid, what names it, though pids are reused."""
+    with open(f"/proc/{pid}/stat", "rb") as stat_file:
+        return int(stat_file.read().rsplit(b")", 1)[1].split()[19])
+
+
+def marked_processes(owner: int) -> dict[int, int]:
     """The processes whose environment marks them as ``owner``'s (``FSPO_WARM_OWNER``), and their descendants (a
-    process that rewrites its title, as Ray's agents do, loses its environment's text, not its parent)."""
-    mark = f"\0FSPO_WARM_OWNER={owner}\0".encode()
-    marked, parents = set(), {}
+    process that rewrites its title, as Ray's agents do, loses its environment's text, not its parent), each with its
+    start time; reapers are none of them."""
+    mark, reaper = f"\0FSPO_WARM_OWNER={owner}\0".encode(), f"\0{REAPER_ENV}=1\0".encode()
+    marked, parents, started = set(), {}, {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) in (owner, os.getpid()):
             continue
+        pid = int(entry.name)
         try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
-                parents[int(entry.name)] = int(stat_file.read().rsplit(b")", 1)[1].split()[1])
-            with open(f"/proc/{entry.name}/environ", "rb") as environ:
-                if mark in b"\0" + environ.read():
-                    marked.add(int(entry.name))
-        except (OSError, IndexError, ValueError):
+            with open(f"/proc/{pid}/stat", "rb") as stat_file:
+                fields = stat_file.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{pid}/environ", "rb") as environ_file:
+                environ = b"\0" + environ_file.read()
+        except (OSError, IndexError):
             continue  # gone, another user's, or a kernel thread
+        if reaper in environ:
+            continue
+        parents[pid], started[pid] = int(fields[1]), int(fields[19])
+        if mark in environ:
+            marked.add(pid)
     found, frontier = set(marked), set(marked)
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
         found |= frontier
-    return found
+    return {pid: started[pid] for pid in found}
 
 
-def reap(owner: int, shim_folder: Path) -> None:
-    """Wait for ``owner`` to end, then kill what it left (:func:`marked_processes`) and remove its folders: the shim's,
-    its servers' (:func:`servers_folder`) and those listed there (:func:`remove_with_owner`)."""
+def _kill(pid: int, started: int) -> None:
+    """SIGKILL ``pid`` if it is still the process that started at ``started`` (a pid is reused once its process is
+    reaped: the process found by a scan is held by a pidfd, then checked)."""
+    try:
+        handle = os.pidfd_open(pid)
+    except OSError:
+        return  # gone
+    try:
+        if _start_time(pid) == started:
+            signal.pidfd_send_signal(handle, signal.SIGKILL)
+    except OSError:
+        pass  # ended meanwhile
+    finally:
+        os.close(handle)
+
+
+def reap(owner: int, folders: list[Path]) -> None:
+    """Wait for ``owner`` to end, then kill what it left (:func:`marked_processes`) and remove ``folders`` and those
+    listed in them (:func:`remove_with_owner`)."""
+    import shutil  # here: the shim imports this module on every call
+
     try:
         ended = os.pidfd_open(owner)
         select.select([ended], [], [])
-    except ProcessLookupError:
-        pass  # already gone
+    except OSError:  # gone already, or no pidfds here: poll
+        while _alive(owner):
+            time.sleep(0.5)
     deadline, quiet = time.monotonic() + REAP_S, 0
     while quiet < REAP_QUIET_SCANS and time.monotonic() < deadline:
         left = marked_processes(owner)
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        for pid, started in left.items():
+            _kill(pid, started)
         quiet = 0 if left else quiet + 1
         time.sleep(0.1)
-    folder = servers_folder(owner)
-    listed = folder / REMOVE_LIST
-    extra = listed.read_text().split("\n") if listed.is_file() else []
+    listed = [folder / REMOVE_LIST for folder in folders if (folder / REMOVE_LIST).is_file()]
+    extra = [Path(line) for path in listed for line in path.read_text().split("\n") if line]
     temp = {Path(tempfile.gettempdir()).resolve(), Path("/tmp").resolve()}  # Ray's folders are in /tmp (short paths)
-    for path in [shim_folder, folder, *map(Path, filter(None, extra))]:
+    for path in [*folders, *extra]:
         if temp & set(path.resolve().parents):  # never anything outside the temp folders, whatever the list says
             shutil.rmtree(path, ignore_errors=True)
 
@@ -686,6 +716,6 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
         serve(Path(sys.argv[2]), sys.argv[3])
     elif sys.argv[1:2] == ["--reap"]:
-        reap(int(sys.argv[2]), Path(sys.argv[3]))
+        reap(int(sys.argv[2]), [Path(path) for path in sys.argv[3:]])
     else:
         client_main(sys.argv[1:])

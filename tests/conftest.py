@@ -196,6 +196,7 @@ def pytest_configure(config):
         os.close(handle)
         os.environ[LEDGER_ENV] = path  # the xdist workers, started after this, inherit it
         os.environ[background.ROOT_ENV] = tempfile.mkdtemp(prefix="fspo-background-")
+        os.environ[background.OWNER_ENV] = str(os.getpid())
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist renames grouped tests

@@ -249,6 +249,17 @@ def test_a_background_command_runs_once_for_every_process_that_claims_it_and_sto
     assert not tmp_path.exists()
 
 
+def _owner_command(folder: Path):
+    return ["bash", "-c", 'echo "$FSPO_WARM_OWNER"'], {**os.environ, "FSPO_WARM_OWNER": str(os.getpid())}
+
+
+def test_a_background_command_is_owned_by_the_sessions_controller(tmp_path, monkeypatch):
+    """Its warm-server owner is the controller, which stops it, not the worker that started it: that worker's reaper
+    would kill it when xdist shuts the worker down while another worker's test still waits for the result."""
+    monkeypatch.setenv(background.OWNER_ENV, "4242")
+    assert background.result(_owner_command, timeout_s=30, root=tmp_path).stdout == "4242\n"
+
+
 # --- the warm interpreter -------------------------------------------------------------------------------------------
 
 
@@ -594,7 +605,8 @@ class Busy:
 busy = Busy.remote()
 ray.get(busy.__ray_ready__.remote())
 busy.run.remote()
-print("READY", shared_ray.logs_folder().parents[2], flush=True)
+cluster_folder = shared_ray._start_shared()[1]
+print("READY", cluster_folder, flush=True)
 time.sleep(600)
 """
 
@@ -604,46 +616,55 @@ def test_an_owner_ended_by_a_signal_leaves_no_process_and_no_folder(tmp_path, en
     """Killed mid-run with SIGTERM to its group, the sweep left its Ray cluster's head hanging on Ray's drain
     (~30 s, its raylet a zombie), and idle workers, warm servers and their forked workers running for good.
     Whatever ends the owner, its reaper kills every process marked with its pid within seconds and removes the
-    servers' and the cluster's folders. The actor's worker starts cold here (no torch to import); Ray's setup step
-    for it runs from a warm server, which the reaper kills too."""
+    servers' and the cluster's folders; a process marked with another owner's pid, and one unmarked, live on. The
+    actor's worker starts cold here (no torch to import); Ray's setup step for it runs from a warm server."""
     import select
     import signal
 
-    owner = subprocess.Popen(
-        [sys.executable, "-c", _OWNER],
-        stdout=subprocess.PIPE,
-        stderr=open(tmp_path / "owner.err", "wb"),  # noqa: SIM115 - read on failure
-        cwd=tmp_path,
-        start_new_session=True,
-        env={**os.environ, "RAY_prestart_worker_first_driver": "1"},  # idle workers, as in the sweep
-    )
-    try:
-        ready, _, _ = select.select([owner.stdout], [], [], 240)
-        line = owner.stdout.readline().decode() if ready else ""
-        assert line.startswith("READY"), (tmp_path / "owner.err").read_text()[-3000:]
-        ray_folder = Path(line.split()[1])
-        commands = []
-        for pid in warm.marked_processes(owner.pid):
-            with contextlib.suppress(psutil.Error):
-                commands.append(" ".join(psutil.Process(pid).cmdline()))
-        assert any("gcs_server" in c for c in commands) and any("raylet" in c for c in commands), commands
-        assert any("--serve" in c and "ray-setup-" in c for c in commands), commands  # a warm server
-        if end.startswith("SIGTERM"):
-            os.killpg(owner.pid, signal.SIGTERM)
-        else:
-            os.kill(owner.pid, signal.SIGKILL)
-        owner.wait(30)
-        # Ray's own stop waits 30 s on its drain; the reaper kills at once (10 s: a loaded machine).
-        deadline = time.monotonic() + 10
-        while warm.marked_processes(owner.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not warm.marked_processes(owner.pid)
-        deadline = time.monotonic() + 10
-        while (warm.servers_folder(owner.pid).exists() or ray_folder.exists()) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not warm.servers_folder(owner.pid).exists() and not ray_folder.exists()
-    finally:
-        owner.kill()
-        for pid in warm.marked_processes(owner.pid):
-            with contextlib.suppress(psutil.Error):
-                psutil.Process(pid).kill()
+    sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+    unmarked_env = {k: v for k, v in os.environ.items() if k != "FSPO_WARM_OWNER"}
+    with (
+        open(tmp_path / "owner.err", "wb") as err,
+        subprocess.Popen(
+            [sys.executable, "-c", _OWNER],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            cwd=tmp_path,
+            start_new_session=True,
+            env={**os.environ, "RAY_prestart_worker_first_driver": "1"},  # idle workers, as in the sweep
+        ) as owner,
+        subprocess.Popen(sleep, env={**unmarked_env, "FSPO_WARM_OWNER": "1"}) as other_owners,
+        subprocess.Popen(sleep, env=unmarked_env) as unmarked,
+    ):
+        try:
+            ready, _, _ = select.select([owner.stdout], [], [], 240)
+            line = owner.stdout.readline().decode() if ready else ""
+            assert line.startswith("READY"), (tmp_path / "owner.err").read_text()[-3000:]
+            cluster_folder = Path(line.split()[1])
+            commands = []
+            for pid in warm.marked_processes(owner.pid):
+                with contextlib.suppress(psutil.Error):
+                    commands.append(" ".join(psutil.Process(pid).cmdline()))
+            assert any("gcs_server" in c for c in commands) and any("raylet" in c for c in commands), commands
+            assert any("--serve" in c and "ray-setup-" in c for c in commands), commands  # a warm server
+            if end.startswith("SIGTERM"):
+                os.killpg(owner.pid, signal.SIGTERM)
+            else:
+                os.kill(owner.pid, signal.SIGKILL)
+            owner.wait(30)
+            # Ray's own stop waits 30 s on its drain; the reaper kills at once (10 s: a loaded machine).
+            deadline = time.monotonic() + 10
+            while warm.marked_processes(owner.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not warm.marked_processes(owner.pid)
+            deadline = time.monotonic() + 10
+            while (warm.servers_folder(owner.pid).exists() or cluster_folder.exists()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not warm.servers_folder(owner.pid).exists() and not cluster_folder.exists()
+            assert other_owners.poll() is None and unmarked.poll() is None
+        finally:
+            for process in (owner, other_owners, unmarked):
+                process.kill()
+            for pid in warm.marked_processes(owner.pid):
+                with contextlib.suppress(psutil.Error):
+                    psutil.Process(pid).kill()
