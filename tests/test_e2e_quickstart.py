@@ -168,9 +168,10 @@ def test_bad_options_stop_before_training_with_a_clear_message(tmp_path, capsys,
 
 def test_run_progress_announces_each_phase_and_keeps_talking_during_validation(tmp_path, capsys):
     from fspo.quickstart.cli import RunProgress
-    from fspo.training.trainer import VALIDATION_BEGINS
+    from fspo.training.trainer import VALIDATION_BEGINS, validation_begins_line
 
     assert RunProgress.VALIDATION_MARK == VALIDATION_BEGINS
+    assert RunProgress.VALIDATION_LINE.search(validation_begins_line(12).encode())[1] == b"12"
 
     log = tmp_path / "train.log"
     log.write_text("Started a local Ray instance.\n")

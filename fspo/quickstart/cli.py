@@ -189,8 +189,9 @@ class RunProgress:
         validates_before: whether the run validates before training (no: its first validation is after a step).
     """
 
-    # fspo.training.trainer.VALIDATION_BEGINS, which FSPO's trainer prints as a validation pass starts (not
-    # imported: fspo.training.trainer loads verl and torch, seconds before `fspo quickstart --help` could answer).
+    # fspo.training.trainer.VALIDATION_BEGINS and validation_begins_line, which FSPO's trainer prints as a validation
+    # pass starts (not imported: fspo.training.trainer loads verl and torch, seconds before `fspo quickstart --help`
+    # could answer).
     VALIDATION_MARK = "fspo: validation begins"
     VALIDATION_LINE = re.compile(re.escape(VALIDATION_MARK).encode() + rb" \(global step (\d+)\)")
 

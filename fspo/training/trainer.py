@@ -45,6 +45,11 @@ logger = logging.getLogger(__name__)
 VALIDATION_BEGINS = "fspo: validation begins"
 
 
+def validation_begins_line(global_step: int) -> str:
+    """The line printed as a validation pass starts: after step ``global_step``'s update, or before training at 0."""
+    return f"{VALIDATION_BEGINS} (global step {global_step})"
+
+
 def canonical_row_order(keys: Sequence[str], prompt_order: dict[str, int]) -> list[int]:
     """The order to put a batch's rows in: by when their prompt was drawn, then by rollout and turn.
 
@@ -255,7 +260,7 @@ class FSPOAdvantageMixin:
     def on_validate_begin(self):
         # verl's V1 trainers validate silently for minutes on a CPU; this line in the log is what
         # `fspo quickstart` announces the validation pass by.
-        print(f"{VALIDATION_BEGINS} (global step {self.global_steps})", flush=True)
+        print(validation_begins_line(self.global_steps), flush=True)
         super().on_validate_begin()
 
     def _compute_old_log_prob(self, batch, metrics: dict):
