@@ -25,7 +25,7 @@ side; the steps measured are the judge's in every arm.
 
 Run (SmolLM2-135M-Instruct as ``fspo quickstart`` converts it; one repeat with one label source took 279 s on 2 busy
 CPU cores, ~50 s with ``--device cuda`` on an H200, 16 processes side by side; each further source adds one update
-and four forward passes of the batch)::
+and two forward passes of the batch)::
 
     python benchmarks/flip_effect.py --model smollm2 --rollouts sampled --seeds 0 1 2 --batches 3 \\
         --labels judge lexical lexical-abstain
@@ -77,7 +77,8 @@ QUICKSTART_FSPO = FSPOConfig()  # the quickstart sets no fspo.* option the label
 VERDICTS = (CONTRADICTED, SUPPORTED)
 COPIED, OWN_WORDS, RIGHT_ANSWER = "copied", "own words", "right answer"
 # The spans measured: a step by the judge's verdict, a claim by whether it is copied from the evidence, and the
-# <answer> text of a right response (F1 1: the normalised answer is the gold one).
+# <answer> text of a right response (F1 1: the normalised answer is the gold one), spaces inside the tags included,
+# and a token that straddles a tag.
 GROUPS = (*VERDICTS, COPIED, OWN_WORDS, RIGHT_ANSWER)
 LABEL_SOURCES = ("judge", "lexical", "lexical-abstain")
 ROLLOUT_SOURCES = ("sampled", "scripted")
@@ -304,7 +305,7 @@ def paired_effect(
                     "grpo": grpo_change[group],
                     "fspo": fspo_change[group],
                     "fspo_minus_grpo": fspo_change[group] - grpo_change[group],
-                    "steps": len(before[group]),
+                    "spans": len(before[group]),
                 }
     # Source by source, so that a table reads one arm's rows together.
     return {key: result[key] for source in sources for key in result if key.startswith(f"{source}/")}
@@ -470,6 +471,11 @@ def sampled_rollouts(
 # ---------------------------------------------------------------------------------------------
 
 
+def _span_count(figures: dict) -> int:
+    """The spans one repeat measured in a group (``steps`` in files written before spans other than steps)."""
+    return figures["spans"] if "spans" in figures else figures["steps"]
+
+
 def summarise(repeats: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
     """Per label source, measured set and group: the mean FSPO - GRPO difference with its interval over the
     repeats that have a span of the group, and each arm's mean."""
@@ -486,7 +492,7 @@ def summarise(repeats: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict[
             "repeats": n,
             "grpo": statistics.fmean(r[key]["grpo"] for r in repeats if math.isfinite(r[key]["grpo"])),
             "fspo": statistics.fmean(r[key]["fspo"] for r in repeats if math.isfinite(r[key]["fspo"])),
-            "steps": sum(r[key]["steps"] for r in repeats),
+            "spans": sum(_span_count(r[key]) for r in repeats),
         }
     return summary
 
@@ -659,7 +665,7 @@ def markdown_table(result: dict) -> str:
         lines.append(
             (f"| {LABEL_NAMES[source]} " if several else "")
             + f"| {where.get(batch, batch)} | {GROUP_NAMES[group]} | {f['fspo_minus_grpo']:+.3f} [{f['lower']:+.3f}, {f['upper']:+.3f}]"
-            f" | {f['grpo']:+.3f} | {f['fspo']:+.3f} | {f['steps']} | {f['repeats']} |"
+            f" | {f['grpo']:+.3f} | {f['fspo']:+.3f} | {f['spans']} | {f['repeats']} |"
         )
     return "\n".join(lines)
 
@@ -708,12 +714,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     summary = summarise(repeats)
     print(
-        f"\nChange in a step's log-probability after one update, FSPO - GRPO ({CONFIDENCE:.0%} interval over repeats):"
+        f"\nChange in a span's log-probability after one update, FSPO - GRPO ({CONFIDENCE:.0%} interval over repeats):"
     )
     for key, figures in summary.items():
         print(
             f"  {key:<20} {figures['fspo_minus_grpo']:+.4f} [{figures['lower']:+.4f}, {figures['upper']:+.4f}]"
-            f"  (GRPO {figures['grpo']:+.4f}, FSPO {figures['fspo']:+.4f}; {figures['steps']} steps, "
+            f"  (GRPO {figures['grpo']:+.4f}, FSPO {figures['fspo']:+.4f}; {figures['spans']} spans, "
             f"{figures['repeats']} repeats)"
         )
     print(f"{time.time() - started:.0f} s")
