@@ -27,8 +27,10 @@ from pathlib import Path
 ROOT_ENV = "FSPO_BACKGROUND_DIR"
 # The controller's pid, which owns every command (stop_all): a command carries it as its warm-server owner
 # (fspo_testing/warm_python.py), not the xdist worker that started it, whose reaper would kill the command when that
-# worker ends early (xdist shuts an idle worker down) while another worker's test waits for it.
+# worker ends early (xdist shuts an idle worker down) while another worker's test waits for it. The worker's warm
+# interpreter and Ray hook, which that reaper removes, are left out too.
 OWNER_ENV = "FSPO_BACKGROUND_OWNER"
+WORKER_ONLY = ("FSPO_WARM_OWNER", "FSPO_WARM_PYTHON", "RAY_RUNTIME_ENV_HOOK")
 
 Builder = Callable[[Path], tuple[list[str], dict[str, str]]]
 
@@ -52,7 +54,7 @@ def start(builder: Builder, root: str | Path | None = None) -> bool:
         owner = {"FSPO_WARM_OWNER": os.environ[OWNER_ENV]} if OWNER_ENV in os.environ else {}
         process = subprocess.Popen(
             ["bash", "-c", wrapper, "background", *command],
-            env={**{k: v for k, v in env.items() if k != "FSPO_WARM_OWNER"}, **owner, "OUT": str(here)},
+            env={**{k: v for k, v in env.items() if k not in WORKER_ONLY}, **owner, "OUT": str(here)},
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: stop_all ends pip and its children together
         )

@@ -675,8 +675,13 @@ def _kill(pid: int, started: int) -> None:
     reaped: the process found by a scan is held by a pidfd, then checked)."""
     try:
         handle = os.pidfd_open(pid)
-    except OSError:
-        return  # gone
+    except ProcessLookupError:
+        return
+    except OSError:  # no pidfds here: the check and the kill are apart, as they were before pidfds
+        with contextlib.suppress(OSError):
+            if _start_time(pid) == started:
+                os.kill(pid, signal.SIGKILL)
+        return
     try:
         if _start_time(pid) == started:
             signal.pidfd_send_signal(handle, signal.SIGKILL)

@@ -249,15 +249,34 @@ def test_a_background_command_runs_once_for_every_process_that_claims_it_and_sto
     assert not tmp_path.exists()
 
 
+@pytest.mark.parametrize("pidfds", [True, False])
+def test_the_reaper_kills_a_process_only_while_its_start_time_names_it(monkeypatch, pidfds):
+    """A pid is reused once its process is reaped: the reaper kills the process its scan found (its start time
+    matches), not another that took the pid; with or without pidfds (kernels before 5.3, some sandboxes)."""
+    import errno
+
+    if not pidfds:
+        monkeypatch.setattr(os, "pidfd_open", mock.Mock(side_effect=OSError(errno.ENOSYS, "no pidfds")))
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as sleeper:
+        started = warm._start_time(sleeper.pid)
+        warm._kill(sleeper.pid, started + 1)
+        time.sleep(0.2)
+        assert sleeper.poll() is None
+        warm._kill(sleeper.pid, started)
+        assert sleeper.wait(10) == -9
+
+
 def _owner_command(folder: Path):
-    return ["bash", "-c", 'echo "$FSPO_WARM_OWNER"'], {**os.environ, "FSPO_WARM_OWNER": str(os.getpid())}
+    worker = {"FSPO_WARM_OWNER": str(os.getpid()), "FSPO_WARM_PYTHON": "/tmp/x/python", "RAY_RUNTIME_ENV_HOOK": "m.f"}
+    return ["bash", "-c", 'echo "$FSPO_WARM_OWNER:$FSPO_WARM_PYTHON:$RAY_RUNTIME_ENV_HOOK"'], {**os.environ, **worker}
 
 
 def test_a_background_command_is_owned_by_the_sessions_controller(tmp_path, monkeypatch):
     """Its warm-server owner is the controller, which stops it, not the worker that started it: that worker's reaper
-    would kill it when xdist shuts the worker down while another worker's test still waits for the result."""
+    would kill it, and remove the worker's warm interpreter, when xdist shuts the worker down while another worker's
+    test still waits for the result."""
     monkeypatch.setenv(background.OWNER_ENV, "4242")
-    assert background.result(_owner_command, timeout_s=30, root=tmp_path).stdout == "4242\n"
+    assert background.result(_owner_command, timeout_s=30, root=tmp_path).stdout == "4242::\n"
 
 
 # --- the warm interpreter -------------------------------------------------------------------------------------------
@@ -652,12 +671,12 @@ def test_an_owner_ended_by_a_signal_leaves_no_process_and_no_folder(tmp_path, en
             else:
                 os.kill(owner.pid, signal.SIGKILL)
             owner.wait(30)
-            # Ray's own stop waits 30 s on its drain; the reaper kills at once (10 s: a loaded machine).
-            deadline = time.monotonic() + 10
+            # Ray's own stop waits 30 s on its drain; the reaper kills at once (20 s: a loaded machine).
+            deadline = time.monotonic() + 20
             while warm.marked_processes(owner.pid) and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert not warm.marked_processes(owner.pid)
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 20
             while (warm.servers_folder(owner.pid).exists() or cluster_folder.exists()) and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert not warm.servers_folder(owner.pid).exists() and not cluster_folder.exists()
