@@ -82,20 +82,25 @@ def test_per_answer_figures_of_a_hand_counted_run():
 
 
 def test_the_committed_runs_give_the_per_answer_flawed_positive_difference():
-    """FSPO − GRPO in the flawed-positive share over all 32 questions, from the committed per-question records:
-    −0.055 [−0.193, +0.083] over 8 seeds (issue 69), and the table `--table` prints shows it."""
+    """FSPO − GRPO in flawed positives per question, counted here from the committed per-question records (a right
+    answer holding a contradicted step, over every question), is the comparison's, and `--table` prints it."""
+    from fspo.evaluation.intervals import t_interval
+
     results = json.loads(COMMITTED.read_text())["runs"]
+
+    def share(run: dict) -> float:
+        records = run["after"]["per_question"].values()
+        return sum(bench.is_exact_match(r) and r[0] > 0 for r in records) / len(records)
+
+    by_seed = {(run["arm"], run["seed"]): share(run) for run in results if run["arm"] in ("fspo", "grpo")}
+    seeds = sorted({seed for arm, seed in by_seed if arm == "fspo"} & {seed for arm, seed in by_seed if arm == "grpo"})
+    mean, low, high, n = t_interval([by_seed[("fspo", s)] - by_seed[("grpo", s)] for s in seeds])
     row = next(
         r
         for r in bench.answer_comparisons(results)
         if (r["arm"], r["baseline"], r["figure"]) == ("fspo", "grpo", "flawed_positive_share")
     )
-    assert (round(row["mean"], 3), round(row["low"], 3), round(row["high"], 3), row["seeds"]) == (
-        -0.055,
-        -0.193,
-        0.083,
-        8,
-    )
-    assert "| fspo − grpo | flawed positives per question | -0.055 | [-0.193, +0.083] | 8 | 0.165 |" in (
+    assert (row["mean"], row["low"], row["high"], row["seeds"]) == pytest.approx((mean, low, high, n))
+    assert f"| fspo − grpo | flawed positives per question | {mean:+.3f} | [{low:+.3f}, {high:+.3f}] | {n} |" in (
         bench.answer_table(results)
     )
