@@ -1,9 +1,9 @@
-"""Writes the comparison's prose and tables into the docs from a results.json of ``fspo_vs_grpo.py``.
+"""Writes the quickstart comparisons' prose and tables into the docs from results.json files of ``fspo_vs_grpo.py``.
 
-    python benchmarks/fspo_vs_grpo_docs.py            # rewrite docs/results.md's three sections and README's Results
+    python benchmarks/fspo_vs_grpo_docs.py            # rewrite docs/results.md's two sections and README's Results
     python benchmarks/fspo_vs_grpo_docs.py --check    # exit 1 when the docs differ from what it would write
 
-Every figure in those sections comes from the results file, so a new measurement changes the docs in one
+Every figure in those sections comes from the results files, so a new measurement changes the docs in one
 command and a test (``--check``) catches docs edited by hand.
 """
 
@@ -13,13 +13,16 @@ import argparse
 import importlib.util
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
 from fspo.evaluation.intervals import t_interval, t_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
+# FSPO against GRPO; the other methods, with the FSPO and GRPO runs of their seeds, measured at other code.
 RESULTS = ROOT / "benchmarks" / "results" / "fspo_vs_grpo.json"
+OTHERS = ROOT / "benchmarks" / "results" / "other_methods.json"
 RESULTS_MD = ROOT / "docs" / "results.md"
 README = ROOT / "README.md"
 
@@ -36,15 +39,12 @@ NAMES = {
     "fdpo": "F-DPO",
 }
 OTHER_ARMS = ["grpo_factuality_reward", "knowrl", "fapo", "fdpo"]
-# The paired differences the docs show, the primary first: defined for every run that answered (per answer),
-# unlike the pooled hallucinated-step rate, which a run without a judged step lacks (bench.ANSWER_FIGURES).
-DIFFERENCES = {
-    "flawed_positive_share": "flawed positives per question",
-    "exact_match": "exact match",
-    "answer_f1": "answer F1",
-    "hallucinated_step_rate": "hallucinated-step rate, pooled (secondary)",
-}
+TITLES = dict(bench.FIGURES) | dict(bench.ANSWER_FIGURES)
+# The paired differences the docs show, the primary first: per answer, defined for every run that answered, then
+# the pooled hallucinated-step rate, which a run without a judged step lacks. Issue 69 chose the primary before the
+# runs of RESULTS (the plan of the runs of OTHERS named the pooled rate).
 PRIMARY = "flawed_positive_share"
+DIFFERENCES = [PRIMARY, "supported_chain_accuracy", "exact_match", "answer_f1", "hallucinated_step_rate"]
 # What the verifiers and the policies' copying show beside the per-answer table (bench.FIGURES' keys).
 DESCRIPTIVE = [
     "answer_f1",
@@ -53,21 +53,23 @@ DESCRIPTIVE = [
     "copy_rate",
     "verifier_blind_rate",
 ]
-# results.json records each run's commit but not its date or CPU: both from the commits that added the runs
-# (git log benchmarks/results/fspo_vs_grpo.json). Update with the next measurement.
-MEASURED = "2026-11-26 on 2 cores of a shared CPU machine whose model was not recorded"
+# A results.json records each run's commit but not its date or CPU: both from the commits that added the runs
+# (git log benchmarks/results/). Update with the next measurement.
+MEASURED = {
+    RESULTS: "2026-11-29 on 2 otherwise idle cores of an Intel Xeon, its kernels held to AVX2",
+    OTHERS: "2026-11-26 on 2 cores of a shared CPU machine whose model was not recorded",
+}
+# The world judge the runs of OTHERS were judged by: before f0fef0b it judged three true restatements of a relation
+# contradicted. The runs kept per-question counts, not the answers, so they cannot be judged again.
+OLD_JUDGE = (
+    'Their world judge predates f0fef0b: it judged a step in three true wordings ("A\'s birthplace is B", "The '
+    'headquarters of A are in B", "B was the mentor of A") contradicted. The runs kept counts per question, not the '
+    "answers, so they are not judged again."
+)
 # Fewer closed reasoning steps than one in this many answers: the policy stopped writing reasoning.
 COLLAPSE_ANSWERS_PER_STEP = 4
-# The issue's rule: the comparison is finished when the interval excludes 0 or this many seeds are in.
+# The comparison is finished when the primary interval excludes 0 or this many seeds are in.
 SEEDS_PLANNED = 8
-# The world judge these runs were judged by: before f0fef0b it judged three true restatements of a relation
-# ("A's birthplace is B", "The headquarters of A are in B", "B was the mentor of A") contradicted. The runs kept
-# per-question counts, not the answers, so they cannot be judged again. Update with the next measurement.
-JUDGE = (
-    "The world judge of these runs predates f0fef0b: it judged a step in three true wordings (\"A's birthplace is "
-    'B", "The headquarters of A are in B", "B was the mentor of A") contradicted. The runs kept counts per '
-    "question, not the answers, so they are not judged again."
-)
 
 FSPO_SECTION = "## FSPO against GRPO on the quickstart"
 OTHERS_SECTION = "## The other methods on the quickstart"
@@ -117,9 +119,8 @@ def stopped_reasoning(runs: list[dict]) -> str:
 
 def descriptive_table(summary: dict) -> str:
     """:data:`DESCRIPTIVE`'s figures, mean ± std over each arm's runs, ``(n=2)`` where some runs lack one."""
-    titles = dict(bench.FIGURES)
     lines = [
-        "| arm | runs | " + " | ".join(titles[key] for key in DESCRIPTIVE) + " |",
+        "| arm | runs | " + " | ".join(TITLES[key] for key in DESCRIPTIVE) + " |",
         "|---|---|" + "---|" * len(DESCRIPTIVE),
     ]
     for name, stats in summary.items():
@@ -156,31 +157,36 @@ class Comparison:
         return next(c for c in self.paired if c["arm"] == arm and c["baseline"] == baseline and c["figure"] == figure)
 
     def pairs(self) -> list[tuple[str, str]]:
-        """(arm, baseline) of each difference the docs show: FSPO against GRPO, each other method against GRPO,
-        and FSPO against each but GRPO with factuality in the reward (an ablation of FSPO's reward)."""
+        """(arm, baseline) of each difference shown: FSPO against GRPO, each other method against GRPO, and FSPO
+        against each but GRPO with factuality in the reward (an ablation of FSPO's reward)."""
         return [("fspo", "grpo")] + [
             pair
             for arm in self.other_arms()
             for pair in [(arm, "grpo")] + ([] if arm == "grpo_factuality_reward" else [("fspo", arm)])
         ]
 
-    def difference_table(self) -> str:
-        """Each pair's :data:`DIFFERENCES` after training: mean [95% paired t interval] (seeds)."""
+    def figures(self) -> list[str]:
+        """:data:`DIFFERENCES` that some pair has (runs written before the gold chain was kept have no
+        supported-chain accuracy)."""
+        return [f for f in DIFFERENCES if any(self.difference(a, b, f)["seeds"] for a, b in self.pairs())]
+
+    def difference_table(self, pairs: list[tuple[str, str]]) -> str:
+        """Each pair's differences after training: mean [95% paired t interval] (seeds)."""
         lines = [
-            "| difference | " + " | ".join(DIFFERENCES.values()) + " |",
-            "|---|" + "---|" * len(DIFFERENCES),
+            "| difference | " + " | ".join(TITLES[f] for f in self.figures()) + " |",
+            "|---|" + "---|" * len(self.figures()),
         ]
-        for a, b in self.pairs():
-            cells = [short_interval(self.difference(a, b, figure)) for figure in DIFFERENCES]
+        for a, b in pairs:
+            cells = [short_interval(self.difference(a, b, figure)) for figure in self.figures()]
             lines.append(f"| {a} − {b} | " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
     def intervals_excluding_zero(self, pairs: list[tuple[str, str]]) -> str:
         """The differences of ``pairs`` whose interval excludes 0, named ("F-DPO − GRPO in answer F1"), or ""."""
         return "; ".join(
-            f"{NAMES[a]} − {NAMES[b]} in {name}"
+            f"{NAMES[a]} − {NAMES[b]} in {TITLES[figure]}"
             for a, b in pairs
-            for figure, name in DIFFERENCES.items()
+            for figure in self.figures()
             if not spans_zero(self.difference(a, b, figure))
         )
 
@@ -211,10 +217,13 @@ class Comparison:
 
 def verdict(primary: dict, seeds: int, finished: bool) -> str:
     """The bold line on FSPO − GRPO in the primary figure: what its interval shows."""
-    name = DIFFERENCES[PRIMARY]
+    name = TITLES[PRIMARY]
     if not spans_zero(primary):
         fewer = "fewer" if primary["mean"] < 0 else "more"
-        return f"**On {seeds} seeds FSPO's answers hold {fewer} flawed positives than GRPO's: the 95% interval of {name} excludes 0.**"
+        return (
+            f"**On {seeds} seeds FSPO's answers hold {fewer} flawed positives than GRPO's: the 95% interval of {name} "
+            "excludes 0.**"
+        )
     if finished:
         return (
             f"**On {seeds} seeds the 95% interval of FSPO − GRPO in {name} spans 0: this benchmark does not show "
@@ -230,6 +239,7 @@ def fspo_section(c: Comparison) -> str:
     live_mean, live_low, live_high, _ = t_interval(live)
     finished = len(fspo_seeds) >= SEEDS_PLANNED or not spans_zero(primary)
     copied = {arm: c.summary[arm]["copy_rate"][0] for arm in ("fspo", "grpo")}
+    minutes = statistics.fmean(run["seconds"] for run in c.runs) / 60
 
     lines = [
         FSPO_SECTION,
@@ -237,32 +247,32 @@ def fspo_section(c: Comparison) -> str:
         f"Plan: `.venv/bin/python benchmarks/fspo_vs_grpo.py --arms fspo grpo --seeds {SEEDS_PLANNED}` trains each "
         f"arm at the [quickstart](quickstart.md)'s settings, {c.measured['steps']} steps in {c.measured['dtype']}; "
         f"the world judge reads the greedy answers to {c.measured['val_rows']} held-out questions.",
-        "The arms share each seed's held-out questions, data order and rollout sampling seeds.",
+        "The arms share each seed's held-out questions, data order, rollout sampling seeds and validation before "
+        "training.",
         f"Seeds {seed_range(fspo_seeds)} are finished."
         if len(fspo_seeds) >= SEEDS_PLANNED
         else f"Seeds {seed_range(fspo_seeds)} of the {SEEDS_PLANNED} are finished; the same command resumes at seed "
         f"{len(fspo_seeds)}, because finished runs stay in `outputs/fspo_vs_grpo/`.",
-        f"Measured {MEASURED}, at code {bench.code_versions(c.runs)}.",
-        JUDGE,
-        "`benchmarks/fspo_vs_grpo_docs.py` writes these sections from `benchmarks/results/fspo_vs_grpo.json`, "
-        "which holds each run's time (`seconds`).",
+        f"Measured {MEASURED[RESULTS]}, at code {bench.code_versions(c.runs)}: {minutes:.1f} minutes a run "
+        "(mean of the runs' own times: start, validation, training, judging).",
+        "`benchmarks/fspo_vs_grpo_docs.py` writes these sections from `benchmarks/results/fspo_vs_grpo.json` and "
+        "`other_methods.json`.",
         "",
         "Per answer after training, over every held-out question (a flawed positive: a right answer holding a step "
-        "the judge contradicts); mean ± std over each arm's runs (one per seed):",
+        "the judge contradicts; a supported chain: a right answer stating every gold hop as a supported step, none "
+        "contradicted); mean ± std over each arm's runs (one per seed):",
         "",
         c.answer_table,
         "",
-        "These runs kept no gold chain per question: supported-chain accuracy is n/a.",
+        "FSPO − GRPO after training (mean, 95% paired t interval, seeds):",
         "",
-        "Paired differences after training (mean, 95% paired t interval, seeds):",
-        "",
-        c.difference_table(),
+        c.difference_table([("fspo", "grpo")]),
         "",
         verdict(primary, len(fspo_seeds), finished),
         "",
     ]
     if primary["per_seed"] and all(value < 0 for value in primary["per_seed"].values()):
-        lines.append(f"- FSPO's {DIFFERENCES[PRIMARY]} are the fewer on every seed.")
+        lines.append(f"- FSPO's {TITLES[PRIMARY]} are the fewer on every seed.")
     collapsed = c.collapsed(("fspo", "grpo"))
     if collapsed:
         lines.append(
@@ -275,7 +285,7 @@ def fspo_section(c: Comparison) -> str:
         mean, low, high, n = t_interval(rest)
         lines.append(
             f"- Without seed{'s' if len(collapsed_seeds) > 1 else ''} "
-            f"{', '.join(sorted(collapsed_seeds, key=int))}, FSPO − GRPO in {DIFFERENCES[PRIMARY]} is "
+            f"{', '.join(sorted(collapsed_seeds, key=int))}, FSPO − GRPO in {TITLES[PRIMARY]} is "
             f"{signed(mean)}, 95% CI [{signed(low)}, {signed(high)}] ({n} seeds)."
         )
     lines += [
@@ -294,32 +304,42 @@ def fspo_section(c: Comparison) -> str:
     return "\n".join(lines)
 
 
-def others_section(c: Comparison) -> str:
-    others, seeds = c.other_arms(), c.other_seeds()
-    excluding_zero = c.intervals_excluding_zero(c.pairs()[1:])
+def others_section(o: Comparison) -> str:
+    others, seeds = o.other_arms(), o.other_seeds()
+    pairs = o.pairs()[1:]
+    excluding_zero = o.intervals_excluding_zero(pairs)
     lines = [
         OTHERS_SECTION,
         "",
-        f"Plan: `.venv/bin/python benchmarks/fspo_vs_grpo.py --arms {' '.join(others)} --seeds {len(seeds)}` trains "
-        "each as [methods](methods.md) defines it, on the same verifier, data, seeds and budget.",
-        "Measured on the same date, machine, code and judge as above.",
-        "Their figures and paired differences are in the tables [above](#fspo-against-grpo-on-the-quickstart), "
+        f"Plan: `.venv/bin/python benchmarks/fspo_vs_grpo.py --arms fspo grpo {' '.join(others)} --seeds {len(seeds)}` "
+        "trains each as [methods](methods.md) defines it, on the same verifier, data, seeds and budget.",
+        f"Measured {MEASURED[OTHERS]}, at code {bench.code_versions(o.runs)}, FSPO's and GRPO's runs of these seeds "
+        "among them.",
+        OLD_JUDGE,
+        "Per answer after training, mean ± std over each arm's runs:",
+        "",
+        o.answer_table,
+        "",
+        "Paired differences after training (mean, 95% paired t interval, seeds), "
         + (
-            f"wide with {len(seeds)} seeds (t(0.975, {len(seeds) - 1}) = {t_quantile(0.975, len(seeds) - 1):.3f})."
+            f"wide with {len(seeds)} seeds (t(0.975, {len(seeds) - 1}) = {t_quantile(0.975, len(seeds) - 1):.3f}):"
             if len(seeds) > 1
-            else f"without intervals on {len(seeds)} seed."
+            else f"without intervals on {len(seeds)} seed:"
         ),
+        "",
+        o.difference_table(pairs),
+        "",
         f"Intervals that exclude 0: {excluding_zero}."
         if excluding_zero
         else "No interval of theirs excludes 0: none of them can be ranked against GRPO or FSPO.",
         "",
     ]
-    for run, base in c.same_answers():
+    for run, base in o.same_answers():
         lines.append(
             f"- {NAMES[run['arm']]}'s seed-{run['seed']} run answered every held-out question as "
             f"{NAMES[base['arm']]}'s did."
         )
-    collapsed = c.collapsed(tuple(others))
+    collapsed = o.collapsed(tuple(others))
     if collapsed:
         lines.append(f"- Stopped writing reasoning: {stopped_reasoning(collapsed)}.")
     if "knowrl" in others:
@@ -335,19 +355,19 @@ def others_section(c: Comparison) -> str:
     return "\n".join(lines)
 
 
-def readme_section(c: Comparison) -> str:
+def readme_section(c: Comparison, o: Comparison) -> str:
     fspo_seeds = c.seeds("fspo")
     primary = c.difference("fspo", "grpo", PRIMARY)
     exact = c.difference("fspo", "grpo", "exact_match")
     so_far = "" if len(fspo_seeds) >= SEEDS_PLANNED else " so far"
-    shown = [
-        name
-        for figure, name in DIFFERENCES.items()
-        if figure in (PRIMARY, "exact_match") and not spans_zero(c.difference("fspo", "grpo", figure))
-    ]
-    verdict_line = (
-        "Both intervals span 0" if not shown else f"The interval of {' and of '.join(shown)} excludes 0"
-    ) + (
+    shown = [TITLES[f] for f in (PRIMARY, "exact_match") if not spans_zero(c.difference("fspo", "grpo", f))]
+    if not shown:
+        verdict_line = "Both intervals span 0"
+    elif len(shown) == 1:
+        verdict_line = f"The interval of {shown[0]} excludes 0"
+    else:
+        verdict_line = f"The intervals of {shown[0]} and {shown[1]} exclude 0"
+    verdict_line += (
         f" with {len(fspo_seeds)} seeds."
         if len(fspo_seeds) >= SEEDS_PLANNED
         else f" with {len(fspo_seeds)} of {SEEDS_PLANNED} seeds; the rest of the seeds follow."
@@ -362,13 +382,13 @@ def readme_section(c: Comparison) -> str:
         "",
         c.answer_table,
         "",
-        f"FSPO − GRPO, paired over seeds: {DIFFERENCES[PRIMARY]} {interval(primary)}; exact match {interval(exact)}.",
+        f"FSPO − GRPO, paired over seeds: {TITLES[PRIMARY]} {interval(primary)}; exact match {interval(exact)}.",
         verdict_line,
     ]
-    if c.other_arms():
-        excluding_zero = c.intervals_excluding_zero(c.pairs()[1:])
+    if o.other_arms():
+        excluding_zero = o.intervals_excluding_zero(o.pairs()[1:])
         lines.append(
-            f"The other methods ran on seeds {seed_range(c.other_seeds())} on the same verifier; "
+            f"The other methods ran on seeds {seed_range(o.other_seeds())}, at older code, on the same verifier; "
             + (
                 f"the paired intervals that exclude 0: {excluding_zero}."
                 if excluding_zero
@@ -377,8 +397,8 @@ def readme_section(c: Comparison) -> str:
         )
     lines += [
         "",
-        "Every paired difference, the judge these runs had, the flip's one-update effect, and each measurement's "
-        "plan, date and commit: [docs/results.md](docs/results.md).",
+        "Every paired difference, the flip's one-update effect, and each measurement's plan, date and commit: "
+        "[docs/results.md](docs/results.md).",
     ]
     return "\n".join(lines)
 
@@ -392,23 +412,38 @@ def replace_section(text: str, heading: str, new: str, until: str | None = None)
     return text[:start] + new.rstrip("\n") + "\n\n" + text[end:].lstrip("\n")
 
 
-def written_docs(measured: dict, results_md: str, readme: str) -> tuple[str, str]:
-    """docs/results.md and README.md with their comparison sections written from ``measured``."""
-    c = Comparison(measured)
-    sections = [fspo_section(c), *([others_section(c)] if c.other_arms() else [])]
+def written_docs(measured: dict, others: dict, results_md: str, readme: str) -> tuple[str, str]:
+    """docs/results.md and README.md with their comparison sections written from ``measured`` (FSPO against GRPO)
+    and ``others`` (the other methods)."""
+    c, o = Comparison(measured), Comparison(others)
+    sections = [fspo_section(c), *([others_section(o)] if o.other_arms() else [])]
     results_md = replace_section(results_md, FSPO_SECTION, "\n\n".join(sections), until=NEXT_SECTION)
-    readme = replace_section(readme, "## Results", readme_section(c))
+    readme = replace_section(readme, "## Results", readme_section(c, o))
     return results_md.rstrip("\n") + "\n", readme
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=RESULTS, help="a results.json of fspo_vs_grpo.py")
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help="FSPO against GRPO: a results.json of fspo_vs_grpo.py"
+    )
+    parser.add_argument(
+        "--others", type=Path, default=OTHERS, help="the other methods: a results.json of fspo_vs_grpo.py"
+    )
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when the docs differ")
     args = parser.parse_args(argv)
+    files = {}
+    for option, path in (("--results", args.results), ("--others", args.others)):
+        try:
+            files[option] = json.loads(path.read_text())
+            Comparison(files[option])
+        except bench.MALFORMED_RESULTS as error:
+            print(f"{option} {path}: not a results.json of fspo_vs_grpo.py ({error!r})", file=sys.stderr)
+            return 2
     try:
-        measured = json.loads(args.results.read_text())
-        new_results_md, new_readme = written_docs(measured, RESULTS_MD.read_text(), README.read_text())
+        new_results_md, new_readme = written_docs(
+            files["--results"], files["--others"], RESULTS_MD.read_text(), README.read_text()
+        )
     except bench.MALFORMED_RESULTS as error:
         print(f"--results {args.results}: not a results.json of fspo_vs_grpo.py ({error!r})", file=sys.stderr)
         return 2

@@ -488,14 +488,15 @@ docs_spec.loader.exec_module(docs)
 
 def test_the_docs_are_what_the_generator_writes_from_the_committed_comparison(capsys):
     """docs/results.md's generated sections and README's Results are `fspo_vs_grpo_docs.py`'s from the committed
-    results.json, and both pages show `--table`'s per-answer table of the arms verbatim: a figure edited by hand or
-    a stale table fails."""
+    results.json files, and the pages show `--table`'s per-answer table of the arms verbatim (FSPO against GRPO on
+    both, the other methods' on results.md): a figure edited by hand or a stale table fails."""
     assert docs.main(["--check"]) == 0, capsys.readouterr().err
-    assert bench.main(["--table", str(COMMITTED)]) == 0
-    answer_table = capsys.readouterr().out.strip().split("\n\n")[-2]
-    assert answer_table.startswith("| arm | runs | flawed positives per question |")
-    assert answer_table in docs.RESULTS_MD.read_text()
-    assert answer_table in docs.README.read_text()
+    for results, pages in ((docs.RESULTS, (docs.RESULTS_MD, docs.README)), (docs.OTHERS, (docs.RESULTS_MD,))):
+        assert bench.main(["--table", str(results)]) == 0
+        answer_table = capsys.readouterr().out.strip().split("\n\n")[-2]
+        assert answer_table.startswith("| arm | runs | flawed positives per question |")
+        for page in pages:
+            assert answer_table in page.read_text()
 
 
 def test_the_lexical_threshold_labels_a_copied_sentence_supported_and_a_bridging_step_not():
@@ -544,19 +545,19 @@ def _fspo_without_flawed_positives(measured: dict) -> dict:
 def test_the_docs_say_what_the_interval_says_and_when_the_seeds_are_in():
     """The headline follows the measurement: still open below 8 seeds, a plain "does not show" at 8 when the
     interval spans 0, and "excludes 0" when it does (at any number of seeds)."""
-    committed = json.loads(COMMITTED.read_text())
+    committed, others = json.loads(COMMITTED.read_text()), json.loads(docs.OTHERS.read_text())
     results_md, readme = docs.RESULTS_MD.read_text(), docs.README.read_text()
 
     eight = _with_seeds(committed, 8)
     spans = docs.Comparison(eight).difference("fspo", "grpo", "flawed_positive_share")
-    text, front = docs.written_docs(eight, results_md, readme)
+    text, front = docs.written_docs(eight, others, results_md, readme)
     if docs.spans_zero(spans):
         assert "this benchmark does not show that FSPO lowers them" in text
     assert "Seeds 0–7 are finished." in text and "the same command resumes" not in text.split("## What one")[0]
     assert "seeds 0–7, float32" in front and "the rest of the seeds follow" not in front
 
     lower = _fspo_without_flawed_positives(_with_seeds(committed, 6))
-    text, front = docs.written_docs(lower, results_md, readme)
+    text, front = docs.written_docs(lower, others, results_md, readme)
     assert "FSPO's answers hold fewer flawed positives than GRPO's: the 95% interval of flawed positives" in text
     assert "FSPO's flawed positives per question are the fewer on every seed." in text
     assert "The interval of flawed positives per question excludes 0 with 6 of 8 seeds" in front
