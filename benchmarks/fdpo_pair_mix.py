@@ -1,6 +1,6 @@
 """How many sampled pairs the committed F-DPO runs flipped, and what the authors' pair mix keeps instead (issue 70).
 
-``benchmarks/fspo_vs_grpo.py``'s F-DPO runs (seeds 0-2 in ``results/fspo_vs_grpo.json``) did not keep their samples
+``benchmarks/fspo_vs_grpo.py``'s F-DPO runs (seeds 0-2 in ``results/quickstart_2026-11-26.json``) did not keep their samples
 or pairs. This script samples them again as ``fdpo_model`` does (the base model on the seed's first steps x 2
 training questions, 4 answers each at temperature 0.7, 96 tokens, seed = the run's seed), labels them with the
 verifier the RL arms train with, and counts the pairs of both mixes of :func:`fspo.methods.fdpo.pairs.preference_pairs`

@@ -22,7 +22,7 @@ from fspo.evaluation.intervals import t_interval, t_quantile
 ROOT = Path(__file__).resolve().parents[1]
 # FSPO against GRPO; the other methods, with the FSPO and GRPO runs of their seeds, measured at other code.
 RESULTS = ROOT / "benchmarks" / "results" / "fspo_vs_grpo.json"
-OTHERS = ROOT / "benchmarks" / "results" / "other_methods.json"
+OTHERS = ROOT / "benchmarks" / "results" / "quickstart_2026-11-26.json"
 RESULTS_MD = ROOT / "docs" / "results.md"
 README = ROOT / "README.md"
 
@@ -256,7 +256,7 @@ def fspo_section(c: Comparison) -> str:
         f"Measured {MEASURED[RESULTS]}, at code {bench.code_versions(c.runs)}: {minutes:.1f} minutes a run "
         "(mean of the runs' own times: start, validation, training, judging).",
         "`benchmarks/fspo_vs_grpo_docs.py` writes these sections from `benchmarks/results/fspo_vs_grpo.json` and "
-        "`other_methods.json`.",
+        "`quickstart_2026-11-26.json`.",
         "",
         "Per answer after training, over every held-out question (a flawed positive: a right answer holding a step "
         "the judge contradicts; a supported chain: a right answer stating every gold hop as a supported step, none "
@@ -313,8 +313,8 @@ def others_section(o: Comparison) -> str:
         "",
         f"Plan: `.venv/bin/python benchmarks/fspo_vs_grpo.py --arms fspo grpo {' '.join(others)} --seeds {len(seeds)}` "
         "trains each as [methods](methods.md) defines it, on the same verifier, data, seeds and budget.",
-        f"Measured {MEASURED[OTHERS]}, at code {bench.code_versions(o.runs)}, FSPO's and GRPO's runs of these seeds "
-        "among them.",
+        f"Measured {MEASURED[OTHERS]}, at code {bench.code_versions(o.runs)}, beside the FSPO and GRPO runs of that date "
+        f"(seeds {seed_range(o.seeds('fspo'))}), which their differences pair with.",
         OLD_JUDGE,
         "Per answer after training, mean ± std over each arm's runs:",
         "",

@@ -10,7 +10,7 @@ verifier, :func:`fspo.methods.reward_modes.added_reward`):
   on and off.
 
 Two figures come from committed files: the share of one-clause steps in ``tests/data/judged_quickstart_steps.jsonl``
-and KnowRL's term on the trained knowrl arm's greedy answers in ``results/fspo_vs_grpo.json``. Those answers kept
+and KnowRL's term on the trained knowrl arm's greedy answers in ``results/quickstart_2026-11-26.json``. Those answers kept
 only the world judge's counts, so there the term takes the judge's verdicts, every step (repeats too) and F1 = 1 as
 right: an estimate of what the lexical verifier would give.
 
@@ -48,7 +48,7 @@ from fspo.verifiers.clauses import split_clauses
 BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = BENCHMARKS / "results" / "method_terms.json"
 JUDGED_STEPS_FILE = BENCHMARKS.parent / "tests" / "data" / "judged_quickstart_steps.jsonl"
-FSPO_VS_GRPO = BENCHMARKS / "results" / "fspo_vs_grpo.json"
+FSPO_VS_GRPO = BENCHMARKS / "results" / "quickstart_2026-11-26.json"
 FDPO_PAIR_MIX = BENCHMARKS / "results" / "fdpo_pair_mix.json"
 
 # The rollouts: as a quickstart training step draws them (rollout.n=4, T 0.7, 96 tokens), on its first rows.

@@ -5,7 +5,7 @@ The primary test is a paired two-sided t test over seeds of FSPO − GRPO in the
 answers holding a step the world judge contradicts, over all held-out questions). Its power at N seeds is the
 non-central t's: with per-seed differences of mean ``effect`` and sd ``sd``, the statistic is t(N − 1) with
 non-centrality effect·√N / sd, and the test rejects when it passes t(1 − α/2, N − 1) either way. The sd is
-that of the committed per-seed differences (``benchmarks/results/fspo_vs_grpo.json``: the quickstart's world, 32
+that of the committed per-seed differences (``benchmarks/results/quickstart_2026-11-26.json``: the quickstart's world, 32
 held-out questions): the pre-registration's 64 questions can only lower the part the questions add.
 
 The secondary exact-match test is one-sided non-inferiority: FSPO is not worse than GRPO by more than the
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from fspo.evaluation.intervals import t_quantile
 
-RESULTS = Path(__file__).resolve().parent / "results" / "fspo_vs_grpo.json"
+RESULTS = Path(__file__).resolve().parent / "results" / "quickstart_2026-11-26.json"
 ALPHA = 0.05
 TARGET_POWER = 0.80
 # The primary effect the design must detect: 4 more of 32 questions (8 of 64) answered right through a

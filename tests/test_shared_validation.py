@@ -113,7 +113,7 @@ def test_the_quickstarts_grpo_run_shares_fspos_validation_unless_an_override_of_
 def test_the_benchmark_shares_exactly_where_the_committed_runs_figures_before_training_are_identical(tmp_path):
     """Every arm that validates the base model agrees with FSPO's run on what decides that validation, and on
     every seed of the committed comparison those arms' figures before training are identical, per question."""
-    committed = json.loads((ROOT / "benchmarks" / "results" / "fspo_vs_grpo.json").read_text())
+    committed = json.loads((ROOT / "benchmarks" / "results" / "quickstart_2026-11-26.json").read_text())
     before: dict[int, list[dict]] = {}
     for run in committed["runs"]:
         if run["before"] is not None:
