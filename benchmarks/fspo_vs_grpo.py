@@ -428,9 +428,9 @@ class SweepLauncher:
     def before_run(self) -> None:
         """Point the next run at the sweep's cluster (started at the first run), its earlier runs' logs retired."""
         if not self.separate:
-            from fspo_testing.shared_ray import joining_env
+            from fspo_testing.shared_ray import joining_variables
 
-            os.environ["RAY_ADDRESS"] = joining_env()["RAY_ADDRESS"]
+            os.environ.update(joining_variables())
 
 
 def run_once(

@@ -9,7 +9,7 @@ by ``RAY_JOB_ID``: a server shared by two jobs registered the second's workers u
 
 The cluster has the CPU preset's logical resources (``fspo/config/platform/cpu.yaml``), a temp folder of its own
 (a ``ray.init()`` without an address in this process would otherwise join it), and Ray's token authentication off
-(a driver that joins by address reads no token). It stops with the process that started it: at its exit, or, when a
+(a driver that joins by address reads no token; :data:`JOINING_AUTH`). It stops with the process that started it: at its exit, or, when a
 signal ended that process, by the reaper of its warm servers (fspo_testing/warm_python.py), which also removes the
 cluster's folder.
 """
@@ -52,6 +52,11 @@ QUIET_DAEMONS = {
     "REPORTER_UPDATE_INTERVAL_MS": "60000",
     "RAY_enable_metrics_collection": "0",
 }
+# A driver that joins the cluster runs without token authentication, as the cluster does. Ray 2.60's first local
+# `ray.init()` in a process turns it on in that process's environment (RAY_AUTH_MODE=token), and a process started
+# from there with it rejects the cluster's calls ("Missing authorization header in request"): the cluster then ends
+# the driver's actors as out of scope before they start. Ray reads it as the process starts, not at ray.init.
+JOINING_AUTH = {"RAY_AUTH_MODE": "disabled"}
 _PR_SET_PDEATHSIG = 1
 
 
@@ -74,7 +79,7 @@ def _start_shared() -> tuple[str, str]:
     folder = tempfile.mkdtemp(prefix="ray-s-", dir="/tmp")  # short: Ray's socket paths fit 107 bytes
     remove_with_owner(folder)
     log_path = Path(folder) / "head.log"
-    env = {**os.environ, "RAY_TMPDIR": folder, "RAY_AUTH_MODE": "disabled", **QUIET_DAEMONS}
+    env = {**os.environ, "RAY_TMPDIR": folder, **JOINING_AUTH, **QUIET_DAEMONS}
     env.pop("RAY_ADDRESS", None)
     command = [
         sys.executable, "-m", __name__, "start", "--head", "--block", "--port=0", "--disable-usage-stats",
@@ -133,12 +138,17 @@ def retire_dead_workers_logs() -> int:
     return moved
 
 
-def joining_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """``env`` (default: this process's) with ``RAY_ADDRESS`` naming the shared cluster; the logs of the runs that
-    joined it before are retired."""
+def joining_variables() -> dict[str, str]:
+    """What a process that joins the shared cluster needs in its environment as it starts: ``RAY_ADDRESS`` naming
+    the cluster, and :data:`JOINING_AUTH`. The logs of the runs that joined it before are retired."""
     address = shared_cluster()
     retire_dead_workers_logs()
-    return {**(os.environ if env is None else env), "RAY_ADDRESS": address}
+    return {"RAY_ADDRESS": address, **JOINING_AUTH}
+
+
+def joining_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with :func:`joining_variables`."""
+    return {**(os.environ if env is None else env), **joining_variables()}
 
 
 def launch_joined(overrides: list[str], log_path: Path, metrics_path: Path, **kwargs) -> list[dict]:
@@ -149,7 +159,8 @@ def launch_joined(overrides: list[str], log_path: Path, metrics_path: Path, **kw
     from fspo_testing.warm_python import warm_python
 
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("RAY_ADDRESS", joining_env()["RAY_ADDRESS"])
+        for name, value in joining_variables().items():
+            env.setenv(name, value)
         return launch([*overrides, *JOIN_OVERRIDES], log_path, metrics_path, python=warm_python(), **kwargs)
 
 

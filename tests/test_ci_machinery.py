@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fspo.training.run_ledger import LEDGER_ENV, ledger_entry
-from fspo_testing import background, build_cache
+from fspo_testing import background, build_cache, shared_ray
 from fspo_testing import warm_python as warm
 from fspo_testing.allocator import ALLOCATOR_VARIABLES, reuse_freed_memory
 from fspo_testing.scheduling import (
@@ -650,7 +650,9 @@ def test_an_owner_ended_by_a_signal_leaves_no_process_and_no_folder(tmp_path, en
             stderr=err,
             cwd=tmp_path,
             start_new_session=True,
-            env={**os.environ, "RAY_prestart_worker_first_driver": "1"},  # idle workers, as in the sweep
+            # It joins the cluster it starts (shared_ray.JOINING_AUTH: this xdist worker may have token authentication
+            # on, after a local ray.init()); idle workers, as in the sweep.
+            env={**os.environ, **shared_ray.JOINING_AUTH, "RAY_prestart_worker_first_driver": "1"},
         ) as owner,
         subprocess.Popen(sleep, env={**unmarked_env, "FSPO_WARM_OWNER": "1"}) as other_owners,
         subprocess.Popen(sleep, env=unmarked_env) as unmarked,
