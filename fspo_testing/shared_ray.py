@@ -9,9 +9,9 @@ by ``RAY_JOB_ID``: a server shared by two jobs registered the second's workers u
 
 The cluster has the CPU preset's logical resources (``fspo/config/platform/cpu.yaml``), a temp folder of its own
 (a ``ray.init()`` without an address in this process would otherwise join it), and Ray's token authentication off
-(a driver that joins by address reads no token; :data:`JOINING_AUTH`). It stops with the process that started it: at its exit, or, when a
-signal ended that process, by the reaper of its warm servers (fspo_testing/warm_python.py), which also removes the
-cluster's folder.
+(a driver that joins by address reads no token; :data:`JOINING_AUTH`). It stops with the process that started it:
+at its exit, or, when a signal ended that process, by the reaper of its warm servers (fspo_testing/warm_python.py),
+which also removes the cluster's folder.
 """
 
 from __future__ import annotations
