@@ -1,13 +1,16 @@
 """The pre-registered comparison's report (benchmarks/preregistration_shortcut.md), from its committed runs.
 
-    python benchmarks/preregistered_report.py --store outputs/shortcut   # copy the sweep's finished runs in
-    python benchmarks/preregistered_report.py                            # rewrite docs/results.md's section
-    python benchmarks/preregistered_report.py --check                    # exit 1 when the section differs
+    python benchmarks/preregistered_report.py --store outputs/shortcut            # copy the sweep's finished runs in
+    python benchmarks/preregistered_report.py --store outputs/rerun --reruns      # planned runs trained again
+    python benchmarks/preregistered_report.py                                     # rewrite docs/results.md's section
+    python benchmarks/preregistered_report.py --check                             # exit 1 when the section differs
 
 The runs live one file each in ``benchmarks/results/shortcut/<arm>/seed<N>.json`` (``fspo_vs_grpo.py``'s
 ``result.json``, as the sweep wrote it). Until every run of the plan is in, the section says how many are and
 reports no figure: the plan allows no interim look. Then it reports the primary and secondary figures against the
-plan, whatever their sign. :data:`PLAN` is the pre-registration's; a test holds the two equal.
+plan, whatever their sign. :data:`PLAN` is the pre-registration's; a test holds the two equal. A planned run
+trained again at a later commit (``benchmarks/results/shortcut_reruns/``) shows whether the code changes between the
+runs changed a result: the section says on how many questions the two runs' records agree.
 """
 
 from __future__ import annotations
@@ -24,14 +27,17 @@ from fspo.utils.input_files import read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "benchmarks" / "results" / "shortcut"
+# Planned runs trained again at a later commit, one file each as in RUNS: did the code they ran at change a result?
+RERUNS = ROOT / "benchmarks" / "results" / "shortcut_reruns"
 RESULTS_MD = ROOT / "docs" / "results.md"
 PREREGISTRATION = ROOT / "benchmarks" / "preregistration_shortcut.md"
 SECTION = "## Pre-registered: FSPO against GRPO on the shortcut world"
 UNTIL = "## Still to measure"
 
-_spec = importlib.util.spec_from_file_location("fspo_vs_grpo", Path(__file__).with_name("fspo_vs_grpo.py"))
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+_spec = importlib.util.spec_from_file_location("fspo_vs_grpo_docs", Path(__file__).with_name("fspo_vs_grpo_docs.py"))
+docs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(docs)
+bench = docs.bench  # fspo_vs_grpo.py, as the quickstart comparison's docs read it
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,18 @@ class Plan:
 
 
 PLAN = Plan()
+# A result.json records its commit, not its date or CPU: both from the commits that stored the runs
+# (git log benchmarks/results/shortcut/).
+MEASURED = "2026-11-29 on 2 cores of an Intel Xeon, its kernels held to AVX2, not every run on otherwise idle cores"
+# What changed between the pre-registration (862b466) and the last run's commit (cafb8a7), read off `git diff`:
+# the plan fixes the judge, the verifier and the metrics; the trainer's changes are named too.
+DEVIATIONS = (
+    "The world judge, the verifier and the metrics are the pre-registration's: `fspo/data/`, `fspo/verifiers/` and "
+    "`benchmarks/fspo_vs_grpo.py`'s `question_figures` and `answer_metrics` did not change from 862b466 to cafb8a7.",
+    "The CPU trainer changed after the first runs (6276a24, 47f0245): from 3fdb9d0 an update whose every advantage "
+    "is 0 takes AdamW's step on zero gradients without its forward and backward (`fspo.skip_dead_steps`, the same "
+    "weights), and the weights reach the rollout server through one shared-memory file (the same tensors).",
+)
 TITLES = {
     "flawed_positive_share": "flawed-positive share",
     "supported_chain_accuracy": "supported-chain accuracy",
@@ -123,6 +141,31 @@ def store(sweep: Path, folder: Path = RUNS, plan: Plan = PLAN) -> list[Path]:
     return copied
 
 
+def stored_reruns(runs: dict[tuple[str, int], dict], folder: Path = RERUNS, plan: Plan = PLAN) -> list[dict]:
+    """The reruns in ``folder`` (``<arm>/seed<N>.json``): each a planned run whose first run is stored."""
+    reruns = []
+    for path in sorted(folder.glob("*/seed*.json")):
+        rerun = read_json(path)
+        why = planned(rerun, plan)
+        if why is None and (rerun["arm"], rerun["seed"]) not in runs:
+            why = "its first run is not stored"
+        if why:
+            raise ValueError(f"{path}: {why}")
+        reruns.append(rerun)
+    return reruns
+
+
+def rerun_line(first: dict, rerun: dict) -> str:
+    """On how many held-out questions a rerun recorded after training what its first run did."""
+    theirs, mine = first["after"]["per_question"], rerun["after"]["per_question"]
+    same = sum(mine.get(question) == record for question, record in theirs.items())
+    return (
+        f"{rerun['arm'].upper()} seed {rerun['seed']}, trained at {first.get('code_version', 'unknown')} and again "
+        f"at {rerun.get('code_version', 'unknown')}: the same record on {same} of {len(theirs)} held-out questions"
+        + (" (the same run)." if same == len(theirs) == len(mine) else ".")
+    )
+
+
 def figure(run: dict, key: str) -> float | None:
     """A run's figure after training: a per-answer one (``answer_metrics``) or, for F1, the run's own."""
     after = run["after"]
@@ -143,20 +186,20 @@ def _signed(value: float) -> str:
     return f"{value:+.3f}"
 
 
-def comparison_row(runs, key: str, plan: Plan = PLAN) -> tuple[str, float, float, float]:
-    """(table row, mean, low, high) of the paired difference in ``key``."""
+def comparison_row(runs, key: str, role: str, plan: Plan = PLAN) -> tuple[str, float, float, float]:
+    """(table row, mean, low, high) of the paired difference in ``key``; ``role``: what the plan makes of it."""
     per_seed = differences(runs, key, plan)
     mean, low, high, n = t_interval(list(per_seed.values()))
     above = sum(value > 0 for value in per_seed.values())
     below = sum(value < 0 for value in per_seed.values())
     row = (
-        f"| {TITLES[key]} | {_signed(mean)} | [{_signed(low)}, {_signed(high)}] | {n} | "
+        f"| {TITLES[key]} | {role} | {_signed(mean)} | [{_signed(low)}, {_signed(high)}] | {n} | "
         f"{above} / {n - above - below} / {below} |"
     )
     return row, mean, low, high
 
 
-def section(runs: dict[tuple[str, int], dict], plan: Plan = PLAN) -> str:
+def section(runs: dict[tuple[str, int], dict], plan: Plan = PLAN, reruns: list[dict] = ()) -> str:
     """The section of docs/results.md: progress until every planned run is in, then the result against the plan."""
     expected = 2 * len(plan.seeds)
     lines = [
@@ -178,24 +221,44 @@ def section(runs: dict[tuple[str, int], dict], plan: Plan = PLAN) -> str:
         missing = sorted(set(plan.seeds) - set(differences(runs, key, plan)))
         if missing:  # the plan: no run drops out of the compared figures
             raise ValueError(f"{TITLES[key]} is missing for seeds {missing}; every planned run must have it")
-    commits = sorted({run.get("code_version", "unknown") for run in runs.values()})
     minutes = sorted(run["seconds"] / 60 for run in runs.values())
+    split = [
+        s for s in plan.seeds if runs[plan.arm, s].get("code_version") != runs[plan.baseline, s].get("code_version")
+    ]
     lines += [
         "",
-        f"Trained at commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}; "
+        f"Measured {MEASURED}, at code {bench.code_versions(list(runs.values()))}: "
         f"{minutes[len(minutes) // 2]:.1f} minutes a run (median; {minutes[0]:.1f}-{minutes[-1]:.1f}).",
+        *DEVIATIONS,
+    ]
+    if split:
+        lines.append(
+            f"Seed{'s' if len(split) > 1 else ''} {', '.join(map(str, split))}: the arms ran at different commits."
+        )
+    lines += [rerun_line(runs[rerun["arm"], rerun["seed"]], rerun) for rerun in reruns]
+    collapsed = [
+        run
+        for run in sorted(runs.values(), key=lambda run: (run["arm"] != plan.arm, run["seed"]))
+        if run["after"]["answers"] and run["after"]["steps"] * docs.COLLAPSE_ANSWERS_PER_STEP < run["after"]["answers"]
+    ]
+    lines += [
+        "",
+        f"Per answer after training, over each seed's {plan.val_rows} held-out questions, mean ± std over each arm's "
+        "runs (the base model: each seed's validation before training):",
+        "",
+        bench.answer_table(list(runs.values())).split("\n\n")[1],
         "",
         f"Paired over seeds, {plan.arm.upper()} − {plan.baseline.upper()} after training, 95% t interval; "
         "seeds with the difference above / equal to / below 0:",
         "",
-        "| figure | mean | 95% interval | seeds | above / equal / below |",
-        "|---|---|---|---|---|",
+        "| figure | in the plan | mean | 95% interval | seeds | above / equal / below |",
+        "|---|---|---|---|---|---|",
     ]
-    primary, p_mean, p_low, p_high = comparison_row(runs, plan.primary, plan)
-    secondary, _, s_low, s_high = comparison_row(runs, plan.secondary, plan)
-    non_inferior, _, n_low, _ = comparison_row(runs, plan.non_inferior, plan)
-    lines += [primary + " (primary)", secondary, non_inferior]
-    lines += [comparison_row(runs, key, plan)[0] + " (descriptive)" for key in DESCRIPTIVE]
+    primary, p_mean, p_low, p_high = comparison_row(runs, plan.primary, "primary", plan)
+    secondary, _, s_low, s_high = comparison_row(runs, plan.secondary, "secondary", plan)
+    non_inferior, _, n_low, _ = comparison_row(runs, plan.non_inferior, "secondary: non-inferiority", plan)
+    lines += [primary, secondary, non_inferior]
+    lines += [comparison_row(runs, key, "descriptive", plan)[0] for key in DESCRIPTIVE]
     verdict = (
         "no difference shown: the interval includes 0"
         if p_low <= 0 <= p_high
@@ -203,7 +266,8 @@ def section(runs: dict[tuple[str, int], dict], plan: Plan = PLAN) -> str:
     )
     lines += [
         "",
-        f"- Primary, {TITLES[plan.primary]}: {verdict}.",
+        f"- Primary, {TITLES[plan.primary]}: {verdict}."
+        + (" An answer without a step holds no flawed positive." if collapsed else ""),
         f"- Secondary, {TITLES[plan.secondary]}: "
         + ("the interval includes 0." if s_low <= 0 <= s_high else "the interval excludes 0."),
         f"- {TITLES[plan.non_inferior].capitalize()}, non-inferiority at a margin of {plan.margin:+.2f}: "
@@ -213,12 +277,17 @@ def section(runs: dict[tuple[str, int], dict], plan: Plan = PLAN) -> str:
             else f"not shown (the interval's lower end {n_low:+.3f} is not above it)."
         ),
     ]
+    if collapsed:
+        lines.append(
+            f"- Stopped writing reasoning (under one step in {docs.COLLAPSE_ANSWERS_PER_STEP} answers): "
+            f"{docs.stopped_reasoning(collapsed)}."
+        )
     return "\n".join(lines)
 
 
-def written(results_md: str, runs: dict[tuple[str, int], dict]) -> str:
+def written(results_md: str, runs: dict[tuple[str, int], dict], reruns: list[dict] = ()) -> str:
     """docs/results.md with the section (re)written before :data:`UNTIL`."""
-    new = section(runs).rstrip("\n") + "\n\n"
+    new = section(runs, reruns=reruns).rstrip("\n") + "\n\n"
     if SECTION + "\n" in results_md:
         start = results_md.index(SECTION + "\n")
         end = results_md.index(UNTIL, start)
@@ -230,14 +299,18 @@ def written(results_md: str, runs: dict[tuple[str, int], dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", type=Path, help="a sweep's --output-dir: copy its finished planned runs in first")
+    parser.add_argument(
+        "--reruns", action="store_true", help="with --store: the sweep trained planned runs again; store them apart"
+    )
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when the section differs")
     args = parser.parse_args(argv)
     try:
         if args.store:
-            copied = store(args.store)
-            print(f"stored {len(copied)} runs in {RUNS.relative_to(ROOT)}")
+            folder = RERUNS if args.reruns else RUNS
+            copied = store(args.store, folder)
+            print(f"stored {len(copied)} runs in {folder.relative_to(ROOT)}")
         runs = stored_runs()
-        new = written(RESULTS_MD.read_text(), runs)
+        new = written(RESULTS_MD.read_text(), runs, stored_reruns(runs))
     except ValueError as error:
         print(f"preregistered_report: {error}", file=sys.stderr)
         return 2

@@ -50,11 +50,18 @@ def test_the_plan_is_the_committed_preregistrations():
     assert PLAN.non_inferior == "exact_match" and PLAN.margin == margin
 
 
+def _pass(records: list[list[float]]) -> dict:
+    """A validation pass as a run's result.json holds it."""
+    per_question = {f"q{index}": record for index, record in enumerate(records)}
+    steps = sum(record[4] for record in records)
+    return {"per_question": per_question, "answer_f1": 0.5, "steps": steps, "answers": len(records)}
+
+
 def _run(arm: str, seed: int, records: list[list[float]]) -> dict:
     config = report.bench.run_config(arm, seed, report.bench._parser().parse_args(report.plan_arguments()))
-    per_question = {f"q{index}": record for index, record in enumerate(records)}
+    before = _pass([[0, 1, 0.0, 0, 1, 0, 0]] * len(records))
     return {"arm": arm, "seed": seed, "config": config, "code_version": "abc", "seconds": 600.0 + seed,
-            "after": {"per_question": per_question, "answer_f1": 0.5}}  # fmt: skip
+            "before": before, "after": _pass(records)}  # fmt: skip
 
 
 def _records(rng: random.Random, questions: int, flaw_rate: float) -> list[list[float]]:
@@ -96,7 +103,10 @@ def test_each_figure_is_the_paired_t_interval_and_the_verdicts_follow_the_plan(s
             theirs = report.bench.answer_metrics(runs[PLAN.baseline, s]["after"])[key]
             values.append(mine - theirs)
         mean, low, high, n = t_interval(values)
-        assert f"| {report.TITLES[key]} | {mean:+.3f} | [{low:+.3f}, {high:+.3f}] | {n} |" in text
+        row = next(line for line in text.splitlines() if line.startswith(f"| {report.TITLES[key]} | "))
+        assert f" | {mean:+.3f} | [{low:+.3f}, {high:+.3f}] | {n} | " in row
+        header = next(line for line in text.splitlines() if line.startswith("| figure |"))
+        assert row.endswith(" |") and row.count("|") == header.count("|")  # every cell under a column
         if key == PLAN.primary:
             assert ("the interval includes 0" in text.split("- Primary")[1].split("\n")[0]) == (low <= 0 <= high)
         if key == PLAN.non_inferior:
@@ -143,3 +153,40 @@ def test_a_run_is_stored_once_and_every_compared_figure_is_required(tmp_path):
 
 def test_the_docs_section_is_what_the_committed_runs_give():
     assert report.main(["--check"]) == 0
+
+
+def test_the_levels_the_reruns_and_the_runs_that_stopped_writing_are_reported():
+    runs = _runs(1, 0.0)
+    runs[PLAN.baseline, 2] = _run(PLAN.baseline, 2, [[0, 0, 1.0, 0, 0, 1, 0]] * 8)  # right answers, no step
+    runs[PLAN.arm, 5]["code_version"] = "def"
+    same = {**runs[PLAN.arm, 5], "code_version": "ghi"}
+    changed = json.loads(json.dumps(runs[PLAN.baseline, 7]))
+    changed["code_version"] = "ghi"
+    changed["after"]["per_question"]["q0"] = [9, 9, 0.0, 0, 9, 0, 0]
+    text = report.section(runs, reruns=[same, changed])
+    assert "Seed 5: the arms ran at different commits." in text
+    assert (
+        "FSPO seed 5, trained at def and again at ghi: the same record on 8 of 8 held-out questions (the same run)."
+        in text
+    )
+    assert "GRPO seed 7, trained at abc and again at ghi: the same record on 7 of 8 held-out questions." in text
+    assert "Stopped writing reasoning (under one step in 4 answers): GRPO seed 2 (0 steps in 8 answers)." in text
+    grpo_exact = [report.bench.answer_metrics(runs[PLAN.baseline, s]["after"])["exact_match"] for s in PLAN.seeds]
+    mean, std, _ = report.bench.mean_std(grpo_exact)
+    row = next(line for line in text.splitlines() if line.startswith(f"| {PLAN.baseline} | 16 |"))
+    assert f"{mean:.3f} ± {std:.3f}" in row
+    assert text.count("| base model | 16 |") == 1
+
+
+def test_a_rerun_must_be_planned_and_have_its_first_run_stored(tmp_path):
+    runs = _runs(0, 0.0)
+    first = report.run_path(PLAN.arm, 3, tmp_path)
+    first.parent.mkdir(parents=True)
+    first.write_text(json.dumps(runs[PLAN.arm, 3]))
+    assert [r["seed"] for r in report.stored_reruns(runs, tmp_path)] == [3]
+    assert report.stored_reruns({}, tmp_path / "none") == []
+    with pytest.raises(ValueError, match="its first run is not stored"):
+        report.stored_reruns({key: run for key, run in runs.items() if key != (PLAN.arm, 3)}, tmp_path)
+    first.write_text(json.dumps({**runs[PLAN.arm, 3], "config": runs[PLAN.arm, 3]["config"][:-1]}))
+    with pytest.raises(ValueError, match="not the plan's"):
+        report.stored_reruns(runs, tmp_path)
