@@ -31,7 +31,9 @@ and two forward passes of the batch)::
         --labels judge lexical lexical-abstain
 
 Seeds run side by side (one ``--seeds S --out S.json`` each) merge into one interval with
-``--table 0.json 1.json ...``, which prints the table of docs/results.md; ``benchmarks/results/`` holds the run it shows.
+``--table 0.json 1.json ...``, which prints the table of docs/results.md (and under it the figures
+``benchmarks/preregistration_flip_labels.md`` decided, where the files hold them); ``benchmarks/results/`` holds the
+runs it shows.
 
 ``--model tiny`` builds a tiny random Qwen2 (:mod:`fspo_testing.tiny_model`) and needs ``--rollouts scripted``.
 """
@@ -641,6 +643,7 @@ LABEL_NAMES = {
 }
 
 
+ROLLOUTS_MEASURED = {"same": "the update's own rollouts", "fresh": "fresh rollouts"}
 GROUP_NAMES = {
     CONTRADICTED: "steps the judge contradicts",
     SUPPORTED: "steps the judge supports",
@@ -648,6 +651,38 @@ GROUP_NAMES = {
     OWN_WORDS: "claims in other words",
     RIGHT_ANSWER: "the answer of a right response",
 }
+
+
+# The figures benchmarks/preregistration_flip_labels.md decided before its first run ("Figures decided now"):
+# (question, label source, rollouts, spans, the expected sign of FSPO - GRPO). A test holds the two equal.
+DECIDED = (
+    (1, "lexical", "fresh", CONTRADICTED, -1),
+    (2, "lexical", "fresh", COPIED, +1),
+    (2, "lexical", "fresh", OWN_WORDS, -1),
+    (3, "lexical", "fresh", RIGHT_ANSWER, -1),
+)
+
+
+def decided_verdicts(result: dict) -> list[str]:
+    """A line for each figure of :data:`DECIDED` the result holds: its interval, and whether it shows the expected
+    sign, shows the other, or spans 0 (not shown, as the plan reports it)."""
+    lines = []
+    for question, source, batch, group, sign in DECIDED:
+        f = result["summary"].get(f"{source}/{batch}/{group}")
+        if f is None:
+            continue
+        if f["lower"] <= 0 <= f["upper"]:
+            verdict = "not shown (the interval spans 0)"
+        elif (f["fspo_minus_grpo"] > 0) == (sign > 0):
+            verdict = "shown"
+        else:
+            verdict = "the other sign shown"
+        lines.append(
+            f"- Question {question}, {LABEL_NAMES[source]} labels, {ROLLOUTS_MEASURED[batch]}, {GROUP_NAMES[group]}: "
+            f"{f['fspo_minus_grpo']:+.3f} [{f['lower']:+.3f}, {f['upper']:+.3f}], expected {'+' if sign > 0 else '−'}:"
+            f" {verdict}."
+        )
+    return lines
 
 
 def markdown_table(result: dict) -> str:
@@ -659,12 +694,11 @@ def markdown_table(result: dict) -> str:
         + "| rollouts measured | spans measured | FSPO − GRPO, 95% interval | GRPO | FSPO | spans | repeats |",
         ("|---" if several else "") + "|---|---|---|---|---|---|---|",
     ]
-    where = {"same": "the update's own rollouts", "fresh": "fresh rollouts"}
     for key, f in result["summary"].items():
         source, batch, group = key.split("/")
         lines.append(
             (f"| {LABEL_NAMES[source]} " if several else "")
-            + f"| {where.get(batch, batch)} | {GROUP_NAMES[group]} | {f['fspo_minus_grpo']:+.3f} [{f['lower']:+.3f}, {f['upper']:+.3f}]"
+            + f"| {ROLLOUTS_MEASURED.get(batch, batch)} | {GROUP_NAMES[group]} | {f['fspo_minus_grpo']:+.3f} [{f['lower']:+.3f}, {f['upper']:+.3f}]"
             f" | {f['grpo']:+.3f} | {f['fspo']:+.3f} | {f['spans']} | {f['repeats']} |"
         )
     return "\n".join(lines)
@@ -674,7 +708,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.table:
         try:
-            print(markdown_table(merge_results([json.loads(path.read_text()) for path in args.table])))
+            merged = merge_results([json.loads(path.read_text()) for path in args.table])
+            verdicts = decided_verdicts(merged)  # the pre-registered figures, under the table
+            print(markdown_table(merged) + ("\n\n" + "\n".join(verdicts) if verdicts else ""))
         except (OSError, ValueError, KeyError) as error:
             print(f"flip_effect: {error}", file=sys.stderr)
             return 2

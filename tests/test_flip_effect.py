@@ -258,3 +258,35 @@ def test_every_label_source_is_one_more_fspo_update_paired_with_the_same_grpo_up
     )
     assert table.splitlines()[0].startswith("| flip's labels | rollouts measured | spans measured |")
     assert table.splitlines()[-1].startswith("| `lexical`, abstaining on non-claims | fresh rollouts | ")
+
+
+def test_the_decided_figures_are_the_preregistrations():
+    """DECIDED is the table "Figures decided now" of benchmarks/preregistration_flip_labels.md, row for row."""
+    text = (RESULTS.parents[1] / "preregistration_flip_labels.md").read_text()
+    table = text.split("## Figures decided now")[1].split("\n\n")[1].splitlines()[2:]
+    sources = {f"`{source}`": source for source in flip_effect.LABEL_SOURCES}
+    groups = {name: group for group, name in flip_effect.GROUP_NAMES.items()}
+    rows = []
+    for line in table:
+        question, labels, rollouts, spans, sign = (cell.strip() for cell in line.strip("|").split("|"))
+        batch = {name.split()[0]: batch for batch, name in flip_effect.ROLLOUTS_MEASURED.items()}[rollouts]
+        rows.append((int(question), sources[labels], batch, groups[spans], {"+": 1, "−": -1}[sign]))
+    assert tuple(rows) == flip_effect.DECIDED
+
+
+@hypothesis_settings(max_examples=60, deadline=None)
+@given(
+    bounds=st.lists(st.floats(-3, 3, allow_nan=False), min_size=3, max_size=3).map(sorted),
+    decided=st.sampled_from(range(len(flip_effect.DECIDED))),
+)
+def test_a_decided_figure_is_shown_only_when_its_interval_excludes_0_on_the_expected_side(bounds, decided):
+    low, mean, high = bounds
+    question, source, batch, group, sign = flip_effect.DECIDED[decided]
+    figures = {"fspo_minus_grpo": mean, "lower": low, "upper": high, "grpo": 0.0, "fspo": 0.0, "spans": 9}
+    result = {"summary": {f"{source}/{batch}/{group}": figures, "judge/fresh/contradicted": figures}}
+    (line,) = flip_effect.decided_verdicts(result)
+    assert line.startswith(f"- Question {question}, ")
+    if low <= 0 <= high:
+        assert line.endswith(": not shown (the interval spans 0).")
+    else:
+        assert line.endswith(": shown." if (mean > 0) == (sign > 0) else ": the other sign shown.")
