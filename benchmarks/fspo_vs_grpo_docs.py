@@ -45,14 +45,6 @@ TITLES = dict(bench.FIGURES) | dict(bench.ANSWER_FIGURES)
 # runs of RESULTS (the plan of the runs of OTHERS named the pooled rate).
 PRIMARY = "flawed_positive_share"
 DIFFERENCES = [PRIMARY, "supported_chain_accuracy", "exact_match", "answer_f1", "hallucinated_step_rate"]
-# What the verifiers and the policies' copying show beside the per-answer table (bench.FIGURES' keys).
-DESCRIPTIVE = [
-    "answer_f1",
-    "lexical_supported_step_rate",
-    "embedding_supported_step_rate",
-    "copy_rate",
-    "verifier_blind_rate",
-]
 # A results.json records each run's commit but not its date or CPU: both from the commits that added the runs
 # (git log benchmarks/results/). Update with the next measurement.
 MEASURED = {
@@ -115,22 +107,6 @@ def stopped_reasoning(runs: list[dict]) -> str:
             f"seed {run['seed']} ({after['steps']} steps in {after['answers']} answers)"
         )
     return "; ".join(f"{arm} {', '.join(seeds)}" for arm, seeds in by_arm.items())
-
-
-def descriptive_table(summary: dict) -> str:
-    """:data:`DESCRIPTIVE`'s figures, mean ± std over each arm's runs, ``(n=2)`` where some runs lack one."""
-    lines = [
-        "| arm | runs | " + " | ".join(TITLES[key] for key in DESCRIPTIVE) + " |",
-        "|---|---|" + "---|" * len(DESCRIPTIVE),
-    ]
-    for name, stats in summary.items():
-        runs = max(count for _, _, count in stats.values())
-        cells = []
-        for key in DESCRIPTIVE:
-            mean, std, count = stats[key]
-            cells.append("n/a" if count == 0 else f"{mean:.3f} ± {std:.3f}" + (f" (n={count})" if count < runs else ""))
-        lines.append(f"| {name} | {runs} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 class Comparison:
@@ -235,8 +211,6 @@ def verdict(primary: dict, seeds: int, finished: bool) -> str:
 def fspo_section(c: Comparison) -> str:
     fspo_seeds = c.seeds("fspo")
     primary = c.difference("fspo", "grpo", PRIMARY)
-    live = [run["live_steps"][0] for run in c.runs if run["arm"] in ("fspo", "grpo") and run.get("live_steps")]
-    live_mean, live_low, live_high, _ = t_interval(live)
     finished = len(fspo_seeds) >= SEEDS_PLANNED or not spans_zero(primary)
     copied = {arm: c.summary[arm]["copy_rate"][0] for arm in ("fspo", "grpo")}
     minutes = statistics.fmean(run["seconds"] for run in c.runs) / 60
@@ -253,10 +227,8 @@ def fspo_section(c: Comparison) -> str:
         if len(fspo_seeds) >= SEEDS_PLANNED
         else f"Seeds {seed_range(fspo_seeds)} of the {SEEDS_PLANNED} are finished; the same command resumes at seed "
         f"{len(fspo_seeds)}, because finished runs stay in `outputs/fspo_vs_grpo/`.",
-        f"Measured {MEASURED[RESULTS]}, at code {bench.code_versions(c.runs)}: {minutes:.1f} minutes a run "
-        "(mean of the runs' own times: start, validation, training, judging).",
-        "`benchmarks/fspo_vs_grpo_docs.py` writes these sections from `benchmarks/results/fspo_vs_grpo.json` and "
-        "`quickstart_2026-11-26.json`.",
+        f"Measured {MEASURED[RESULTS]}, at code {bench.code_versions(c.runs)}: {minutes:.1f} minutes a run (mean).",
+        "`benchmarks/fspo_vs_grpo_docs.py` writes these sections from `benchmarks/results/`.",
         "",
         "Per answer after training, over every held-out question (a flawed positive: a right answer holding a step "
         "the judge contradicts; a supported chain: a right answer stating every gold hop as a supported step, none "
@@ -289,17 +261,11 @@ def fspo_section(c: Comparison) -> str:
             f"{signed(mean)}, 95% CI [{signed(low)}, {signed(high)}] ({n} seeds)."
         )
     lines += [
-        f"- Steps with a gradient: {sum(live)} of {c.measured['steps'] * len(live)} over FSPO's and GRPO's "
-        f"{len(live)} runs, {live_mean:.1f} of {c.measured['steps']} a run, 95% CI [{live_low:.1f}, {live_high:.1f}].",
         # Why FSPO may answer worse: only the mechanism and the figures this file holds.
         "- At `lexical` threshold 1.0 a sentence copied from the evidence is labelled +1 and a step joining two hops "
         "in its own words −1, so the flip pays copying.",
         f"  FSPO's policies copy more of their steps than GRPO's ({copied['fspo']:.3f} against "
         f"{copied['grpo']:.3f}); whether that costs F1 was not measured.",
-        "",
-        "The verifiers' view of the same answers, mean ± std over each arm's runs:",
-        "",
-        descriptive_table(c.summary),
     ]
     return "\n".join(lines)
 

@@ -165,12 +165,15 @@ def test_the_levels_the_reruns_and_the_runs_that_stopped_writing_are_reported():
     changed["after"]["per_question"]["q0"] = [9, 9, 0.0, 0, 9, 0, 0]
     text = report.section(runs, reruns=[same, changed])
     assert "Seed 5: the arms ran at different commits." in text
+    assert "Rerun: FSPO seed 5 (def, again at ghi): the same record on 8 of 8 questions (the same run)." in text
+    assert "Rerun: GRPO seed 7 (abc, again at ghi): the same record on 7 of 8 questions." in text
+    assert "Stopped writing reasoning (under one step in 4 answers): GRPO seed 2 (0 steps in 8 answers)." in text
+    rest = [value for seed, value in report.differences(runs, PLAN.primary).items() if seed != 2]
+    mean, low, high, n = t_interval(rest)
     assert (
-        "FSPO seed 5, trained at def and again at ghi: the same record on 8 of 8 held-out questions (the same run)."
+        f"without seed 2, FSPO − GRPO in flawed-positive share is {mean:+.3f}, 95% interval [{low:+.3f}, {high:+.3f}] ({n} seeds)."
         in text
     )
-    assert "GRPO seed 7, trained at abc and again at ghi: the same record on 7 of 8 held-out questions." in text
-    assert "Stopped writing reasoning (under one step in 4 answers): GRPO seed 2 (0 steps in 8 answers)." in text
     grpo_exact = [report.bench.answer_metrics(runs[PLAN.baseline, s]["after"])["exact_match"] for s in PLAN.seeds]
     mean, std, _ = report.bench.mean_std(grpo_exact)
     row = next(line for line in text.splitlines() if line.startswith(f"| {PLAN.baseline} | 16 |"))
