@@ -59,7 +59,7 @@ class Plan:
 PLAN = Plan()
 # A result.json records its commit, not its date or CPU: both from the commits that stored the runs
 # (git log benchmarks/results/shortcut/).
-MEASURED = "2026-11-29 on 2 cores of an Intel Xeon held to AVX2 kernels, some runs beside other work"
+MEASURED = "2026-11-29 and 30 on 2 cores of an Intel Xeon held to AVX2 kernels, some runs beside other work"
 # What changed between the pre-registration (862b466) and the last run's commit (cafb8a7), read off `git diff`:
 # the plan fixes the judge, the verifier and the metrics; the trainer's changes are named too.
 DEVIATIONS = (
