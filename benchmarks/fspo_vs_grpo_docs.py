@@ -98,6 +98,12 @@ def spans_zero(comparison: dict) -> bool:
     return not bench.excludes_zero(comparison)
 
 
+def stopped_writing(run: dict) -> bool:
+    """The run's policy stopped writing reasoning: under one closed step in :data:`COLLAPSE_ANSWERS_PER_STEP` answers."""
+    after = run["after"]
+    return bool(after["answers"]) and after["steps"] * COLLAPSE_ANSWERS_PER_STEP < after["answers"]
+
+
 def stopped_reasoning(runs: list[dict]) -> str:
     """Collapsed runs by arm: ``GRPO seed 1 (2 steps in 32 answers), seed 5 (0 steps in 32 answers)``."""
     by_arm: dict[str, list[str]] = {}
@@ -171,9 +177,7 @@ class Comparison:
         return [
             run
             for run in sorted(self.runs, key=lambda run: (run["seed"], list(NAMES).index(run["arm"])))
-            if (arms is None or run["arm"] in arms)
-            and run["after"]["answers"]
-            and run["after"]["steps"] * COLLAPSE_ANSWERS_PER_STEP < run["after"]["answers"]
+            if (arms is None or run["arm"] in arms) and stopped_writing(run)
         ]
 
     def same_answers(self) -> list[tuple[dict, dict]]:

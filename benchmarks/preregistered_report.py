@@ -237,7 +237,7 @@ def section(runs: dict[tuple[str, int], dict], plan: Plan = PLAN, reruns: list[d
     collapsed = [
         run
         for run in sorted(runs.values(), key=lambda run: (run["arm"] != plan.arm, run["seed"]))
-        if run["after"]["answers"] and run["after"]["steps"] * docs.COLLAPSE_ANSWERS_PER_STEP < run["after"]["answers"]
+        if docs.stopped_writing(run)
     ]
     lines += [
         "",
