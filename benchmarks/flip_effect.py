@@ -686,22 +686,47 @@ def decided_verdicts(result: dict) -> list[str]:
 
 
 def markdown_table(result: dict) -> str:
-    """The summary as the Markdown table docs/results.md shows: rows in the order measured, the flip's labels in a
-    first column when the result holds more than one source (one source is named in the text above the table)."""
-    several = len(result["args"]["labels"]) > 1
+    """The summary as the Markdown table docs/results.md shows, rows in the order measured. With several label
+    sources, one column of FSPO - GRPO per source beside GRPO's change, which every source shares (one GRPO update
+    pairs with all of them); one source is named in the text above the table."""
+    sources = result["args"]["labels"]
+    if len(sources) == 1:
+        lines = [
+            "| rollouts measured | spans measured | FSPO − GRPO, 95% interval | GRPO | FSPO | spans | repeats |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for key, f in result["summary"].items():
+            _, batch, group = key.split("/")
+            lines.append(
+                f"| {ROLLOUTS_MEASURED.get(batch, batch)} | {GROUP_NAMES[group]} | {_difference(f)}"
+                f" | {f['grpo']:+.3f} | {f['fspo']:+.3f} | {f['spans']} | {f['repeats']} |"
+            )
+        return "\n".join(lines)
     lines = [
-        ("| flip's labels " if several else "")
-        + "| rollouts measured | spans measured | FSPO − GRPO, 95% interval | GRPO | FSPO | spans | repeats |",
-        ("|---" if several else "") + "|---|---|---|---|---|---|---|",
+        "| rollouts measured | spans measured | spans | repeats | GRPO | "
+        + " | ".join(f"FSPO − GRPO: {LABEL_NAMES[source]}" for source in sources)
+        + " |",
+        "|---|---|---|---|---|" + "---|" * len(sources),
     ]
-    for key, f in result["summary"].items():
-        source, batch, group = key.split("/")
+    rows = dict.fromkeys(key.split("/", 1)[1] for key in result["summary"])
+    for row in rows:
+        figures = [result["summary"].get(f"{source}/{row}") for source in sources]
+        shared = {(f["grpo"], f["spans"], f["repeats"]) for f in figures if f is not None}
+        if len(shared) != 1:
+            raise ValueError(f"{row}: the label sources disagree on GRPO's change or the spans; not one paired run")
+        grpo, spans, repeats = shared.pop()
+        batch, group = row.split("/")
+        cells = [_difference(f) if f is not None else "n/a" for f in figures]
         lines.append(
-            (f"| {LABEL_NAMES[source]} " if several else "")
-            + f"| {ROLLOUTS_MEASURED.get(batch, batch)} | {GROUP_NAMES[group]} | {f['fspo_minus_grpo']:+.3f} [{f['lower']:+.3f}, {f['upper']:+.3f}]"
-            f" | {f['grpo']:+.3f} | {f['fspo']:+.3f} | {f['spans']} | {f['repeats']} |"
+            f"| {ROLLOUTS_MEASURED.get(batch, batch)} | {GROUP_NAMES[group]} | {spans} | {repeats} | {grpo:+.3f} | "
+            + " | ".join(cells)
+            + " |"
         )
     return "\n".join(lines)
+
+
+def _difference(figures: dict) -> str:
+    return f"{figures['fspo_minus_grpo']:+.3f} [{figures['lower']:+.3f}, {figures['upper']:+.3f}]"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Writes the quickstart comparisons' prose and tables into the docs from results.json files of ``fspo_vs_grpo.py``.
 
-    python benchmarks/fspo_vs_grpo_docs.py            # rewrite docs/results.md's two sections and README's Results
+    python benchmarks/fspo_vs_grpo_docs.py            # rewrite docs/results.md's two sections
     python benchmarks/fspo_vs_grpo_docs.py --check    # exit 1 when the docs differ from what it would write
 
 Every figure in those sections comes from the results files, so a new measurement changes the docs in one
@@ -24,11 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "fspo_vs_grpo.json"
 OTHERS = ROOT / "benchmarks" / "results" / "quickstart_2026-11-26.json"
 RESULTS_MD = ROOT / "docs" / "results.md"
-README = ROOT / "README.md"
 
 _spec = importlib.util.spec_from_file_location("fspo_vs_grpo", Path(__file__).with_name("fspo_vs_grpo.py"))
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
+_pages_spec = importlib.util.spec_from_file_location("generated_pages", Path(__file__).with_name("generated_pages.py"))
+generated_pages = importlib.util.module_from_spec(_pages_spec)
+_pages_spec.loader.exec_module(generated_pages)
 
 NAMES = {
     "fspo": "FSPO",
@@ -65,7 +67,7 @@ SEEDS_PLANNED = 8
 
 FSPO_SECTION = "## FSPO against GRPO on the quickstart"
 OTHERS_SECTION = "## The other methods on the quickstart"
-NEXT_SECTION = "## What one update with the flip does, paired"
+NEXT_SECTION = "## Still to measure"
 METHODS_DEPARTURES = "[methods](methods.md#departures-from-the-authors-code)"
 
 
@@ -234,9 +236,7 @@ def fspo_section(c: Comparison) -> str:
         f"Measured {MEASURED[RESULTS]}, at code {bench.code_versions(c.runs)}: {minutes:.1f} minutes a run (mean).",
         "`benchmarks/fspo_vs_grpo_docs.py` writes these sections from `benchmarks/results/`.",
         "",
-        "Per answer after training, over every held-out question (a flawed positive: a right answer holding a step "
-        "the judge contradicts; a supported chain: a right answer stating every gold hop as a supported step, none "
-        "contradicted); mean ± std over each arm's runs (one per seed):",
+        "Per answer after training, over every held-out question; mean ± std over each arm's runs (one per seed):",
         "",
         c.answer_table,
         "",
@@ -269,7 +269,8 @@ def fspo_section(c: Comparison) -> str:
         "- At `lexical` threshold 1.0 a sentence copied from the evidence is labelled +1 and a step joining two hops "
         "in its own words −1, so the flip pays copying.",
         f"  FSPO's policies copy more of their steps than GRPO's ({copied['fspo']:.3f} against "
-        f"{copied['grpo']:.3f}); whether that costs F1 was not measured.",
+        f"{copied['grpo']:.3f}). What one update with `lexical` labels does to copied claims, claims in other words "
+        "and a right answer: [the flip](#what-one-update-with-the-flip-does-paired).",
     ]
     return "\n".join(lines)
 
@@ -325,54 +326,6 @@ def others_section(o: Comparison) -> str:
     return "\n".join(lines)
 
 
-def readme_section(c: Comparison, o: Comparison) -> str:
-    fspo_seeds = c.seeds("fspo")
-    primary = c.difference("fspo", "grpo", PRIMARY)
-    exact = c.difference("fspo", "grpo", "exact_match")
-    so_far = "" if len(fspo_seeds) >= SEEDS_PLANNED else " so far"
-    shown = [TITLES[f] for f in (PRIMARY, "exact_match") if not spans_zero(c.difference("fspo", "grpo", f))]
-    if not shown:
-        verdict_line = "Both intervals span 0"
-    elif len(shown) == 1:
-        verdict_line = f"The interval of {shown[0]} excludes 0"
-    else:
-        verdict_line = f"The intervals of {shown[0]} and {shown[1]} exclude 0"
-    verdict_line += (
-        f" with {len(fspo_seeds)} seeds."
-        if len(fspo_seeds) >= SEEDS_PLANNED
-        else f" with {len(fspo_seeds)} of {SEEDS_PLANNED} seeds; the rest of the seeds follow."
-    )
-    lines = [
-        "## Results",
-        "",
-        f"`.venv/bin/python benchmarks/fspo_vs_grpo.py --arms fspo grpo --seeds {SEEDS_PLANNED}` on the quickstart, "
-        f"seeds {seed_range(fspo_seeds)}{so_far}, {c.measured['dtype']}; {c.measured['val_rows']} held-out questions, "
-        f"greedy, after {c.measured['steps']} training steps; per answer, mean ± std over each arm's runs "
-        "(one per seed):",
-        "",
-        c.answer_table,
-        "",
-        f"FSPO − GRPO, paired over seeds: {TITLES[PRIMARY]} {interval(primary)}; exact match {interval(exact)}.",
-        verdict_line,
-    ]
-    if o.other_arms():
-        excluding_zero = o.intervals_excluding_zero(o.pairs()[1:])
-        lines.append(
-            f"The other methods ran on seeds {seed_range(o.other_seeds())}, at older code, on the same verifier; "
-            + (
-                f"the paired intervals that exclude 0: {excluding_zero}."
-                if excluding_zero
-                else "none of their paired intervals excludes 0."
-            )
-        )
-    lines += [
-        "",
-        "Every paired difference, the flip's one-update effect, and each measurement's plan, date and commit: "
-        "[docs/results.md](docs/results.md).",
-    ]
-    return "\n".join(lines)
-
-
 def replace_section(text: str, heading: str, new: str, until: str | None = None) -> str:
     """``text`` with the section from ``heading`` up to ``until`` (default: the next ``## `` heading or the
     end) replaced by ``new``."""
@@ -382,14 +335,12 @@ def replace_section(text: str, heading: str, new: str, until: str | None = None)
     return text[:start] + new.rstrip("\n") + "\n\n" + text[end:].lstrip("\n")
 
 
-def written_docs(measured: dict, others: dict, results_md: str, readme: str) -> tuple[str, str]:
-    """docs/results.md and README.md with their comparison sections written from ``measured`` (FSPO against GRPO)
-    and ``others`` (the other methods)."""
+def written_docs(measured: dict, others: dict, results_md: str) -> str:
+    """docs/results.md with its comparison sections written from ``measured`` (FSPO against GRPO) and ``others``
+    (the other methods)."""
     c, o = Comparison(measured), Comparison(others)
     sections = [fspo_section(c), *([others_section(o)] if o.other_arms() else [])]
-    results_md = replace_section(results_md, FSPO_SECTION, "\n\n".join(sections), until=NEXT_SECTION)
-    readme = replace_section(readme, "## Results", readme_section(c, o))
-    return results_md.rstrip("\n") + "\n", readme
+    return replace_section(results_md, FSPO_SECTION, "\n\n".join(sections), until=NEXT_SECTION).rstrip("\n") + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -411,24 +362,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{option} {path}: not a results.json of fspo_vs_grpo.py ({error!r})", file=sys.stderr)
             return 2
     try:
-        new_results_md, new_readme = written_docs(
-            files["--results"], files["--others"], RESULTS_MD.read_text(), README.read_text()
-        )
+        new = written_docs(files["--results"], files["--others"], RESULTS_MD.read_text())
     except bench.MALFORMED_RESULTS as error:
         print(f"--results {args.results}: not a results.json of fspo_vs_grpo.py ({error!r})", file=sys.stderr)
         return 2
-    stale = [path for path, new in ((RESULTS_MD, new_results_md), (README, new_readme)) if path.read_text() != new]
-    if args.check:
-        for path in stale:
-            print(
-                f"{path.relative_to(ROOT)} differs from `.venv/bin/python benchmarks/fspo_vs_grpo_docs.py`",
-                file=sys.stderr,
-            )
-        return 1 if stale else 0
-    for path, new in ((RESULTS_MD, new_results_md), (README, new_readme)):
-        path.write_text(new)
-    print(f"wrote {RESULTS_MD.relative_to(ROOT)}, {README.relative_to(ROOT)}")
-    return 0
+    return generated_pages.write_or_check(
+        {RESULTS_MD: new}, ".venv/bin/python benchmarks/fspo_vs_grpo_docs.py", args.check
+    )
 
 
 if __name__ == "__main__":

@@ -2,13 +2,13 @@
 
     python benchmarks/preregistered_report.py --store outputs/shortcut            # copy the sweep's finished runs in
     python benchmarks/preregistered_report.py --store outputs/rerun --reruns      # planned runs trained again
-    python benchmarks/preregistered_report.py                                     # rewrite docs/results.md's section
-    python benchmarks/preregistered_report.py --check                             # exit 1 when the section differs
+    python benchmarks/preregistered_report.py           # rewrite docs/results.md's section and README's Results
+    python benchmarks/preregistered_report.py --check   # exit 1 when either differs
 
 The runs live one file each in ``benchmarks/results/shortcut/<arm>/seed<N>.json`` (``fspo_vs_grpo.py``'s
 ``result.json``, as the sweep wrote it). Until every run of the plan is in, the section says how many are and
 reports no figure: the plan allows no interim look. Then it reports the primary and secondary figures against the
-plan, whatever their sign. :data:`PLAN` is the pre-registration's; a test holds the two equal. A planned run
+plan, whatever their sign; README's Results shows the plan's figures and verdicts. :data:`PLAN` is the pre-registration's; a test holds the two equal. A planned run
 trained again at a later commit (``benchmarks/results/shortcut_reruns/``) shows whether the code changes between the
 runs changed a result: the section says on how many questions the two runs' records agree.
 """
@@ -30,14 +30,17 @@ RUNS = ROOT / "benchmarks" / "results" / "shortcut"
 # Planned runs trained again at a later commit, one file each as in RUNS: did the code they ran at change a result?
 RERUNS = ROOT / "benchmarks" / "results" / "shortcut_reruns"
 RESULTS_MD = ROOT / "docs" / "results.md"
+README = ROOT / "README.md"
+README_SECTION = "## Results"
 PREREGISTRATION = ROOT / "benchmarks" / "preregistration_shortcut.md"
 SECTION = "## Pre-registered: FSPO against GRPO on the shortcut world"
-UNTIL = "## Still to measure"
+UNTIL = "## What one update with the flip does, paired"  # the section after it
 
 _spec = importlib.util.spec_from_file_location("fspo_vs_grpo_docs", Path(__file__).with_name("fspo_vs_grpo_docs.py"))
 docs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(docs)
 bench = docs.bench  # fspo_vs_grpo.py, as the quickstart comparison's docs read it
+generated_pages = docs.generated_pages
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,11 @@ TITLES = {
     "hallucinated_step_rate": "pooled hallucinated-step rate",
     "answer_f1": "answer F1",
 }
+# The per-answer figures, defined where the page first shows them (the quickstart's sections use them too).
+DEFINITIONS = (
+    "A flawed positive is a right answer holding a step the world judge contradicts; a supported chain, a right "
+    "answer stating every gold hop as a supported step, none contradicted."
+)
 # The paired differences shown beside the plan's (each arm's steps per answer and non-claim share are in the levels).
 DESCRIPTIVE = ["hallucinated_step_rate", "answer_f1"]
 
@@ -200,25 +208,9 @@ def comparison_row(runs, key: str, role: str, plan: Plan = PLAN) -> tuple[str, f
 
 def section(runs: dict[tuple[str, int], dict], plan: Plan = PLAN, reruns: list[dict] = ()) -> str:
     """The section of docs/results.md: progress until every planned run is in, then the result against the plan."""
-    expected = 2 * len(plan.seeds)
-    lines = [
-        SECTION,
-        "",
-        f"[Plan](../benchmarks/preregistration_shortcut.md), committed before the first run: {plan.arm.upper()} and "
-        f"{plan.baseline.upper()}, {len(plan.seeds)} seeds, {plan.val_rows} held-out questions a seed.",
-    ]
-    if len(runs) < expected:
-        lines += [
-            "",
-            f"Runs finished and committed: {len(runs)} of {expected}"
-            + (" (`benchmarks/results/shortcut/`)." if runs else "."),
-            "No figure is reported before all are in: the plan allows no interim look.",
-        ]
-        return "\n".join(lines)
-    for key in (plan.primary, plan.secondary, plan.non_inferior):
-        missing = sorted(set(plan.seeds) - set(differences(runs, key, plan)))
-        if missing:  # the plan: no run drops out of the compared figures
-            raise ValueError(f"{TITLES[key]} is missing for seeds {missing}; every planned run must have it")
+    lines = [SECTION, "", *_plan_lines(plan, "../benchmarks/preregistration_shortcut.md")]
+    if len(runs) < 2 * len(plan.seeds):
+        return "\n".join(lines + ["", *_progress(runs, plan)])
     minutes = sorted(run["seconds"] / 60 for run in runs.values())
     split = [
         s for s in plan.seeds if runs[plan.arm, s].get("code_version") != runs[plan.baseline, s].get("code_version")
@@ -234,11 +226,7 @@ def section(runs: dict[tuple[str, int], dict], plan: Plan = PLAN, reruns: list[d
             f"Seed{'s' if len(split) > 1 else ''} {', '.join(map(str, split))}: the arms ran at different commits."
         )
     lines += [rerun_line(runs[rerun["arm"], rerun["seed"]], rerun) for rerun in reruns]
-    collapsed = [
-        run
-        for run in sorted(runs.values(), key=lambda run: (run["arm"] != plan.arm, run["seed"]))
-        if docs.stopped_writing(run)
-    ]
+    planned_rows, descriptive_rows, bullets = _result(runs, plan)
     lines += [
         "",
         f"Per answer after training ({plan.val_rows} questions a seed), mean ± std over runs; the base model is each "
@@ -249,21 +237,82 @@ def section(runs: dict[tuple[str, int], dict], plan: Plan = PLAN, reruns: list[d
         f"Paired over seeds, {plan.arm.upper()} − {plan.baseline.upper()} after training, 95% t interval; "
         "seeds with the difference above / equal to / below 0:",
         "",
-        "| figure | in the plan | mean | 95% interval | seeds | above / equal / below |",
-        "|---|---|---|---|---|---|",
+        *TABLE_HEAD,
+        *planned_rows,
+        *descriptive_rows,
+        "",
+        *bullets,
+    ]
+    return "\n".join(lines)
+
+
+def readme_section(runs: dict[tuple[str, int], dict], plan: Plan = PLAN) -> str:
+    """README's Results: the pre-registered comparison's planned figures and verdicts, or its progress."""
+    lines = ["## Results", "", *_plan_lines(plan, "benchmarks/preregistration_shortcut.md"), ""]
+    if len(runs) < 2 * len(plan.seeds):
+        lines += _progress(runs, plan)
+    else:
+        planned_rows, _, bullets = _result(runs, plan)
+        lines += [
+            f"{plan.arm.upper()} − {plan.baseline.upper()} after training, paired over seeds:",
+            "",
+            *TABLE_HEAD,
+            *planned_rows,
+            "",
+            *bullets,
+        ]
+    lines += [
+        "",
+        "Each figure's date and commit, the levels, the quickstart world's comparisons, the other methods and the "
+        "flip's one-update effect: [docs/results.md](docs/results.md).",
+    ]
+    return "\n".join(lines)
+
+
+TABLE_HEAD = (
+    "| figure | in the plan | mean | 95% interval | seeds | above / equal / below |",
+    "|---|---|---|---|---|---|",
+)
+
+
+def _plan_lines(plan: Plan, link: str) -> list[str]:
+    return [
+        f"[Plan]({link}), committed before the first run: {plan.arm.upper()} and {plan.baseline.upper()} on the "
+        f"{plan.world} world (a wrong chain can reach the right answer), {len(plan.seeds)} seeds, {plan.val_rows} "
+        "held-out questions a seed.",
+        DEFINITIONS,
+    ]
+
+
+def _progress(runs: dict[tuple[str, int], dict], plan: Plan) -> list[str]:
+    return [
+        f"Runs finished and committed: {len(runs)} of {2 * len(plan.seeds)}"
+        + (" (`benchmarks/results/shortcut/`)." if runs else "."),
+        "No figure is reported before all are in: the plan allows no interim look.",
+    ]
+
+
+def _result(runs: dict[tuple[str, int], dict], plan: Plan) -> tuple[list[str], list[str], list[str]]:
+    """The paired differences as table rows (the plan's, the descriptive ones) and the verdicts against the plan."""
+    for key in (plan.primary, plan.secondary, plan.non_inferior):
+        missing = sorted(set(plan.seeds) - set(differences(runs, key, plan)))
+        if missing:  # the plan: no run drops out of the compared figures
+            raise ValueError(f"{TITLES[key]} is missing for seeds {missing}; every planned run must have it")
+    collapsed = [
+        run
+        for run in sorted(runs.values(), key=lambda run: (run["arm"] != plan.arm, run["seed"]))
+        if docs.stopped_writing(run)
     ]
     primary, p_mean, p_low, p_high = comparison_row(runs, plan.primary, "primary", plan)
     secondary, _, s_low, s_high = comparison_row(runs, plan.secondary, "secondary", plan)
     non_inferior, _, n_low, _ = comparison_row(runs, plan.non_inferior, "secondary: non-inferiority", plan)
-    lines += [primary, secondary, non_inferior]
-    lines += [comparison_row(runs, key, "descriptive", plan)[0] for key in DESCRIPTIVE]
+    descriptive = [comparison_row(runs, key, "descriptive", plan)[0] for key in DESCRIPTIVE]
     verdict = (
         "no difference shown: the interval includes 0"
         if p_low <= 0 <= p_high
         else f"{plan.arm.upper()} {'lower' if p_mean < 0 else 'higher'}: the interval excludes 0"
     )
-    lines += [
-        "",
+    bullets = [
         f"- Primary, {TITLES[plan.primary]}: {verdict}."
         + (" An answer without a step holds no flawed positive." if collapsed else ""),
         f"- Secondary, {TITLES[plan.secondary]}: "
@@ -276,7 +325,7 @@ def section(runs: dict[tuple[str, int], dict], plan: Plan = PLAN, reruns: list[d
         ),
     ]
     if collapsed:
-        lines.append(
+        bullets.append(
             f"- Stopped writing reasoning (under one step in {docs.COLLAPSE_ANSWERS_PER_STEP} answers): "
             f"{docs.stopped_reasoning(collapsed)}."
         )
@@ -285,23 +334,24 @@ def section(runs: dict[tuple[str, int], dict], plan: Plan = PLAN, reruns: list[d
         rest = [value for seed, value in differences(runs, plan.primary, plan).items() if seed not in left_out]
         if len(rest) > 1:
             mean, low, high, n = t_interval(rest)
-            lines.append(
+            bullets.append(
                 f"- Not in the plan: without seed{'s' if len(left_out) > 1 else ''} "
                 f"{', '.join(map(str, left_out))}, {plan.arm.upper()} − {plan.baseline.upper()} in "
                 f"{TITLES[plan.primary]} is {_signed(mean)}, 95% interval [{_signed(low)}, {_signed(high)}] ({n} seeds)."
             )
-    return "\n".join(lines)
+    return [primary, secondary, non_inferior], descriptive, bullets
 
 
-def written(results_md: str, runs: dict[tuple[str, int], dict], reruns: list[dict] = ()) -> str:
-    """docs/results.md with the section (re)written before :data:`UNTIL`."""
-    new = section(runs, reruns=reruns).rstrip("\n") + "\n\n"
-    if SECTION + "\n" in results_md:
-        start = results_md.index(SECTION + "\n")
-        end = results_md.index(UNTIL, start)
-        return results_md[:start] + new + results_md[end:]
-    at = results_md.index(UNTIL)
-    return results_md[:at] + new + results_md[at:]
+def written(
+    results_md: str, readme: str, runs: dict[tuple[str, int], dict], reruns: list[dict] = ()
+) -> tuple[str, str]:
+    """docs/results.md with the section rewritten up to :data:`UNTIL`, and README.md with its Results."""
+    start = results_md.index(SECTION + "\n")
+    end = results_md.index(UNTIL, start)
+    results_md = results_md[:start] + section(runs, reruns=reruns).rstrip("\n") + "\n\n" + results_md[end:]
+    start = readme.index(README_SECTION + "\n")
+    end = readme.index("\n## ", start) + 1
+    return results_md, readme[:start] + readme_section(runs) + "\n\n" + readme[end:]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -310,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reruns", action="store_true", help="with --store: the sweep trained planned runs again; store them apart"
     )
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when the section differs")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when a page differs")
     args = parser.parse_args(argv)
     try:
         if args.store:
@@ -318,18 +368,17 @@ def main(argv: list[str] | None = None) -> int:
             copied = store(args.store, folder)
             print(f"stored {len(copied)} runs in {folder.relative_to(ROOT)}")
         runs = stored_runs()
-        new = written(RESULTS_MD.read_text(), runs, stored_reruns(runs))
+        pages = {RESULTS_MD: RESULTS_MD.read_text(), README: README.read_text()}
+        new = dict(zip(pages, written(*pages.values(), runs, stored_reruns(runs))))
     except ValueError as error:
         print(f"preregistered_report: {error}", file=sys.stderr)
         return 2
-    if args.check:
-        if new != RESULTS_MD.read_text():
-            print("docs/results.md differs from `.venv/bin/python benchmarks/preregistered_report.py`", file=sys.stderr)
-            return 1
-        return 0
-    RESULTS_MD.write_text(new)
-    print(f"wrote {RESULTS_MD.relative_to(ROOT)} ({len(runs)} of {2 * len(PLAN.seeds)} runs)")
-    return 0
+    return generated_pages.write_or_check(
+        new,
+        ".venv/bin/python benchmarks/preregistered_report.py",
+        args.check,
+        f" ({len(runs)} of {2 * len(PLAN.seeds)} runs)",
+    )
 
 
 if __name__ == "__main__":

@@ -487,16 +487,14 @@ docs_spec.loader.exec_module(docs)
 
 
 def test_the_docs_are_what_the_generator_writes_from_the_committed_comparison(capsys):
-    """docs/results.md's generated sections and README's Results are `fspo_vs_grpo_docs.py`'s from the committed
-    results.json files, and the pages show `--table`'s per-answer table of the arms verbatim (FSPO against GRPO on
-    both, the other methods' on results.md): a figure edited by hand or a stale table fails."""
+    """docs/results.md's generated sections are `fspo_vs_grpo_docs.py`'s from the committed results.json files, and
+    the page shows `--table`'s per-answer table of the arms verbatim: a figure edited by hand or a stale table fails."""
     assert docs.main(["--check"]) == 0, capsys.readouterr().err
-    for results, pages in ((docs.RESULTS, (docs.RESULTS_MD, docs.README)), (docs.OTHERS, (docs.RESULTS_MD,))):
+    for results in (docs.RESULTS, docs.OTHERS):
         assert bench.main(["--table", str(results)]) == 0
         answer_table = capsys.readouterr().out.strip().split("\n\n")[-2]
         assert answer_table.startswith("| arm | runs | flawed positives per question |")
-        for page in pages:
-            assert answer_table in page.read_text()
+        assert answer_table in docs.RESULTS_MD.read_text()
 
 
 def test_the_lexical_threshold_labels_a_copied_sentence_supported_and_a_bridging_step_not():
@@ -546,30 +544,25 @@ def test_the_docs_say_what_the_interval_says_and_when_the_seeds_are_in():
     """The headline follows the measurement: still open below 8 seeds, a plain "does not show" at 8 when the
     interval spans 0, and "excludes 0" when it does (at any number of seeds)."""
     committed, others = json.loads(COMMITTED.read_text()), json.loads(docs.OTHERS.read_text())
-    results_md, readme = docs.RESULTS_MD.read_text(), docs.README.read_text()
+    results_md = docs.RESULTS_MD.read_text()
 
     eight = _with_seeds(committed, 8)
     spans = docs.Comparison(eight).difference("fspo", "grpo", "flawed_positive_share")
-    text, front = docs.written_docs(eight, others, results_md, readme)
+    text = docs.written_docs(eight, others, results_md)
     if docs.spans_zero(spans):
         assert "this benchmark does not show that FSPO lowers them" in text
-    assert "Seeds 0–7 are finished." in text and "the same command resumes" not in text.split("## What one")[0]
-    assert "seeds 0–7, float32" in front and "the rest of the seeds follow" not in front
+    quickstart = text[text.index(docs.FSPO_SECTION) :]
+    assert "Seeds 0–7 are finished." in quickstart and "the same command resumes" not in quickstart
 
     lower = _fspo_without_flawed_positives(_with_seeds(committed, 6))
-    text, front = docs.written_docs(lower, others, results_md, readme)
+    text = docs.written_docs(lower, others, results_md)
     assert "FSPO's answers hold fewer flawed positives than GRPO's: the 95% interval of flawed positives" in text
     assert "FSPO's flawed positives per question are the fewer on every seed." in text
-    assert "The interval of flawed positives per question excludes 0 with 6 of 8 seeds" in front
+    assert "Seeds 0–5 of the 8 are finished; the same command resumes at seed 6" in text
 
-    # Only the generated sections change: the rest of each page is kept as it was.
+    # Only the generated sections change: the rest of the page is kept as it was.
     assert text[text.index(docs.NEXT_SECTION) :] == results_md[results_md.index(docs.NEXT_SECTION) :]
     assert text[: text.index(docs.FSPO_SECTION)] == results_md[: results_md.index(docs.FSPO_SECTION)]
-    assert front[: front.index("## Results")] == readme[: readme.index("## Results")]
-    assert (
-        front[front.index("\n## ", front.index("## Results")) :]
-        == readme[readme.index("\n## ", readme.index("## Results")) :]
-    )
 
 
 _json_values = st.recursive(

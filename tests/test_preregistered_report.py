@@ -86,9 +86,9 @@ def _runs(seed: int, effect: float, seeds=PLAN.seeds) -> dict:
 def test_no_figure_before_every_planned_run_is_in():
     runs = _runs(0, -0.3)
     del runs[PLAN.arm, PLAN.seeds[-1]]
-    text = report.section(runs)
-    assert f"{len(runs)} of {2 * len(PLAN.seeds)}" in text
-    assert "no interim look" in text and "|" not in text and "interval" not in text
+    for text in (report.section(runs), report.readme_section(runs)):
+        assert f"{len(runs)} of {2 * len(PLAN.seeds)}" in text
+        assert "no interim look" in text and "|" not in text and "interval" not in text
 
 
 @settings(max_examples=15, deadline=None)
@@ -113,6 +113,14 @@ def test_each_figure_is_the_paired_t_interval_and_the_verdicts_follow_the_plan(s
             assert ("non-inferiority" in text) and (
                 ("shown (" in text and "not shown" not in text) == (low > PLAN.margin)
             )
+    # README's Results: the plan's rows and the verdicts as the section has them, and no descriptive figure.
+    readme = report.readme_section(runs).splitlines()
+    paired = text[text.index(report.TABLE_HEAD[0]) :].splitlines()
+    planned = [line for line in paired if line.startswith("|") and "| descriptive |" not in line]
+    assert [line for line in readme if line.startswith("|")] == planned
+    assert [line for line in readme if line.startswith("- ")] == [
+        line for line in text.splitlines() if line.startswith("- ")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -151,7 +159,7 @@ def test_a_run_is_stored_once_and_every_compared_figure_is_required(tmp_path):
         report.section(runs)
 
 
-def test_the_docs_section_is_what_the_committed_runs_give():
+def test_the_docs_section_and_readmes_results_are_what_the_committed_runs_give():
     assert report.main(["--check"]) == 0
 
 

@@ -1,0 +1,176 @@
+"""Writes docs/results.md's flip section from the pre-registered runs of ``flip_effect.py``.
+
+    python benchmarks/flip_effect_docs.py --store DIR    # copy the run's finished seed files (DIR/S.json) in
+    python benchmarks/flip_effect_docs.py                # rewrite the section
+    python benchmarks/flip_effect_docs.py --check        # exit 1 when the section differs
+
+The plan (benchmarks/preregistration_flip_labels.md) runs one ``flip_effect.py`` process a seed. Its files live in
+``benchmarks/results/flip_effect_labels/seed<S>.json`` as the run wrote them. Until every planned seed is in, the
+section says how many are and reports no figure of the plan (it allows no interim look); it shows the earlier
+measurement with the judge's labels meanwhile. Then it shows ``flip_effect.py --table`` of all the seeds: the table
+and the figures the plan decided, whatever their sign.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+from fspo.utils.input_files import read_json
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "benchmarks" / "results" / "flip_effect_labels"
+# The one-update measurement with the judge's labels alone, rollouts sampled on an H200 (f575c6f): shown until the
+# plan's runs, whose judge arm repeats it on a CPU, are all in.
+EARLIER = ROOT / "benchmarks" / "results" / "flip_effect_smollm2.json"
+RESULTS_MD = ROOT / "docs" / "results.md"
+SECTION = "## What one update with the flip does, paired"
+UNTIL = "## FSPO against GRPO on the quickstart"
+
+flip_effect = sys.modules.get("flip_effect")
+if flip_effect is None:  # loaded once: its dataclasses look their module up in sys.modules
+    _spec = importlib.util.spec_from_file_location("flip_effect", Path(__file__).with_name("flip_effect.py"))
+    flip_effect = sys.modules["flip_effect"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(flip_effect)
+
+_pages_spec = importlib.util.spec_from_file_location("generated_pages", Path(__file__).with_name("generated_pages.py"))
+generated_pages = importlib.util.module_from_spec(_pages_spec)
+_pages_spec.loader.exec_module(generated_pages)
+
+# The pre-registered command, one process a seed (``--seeds S --out S.json``); a test holds it to the plan's.
+PLAN_ARGUMENTS = ("--model", "smollm2", "--rollouts", "sampled", "--batches", "3",
+                  "--labels", "judge", "lexical", "lexical-abstain")  # fmt: skip
+PLAN_SEEDS = tuple(range(8))
+# A file records its settings, not its date, CPU or commit: from the run (the clone it ran in, its log).
+MEASURED = "2026-11-30 on 2 cores of an Intel Xeon held to AVX2 kernels, at code cafb8a7 (its measurement as planned)"
+
+
+def seed_path(seed: int, folder: Path = RUNS) -> Path:
+    return folder / f"seed{seed}.json"
+
+
+def planned(result: dict, seed: int) -> str | None:
+    """Why a seed file is not the plan's run of ``seed`` (None: it is): every setting but the seed and the file
+    written must be the pre-registered command's."""
+    wanted = vars(flip_effect._parser().parse_args([*PLAN_ARGUMENTS, "--seeds", str(seed)]))
+    args = result.get("args")
+    if not isinstance(args, dict) or not isinstance(result.get("repeats"), list):
+        return "not an --out file of flip_effect.py"
+    keys = (set(wanted) | set(args)) - {"out", "table"}
+    differing = sorted(key for key in keys if args.get(key) != wanted.get(key))
+    return f"its settings are not the plan's ({', '.join(differing)})" if differing else None
+
+
+def stored_runs(folder: Path = RUNS) -> dict[int, dict]:
+    """The plan's seed files in ``folder``, by seed. A file the plan does not cover is an error."""
+    runs = {}
+    for path in sorted(folder.glob("*.json")):
+        seed = path.stem.removeprefix("seed")
+        if not seed.isdigit() or int(seed) not in PLAN_SEEDS:
+            raise ValueError(f"{path}: not a seed of the plan ({', '.join(map(str, PLAN_SEEDS))})")
+        result = read_json(path)
+        why = planned(result, int(seed))
+        if why:
+            raise ValueError(f"{path}: {why}")
+        runs[int(seed)] = result
+    return runs
+
+
+def store(run_dir: Path, folder: Path = RUNS) -> list[Path]:
+    """Copy the plan's finished seed files (``S.json``) from ``run_dir`` into ``folder``, each once."""
+    copied = []
+    for seed in PLAN_SEEDS:
+        source = run_dir / f"{seed}.json"
+        if not source.is_file():
+            continue
+        why = planned(read_json(source), seed)
+        if why:
+            raise ValueError(f"{source}: {why}")
+        target = seed_path(seed, folder)
+        if target.is_file() and target.read_bytes() != source.read_bytes():
+            raise ValueError(f"{target} is stored already and differs from {source}: a run is stored once")
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        copied.append(target)
+    return copied
+
+
+def section(runs: dict[int, dict], earlier: dict) -> str:
+    """The flip section: the plan, then its table and decided figures once every seed is in (until then, progress
+    and the earlier judge-labelled measurement)."""
+    lines = [
+        SECTION,
+        "",
+        "[Plan](../benchmarks/preregistration_flip_labels.md), committed before the first run: from the same weights "
+        "and rollouts, `benchmarks/flip_effect.py` takes one update with GRPO's advantages and one with FSPO's for each "
+        "source of the flip's labels: the world judge (a perfect verifier), `lexical` as the quickstart trains with it "
+        "(sentence unit, threshold 1.0), and `lexical` abstaining on non-claims.",
+        "SmolLM2-135M-Instruct in float32; 4 quickstart questions × 8 rollouts at temperature 0.7, up to 96 tokens; "
+        f"verl's clipped loss, AdamW at lr 2e-5; 3 batches on each of {len(PLAN_SEEDS)} seeds.",
+        "A cell is the mean change in a span's log-probability (summed over its tokens) after the update, over the "
+        "repeats with such a span; FSPO − GRPO with its 95% t interval.",
+        "",
+    ]
+    if len(runs) < len(PLAN_SEEDS):
+        return "\n".join(
+            lines
+            + [
+                f"Seeds finished and committed: {len(runs)} of {len(PLAN_SEEDS)}. No figure of the plan is reported "
+                "before all are in.",
+                "Until then, the earlier measurement with the judge's labels (rollouts sampled on one NVIDIA H200, "
+                "f575c6f):",
+                "",
+                flip_effect.markdown_table(flip_effect.merge_results([earlier])),
+            ]
+        )
+    merged = flip_effect.merge_results([runs[seed] for seed in PLAN_SEEDS])
+    return "\n".join(
+        lines
+        + [
+            f"Measured {MEASURED}.",
+            "",
+            flip_effect.markdown_table(merged),
+            "",
+            "The figures the plan decided:",
+            "",
+            *flip_effect.decided_verdicts(merged),
+        ]
+    )
+
+
+def written(results_md: str, runs: dict[int, dict], earlier: dict) -> str:
+    """docs/results.md with the section rewritten, up to :data:`UNTIL`."""
+    start = results_md.index(SECTION + "\n")
+    end = results_md.index(UNTIL, start)
+    return results_md[:start] + section(runs, earlier).rstrip("\n") + "\n\n" + results_md[end:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", type=Path, help="a folder of the run's S.json files: copy the finished seeds in")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when the section differs")
+    args = parser.parse_args(argv)
+    try:
+        if args.store:
+            print(f"stored {len(store(args.store, RUNS))} seed files in {RUNS}")
+        runs = stored_runs(RUNS)
+        new = written(RESULTS_MD.read_text(), runs, read_json(EARLIER))
+    except ValueError as error:
+        print(f"flip_effect_docs: {error}", file=sys.stderr)
+        return 2
+    except (KeyError, TypeError) as error:  # repeats of another shape than flip_effect.py writes
+        print(f"flip_effect_docs: a stored file is not an --out file of flip_effect.py ({error!r})", file=sys.stderr)
+        return 2
+    return generated_pages.write_or_check(
+        {RESULTS_MD: new},
+        ".venv/bin/python benchmarks/flip_effect_docs.py",
+        args.check,
+        f" ({len(runs)} of {len(PLAN_SEEDS)} seeds)",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
