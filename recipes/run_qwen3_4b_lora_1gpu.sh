@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # FSPO on Qwen3-4B with LoRA on one 80 GB GPU: actor, vLLM rollouts and the verifier share it.
 # Extra args are Hydra overrides. Memory estimate per phase: `python benchmarks/recipe_memory.py`
-# (docs/gpu-training.md, "Which recipe for which hardware").
+# (docs/gpu-sizing.md, "Memory and disk").
 #
 # Why Qwen3-4B: a thinking model that writes its own <think> block (what FSPO labels) from the first
 # step, where Qwen2.5-3B-Instruct would first have to learn the <think>/<answer> format; its bf16

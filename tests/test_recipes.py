@@ -125,7 +125,7 @@ def test_gpu_recipe_carries_the_paper_settings(dry_runs, name):
     assert config["trainer"]["default_local_dir"] == str(
         REPO / "checkpoints" / "fspo" / config["trainer"]["experiment_name"]
     )
-    # verl keeps every checkpoint unless told: ~91 GB each for a 7B model (docs/gpu-training.md)
+    # verl keeps every checkpoint unless told: ~91 GB each for a 7B model (docs/gpu-sizing.md)
     assert config["trainer"]["max_actor_ckpt_to_keep"] == config["trainer"]["max_critic_ckpt_to_keep"] == 2
     assert config["fspo"]["verifier"]["name"] == "hhem"
     assert config["fspo"]["verifier"]["threshold"] == 0.5  # HHEM's published operating point

@@ -104,7 +104,7 @@ def _load_recipe_memory():
 
 @pytest.mark.parametrize("name", QWEN3_RECIPES)
 def test_the_memory_estimate_reads_the_recipes_settings(configs, name):
-    """benchmarks/recipe_memory.py's table (docs/gpu-training.md's hardware table) holds what the dry run resolves."""
+    """benchmarks/recipe_memory.py's table (docs/gpu-sizing.md, Memory and disk) holds what the dry run resolves."""
     recipe = _load_recipe_memory().RECIPES[name]
     config = configs[name]
     actor_rollout_ref = config["actor_rollout_ref"]
