@@ -643,7 +643,7 @@ LABEL_NAMES = {
 }
 
 
-ROLLOUTS_MEASURED = {"same": "the update's own rollouts", "fresh": "fresh rollouts"}
+ROLLOUTS_MEASURED = {"same": "the update's own", "fresh": "fresh"}  # under the header "rollouts measured"
 GROUP_NAMES = {
     CONTRADICTED: "steps the judge contradicts",
     SUPPORTED: "steps the judge supports",
@@ -664,31 +664,34 @@ DECIDED = (
 
 
 def decided_verdicts(result: dict) -> list[str]:
-    """A line for each figure of :data:`DECIDED` the result holds: its interval, and whether it shows the expected
-    sign, shows the other, or spans 0 (not shown, as the plan reports it)."""
+    """A line for each figure of :data:`DECIDED` (the table above it holds its interval): whether it shows the
+    expected sign, shows the other, or spans 0 (not shown, as the plan reports it); a figure without an interval (one repeat had such a span)
+    is not shown, and one no repeat measured says so. Nothing when the result holds none of the decided sources."""
+    if not any(source in result["args"]["labels"] for _, source, *_ in DECIDED):
+        return []
     lines = []
     for question, source, batch, group, sign in DECIDED:
         f = result["summary"].get(f"{source}/{batch}/{group}")
+        name = f"- Question {question}, {LABEL_NAMES[source]} labels, {ROLLOUTS_MEASURED[batch]} rollouts, {GROUP_NAMES[group]}"
         if f is None:
+            lines.append(f"{name}: not measured (no repeat had such a span).")
             continue
-        if f["lower"] <= 0 <= f["upper"]:
+        if not (math.isfinite(f["lower"]) and math.isfinite(f["upper"])):
+            verdict = f"not shown ({f['repeats']} repeat with such a span: no interval)"
+        elif f["lower"] <= 0 <= f["upper"]:
             verdict = "not shown (the interval spans 0)"
         elif (f["fspo_minus_grpo"] > 0) == (sign > 0):
             verdict = "shown"
         else:
             verdict = "the other sign shown"
-        lines.append(
-            f"- Question {question}, {LABEL_NAMES[source]} labels, {ROLLOUTS_MEASURED[batch]}, {GROUP_NAMES[group]}: "
-            f"{f['fspo_minus_grpo']:+.3f} [{f['lower']:+.3f}, {f['upper']:+.3f}], expected {'+' if sign > 0 else '−'}:"
-            f" {verdict}."
-        )
+        lines.append(f"{name}, expected {'+' if sign > 0 else '−'}: {verdict}.")  # its figures: the table's row
     return lines
 
 
 def markdown_table(result: dict) -> str:
     """The summary as the Markdown table docs/results.md shows, rows in the order measured. With several label
-    sources, one column of FSPO - GRPO per source beside GRPO's change, which every source shares (one GRPO update
-    pairs with all of them); one source is named in the text above the table."""
+    sources, one column of FSPO - GRPO per source, headed by its name, beside GRPO's change, which every source
+    shares (one GRPO update pairs with all of them); one source is named in the text above the table."""
     sources = result["args"]["labels"]
     if len(sources) == 1:
         lines = [
@@ -704,7 +707,7 @@ def markdown_table(result: dict) -> str:
         return "\n".join(lines)
     lines = [
         "| rollouts measured | spans measured | spans | repeats | GRPO | "
-        + " | ".join(f"FSPO − GRPO: {LABEL_NAMES[source]}" for source in sources)
+        + " | ".join(LABEL_NAMES[source] for source in sources)
         + " |",
         "|---|---|---|---|---|" + "---|" * len(sources),
     ]

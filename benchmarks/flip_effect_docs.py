@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -45,7 +46,8 @@ PLAN_ARGUMENTS = ("--model", "smollm2", "--rollouts", "sampled", "--batches", "3
                   "--labels", "judge", "lexical", "lexical-abstain")  # fmt: skip
 PLAN_SEEDS = tuple(range(8))
 # A file records its settings, not its date, CPU or commit: from the run (the clone it ran in, its log).
-MEASURED = "2026-11-30 on 2 cores of an Intel Xeon held to AVX2 kernels, at code cafb8a7 (its measurement as planned)"
+# At cafb8a7, `flip_effect.py` and `fspo/` are as at the plan's commit (git diff 6c9d812 cafb8a7 is empty for both).
+MEASURED = "2026-11-30 on 2 cores of an Intel Xeon held to AVX2 kernels, at code cafb8a7 (measuring as at the plan)"
 
 
 def seed_path(seed: int, folder: Path = RUNS) -> Path:
@@ -53,34 +55,51 @@ def seed_path(seed: int, folder: Path = RUNS) -> Path:
 
 
 def planned(result: dict, seed: int) -> str | None:
-    """Why a seed file is not the plan's run of ``seed`` (None: it is): every setting but the seed and the file
-    written must be the pre-registered command's."""
+    """Why a seed file is not the plan's run of ``seed`` (None: it is): every setting but the file written must be
+    the pre-registered command's, and it must hold one repeat a batch, each with every span group of every label
+    source on both sets of rollouts (as ``flip_effect.measure`` writes them)."""
     wanted = vars(flip_effect._parser().parse_args([*PLAN_ARGUMENTS, "--seeds", str(seed)]))
-    args = result.get("args")
-    if not isinstance(args, dict) or not isinstance(result.get("repeats"), list):
+    args, repeats = result.get("args"), result.get("repeats")
+    if not isinstance(args, dict) or not isinstance(repeats, list):
         return "not an --out file of flip_effect.py"
     keys = (set(wanted) | set(args)) - {"out", "table"}
     differing = sorted(key for key in keys if args.get(key) != wanted.get(key))
-    return f"its settings are not the plan's ({', '.join(differing)})" if differing else None
+    if differing:
+        return f"its settings are not the plan's ({', '.join(differing)})"
+    if len(repeats) != wanted["batches"]:
+        return f"it holds {len(repeats)} repeats, not the plan's {wanted['batches']}"
+    spans = {f"{source}/{rollouts}/{group}" for source in wanted["labels"] for rollouts in ("same", "fresh")
+             for group in flip_effect.GROUPS}  # fmt: skip
+    if any(not isinstance(repeat, dict) or set(repeat) != spans for repeat in repeats):
+        return "a repeat does not hold every label source's span groups"
+    return None
 
 
 def stored_runs(folder: Path = RUNS) -> dict[int, dict]:
-    """The plan's seed files in ``folder``, by seed. A file the plan does not cover is an error."""
-    runs = {}
+    """The plan's seed files in ``folder``, by seed. A file the plan does not cover is an error, and so is a repeat
+    found in two files (one seed's run stored under another's name)."""
+    runs, seen = {}, {}
     for path in sorted(folder.glob("*.json")):
-        seed = path.stem.removeprefix("seed")
-        if not seed.isdigit() or int(seed) not in PLAN_SEEDS:
-            raise ValueError(f"{path}: not a seed of the plan ({', '.join(map(str, PLAN_SEEDS))})")
+        seed = next((s for s in PLAN_SEEDS if path.name == seed_path(s, folder).name), None)
+        if seed is None:
+            raise ValueError(f"{path}: not a seed file of the plan (seed0.json … seed{PLAN_SEEDS[-1]}.json)")
         result = read_json(path)
-        why = planned(result, int(seed))
+        why = planned(result, seed)
         if why:
             raise ValueError(f"{path}: {why}")
-        runs[int(seed)] = result
+        for repeat in result["repeats"]:
+            fingerprint = json.dumps(repeat, sort_keys=True)
+            if fingerprint in seen:
+                raise ValueError(f"{path}: a repeat of it is also in {seen[fingerprint].name}")
+            seen[fingerprint] = path
+        runs[seed] = result
     return runs
 
 
 def store(run_dir: Path, folder: Path = RUNS) -> list[Path]:
     """Copy the plan's finished seed files (``S.json``) from ``run_dir`` into ``folder``, each once."""
+    if not run_dir.is_dir():
+        raise ValueError(f"--store {run_dir}: no such folder")
     copied = []
     for seed in PLAN_SEEDS:
         source = run_dir / f"{seed}.json"
@@ -105,23 +124,20 @@ def section(runs: dict[int, dict], earlier: dict) -> str:
         SECTION,
         "",
         "[Plan](../benchmarks/preregistration_flip_labels.md), committed before the first run: from the same weights "
-        "and rollouts, `benchmarks/flip_effect.py` takes one update with GRPO's advantages and one with FSPO's for each "
-        "source of the flip's labels: the world judge (a perfect verifier), `lexical` as the quickstart trains with it "
+        "and rollouts, `benchmarks/flip_effect.py` takes one update with GRPO's advantages and one with FSPO's per "
+        "source of the flip's labels: the world judge (a perfect verifier), `lexical` as the quickstart trains "
         "(sentence unit, threshold 1.0), and `lexical` abstaining on non-claims.",
         "SmolLM2-135M-Instruct in float32; 4 quickstart questions × 8 rollouts at temperature 0.7, up to 96 tokens; "
         f"verl's clipped loss, AdamW at lr 2e-5; 3 batches on each of {len(PLAN_SEEDS)} seeds.",
-        "A cell is the mean change in a span's log-probability (summed over its tokens) after the update, over the "
-        "repeats with such a span; FSPO − GRPO with its 95% t interval.",
         "",
     ]
     if len(runs) < len(PLAN_SEEDS):
         return "\n".join(
             lines
             + [
-                f"Seeds finished and committed: {len(runs)} of {len(PLAN_SEEDS)}. No figure of the plan is reported "
-                "before all are in.",
-                "Until then, the earlier measurement with the judge's labels (rollouts sampled on one NVIDIA H200, "
-                "f575c6f):",
+                f"Seeds stored: {len(runs)} of {len(PLAN_SEEDS)}. No figure of the plan is reported before all are in.",
+                "Until then, the earlier run with the judge's labels alone (one NVIDIA H200, 2026-11-26, f575c6f), the "
+                "change in a span's log-probability (summed over its tokens) after each update:",
                 "",
                 flip_effect.markdown_table(flip_effect.merge_results([earlier])),
             ]
@@ -131,6 +147,8 @@ def section(runs: dict[int, dict], earlier: dict) -> str:
         lines
         + [
             f"Measured {MEASURED}.",
+            "GRPO: the mean change in a span's log-probability (summed over its tokens) after GRPO's update. Under each "
+            "label source: FSPO − GRPO, with its 95% t interval over the repeats with such a span.",
             "",
             flip_effect.markdown_table(merged),
             "",
@@ -143,8 +161,7 @@ def section(runs: dict[int, dict], earlier: dict) -> str:
 
 def written(results_md: str, runs: dict[int, dict], earlier: dict) -> str:
     """docs/results.md with the section rewritten, up to :data:`UNTIL`."""
-    start = results_md.index(SECTION + "\n")
-    end = results_md.index(UNTIL, start)
+    start, end = generated_pages.section_bounds(results_md, SECTION, UNTIL, "docs/results.md")
     return results_md[:start] + section(runs, earlier).rstrip("\n") + "\n\n" + results_md[end:]
 
 

@@ -154,23 +154,23 @@ class Comparison:
         supported-chain accuracy)."""
         return [f for f in DIFFERENCES if any(self.difference(a, b, f)["seeds"] for a, b in self.pairs())]
 
-    def difference_table(self, pairs: list[tuple[str, str]]) -> str:
-        """Each pair's differences after training: mean [95% paired t interval] (seeds)."""
+    def difference_table(self, pairs: list[tuple[str, str]], figures: list[str]) -> str:
+        """Each pair's differences after training in ``figures``: mean [95% paired t interval] (seeds)."""
         lines = [
-            "| difference | " + " | ".join(TITLES[f] for f in self.figures()) + " |",
-            "|---|" + "---|" * len(self.figures()),
+            "| difference | " + " | ".join(TITLES[f] for f in figures) + " |",
+            "|---|" + "---|" * len(figures),
         ]
         for a, b in pairs:
-            cells = [short_interval(self.difference(a, b, figure)) for figure in self.figures()]
+            cells = [short_interval(self.difference(a, b, figure)) for figure in figures]
             lines.append(f"| {a} − {b} | " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
-    def intervals_excluding_zero(self, pairs: list[tuple[str, str]]) -> str:
+    def intervals_excluding_zero(self, pairs: list[tuple[str, str]], figures: list[str]) -> str:
         """The differences of ``pairs`` whose interval excludes 0, named ("F-DPO − GRPO in answer F1"), or ""."""
         return "; ".join(
             f"{NAMES[a]} − {NAMES[b]} in {TITLES[figure]}"
             for a, b in pairs
-            for figure in self.figures()
+            for figure in figures
             if not spans_zero(self.difference(a, b, figure))
         )
 
@@ -242,7 +242,7 @@ def fspo_section(c: Comparison) -> str:
         "",
         "FSPO − GRPO after training (mean, 95% paired t interval, seeds):",
         "",
-        c.difference_table([("fspo", "grpo")]),
+        c.difference_table([("fspo", "grpo")], c.figures()),
         "",
         verdict(primary, len(fspo_seeds), finished),
         "",
@@ -278,7 +278,10 @@ def fspo_section(c: Comparison) -> str:
 def others_section(o: Comparison) -> str:
     others, seeds = o.other_arms(), o.other_seeds()
     pairs = o.pairs()[1:]
-    excluding_zero = o.intervals_excluding_zero(pairs)
+    # Per answer only: with 3 seeds and runs without a judged step, the pooled rate's intervals outrun its range
+    # (its levels are in the arms' table).
+    figures = [figure for figure in o.figures() if figure != "hallucinated_step_rate"]
+    excluding_zero = o.intervals_excluding_zero(pairs, figures)
     lines = [
         OTHERS_SECTION,
         "",
@@ -291,14 +294,14 @@ def others_section(o: Comparison) -> str:
         "",
         o.answer_table,
         "",
-        "Paired differences after training (mean, 95% paired t interval, seeds), "
+        "Paired differences per answer after training (mean, 95% paired t interval, seeds), "
         + (
             f"wide with {len(seeds)} seeds (t(0.975, {len(seeds) - 1}) = {t_quantile(0.975, len(seeds) - 1):.3f}):"
             if len(seeds) > 1
             else f"without intervals on {len(seeds)} seed:"
         ),
         "",
-        o.difference_table(pairs),
+        o.difference_table(pairs, figures),
         "",
         f"Intervals that exclude 0: {excluding_zero}."
         if excluding_zero
@@ -326,21 +329,13 @@ def others_section(o: Comparison) -> str:
     return "\n".join(lines)
 
 
-def replace_section(text: str, heading: str, new: str, until: str | None = None) -> str:
-    """``text`` with the section from ``heading`` up to ``until`` (default: the next ``## `` heading or the
-    end) replaced by ``new``."""
-    start = text.index(heading + "\n")
-    end = text.index(until, start) if until else text.find("\n## ", start + len(heading))
-    end = len(text) if end == -1 else end + (0 if until else 1)
-    return text[:start] + new.rstrip("\n") + "\n\n" + text[end:].lstrip("\n")
-
-
 def written_docs(measured: dict, others: dict, results_md: str) -> str:
     """docs/results.md with its comparison sections written from ``measured`` (FSPO against GRPO) and ``others``
     (the other methods)."""
     c, o = Comparison(measured), Comparison(others)
     sections = [fspo_section(c), *([others_section(o)] if o.other_arms() else [])]
-    return replace_section(results_md, FSPO_SECTION, "\n\n".join(sections), until=NEXT_SECTION).rstrip("\n") + "\n"
+    start, end = generated_pages.section_bounds(results_md, FSPO_SECTION, NEXT_SECTION, "docs/results.md")
+    return results_md[:start] + "\n\n".join(sections).rstrip("\n") + "\n\n" + results_md[end:]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -361,8 +356,14 @@ def main(argv: list[str] | None = None) -> int:
         except bench.MALFORMED_RESULTS as error:
             print(f"{option} {path}: not a results.json of fspo_vs_grpo.py ({error!r})", file=sys.stderr)
             return 2
+    results_md = RESULTS_MD.read_text()
+    try:  # the page first, so that an error below is the results file's
+        generated_pages.section_bounds(results_md, FSPO_SECTION, NEXT_SECTION, "docs/results.md")
+    except ValueError as error:
+        print(f"fspo_vs_grpo_docs: {error}", file=sys.stderr)
+        return 2
     try:
-        new = written_docs(files["--results"], files["--others"], RESULTS_MD.read_text())
+        new = written_docs(files["--results"], files["--others"], results_md)
     except bench.MALFORMED_RESULTS as error:
         print(f"--results {args.results}: not a results.json of fspo_vs_grpo.py ({error!r})", file=sys.stderr)
         return 2

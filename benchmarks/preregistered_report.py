@@ -57,6 +57,7 @@ class Plan:
     secondary: str = "supported_chain_accuracy"
     non_inferior: str = "exact_match"
     margin: float = -0.10
+    budget: str = "SmolLM2-135M-Instruct in float32, 12 steps"  # the quickstart's, per run
 
 
 PLAN = Plan()
@@ -279,7 +280,7 @@ def _plan_lines(plan: Plan, link: str) -> list[str]:
     return [
         f"[Plan]({link}), committed before the first run: {plan.arm.upper()} and {plan.baseline.upper()} on the "
         f"{plan.world} world (a wrong chain can reach the right answer), {len(plan.seeds)} seeds, {plan.val_rows} "
-        "held-out questions a seed.",
+        f"held-out questions a seed; the quickstart's budget: {plan.budget}.",
         DEFINITIONS,
     ]
 
@@ -346,11 +347,10 @@ def written(
     results_md: str, readme: str, runs: dict[tuple[str, int], dict], reruns: list[dict] = ()
 ) -> tuple[str, str]:
     """docs/results.md with the section rewritten up to :data:`UNTIL`, and README.md with its Results."""
-    start = results_md.index(SECTION + "\n")
-    end = results_md.index(UNTIL, start)
+    start, end = generated_pages.section_bounds(results_md, SECTION, UNTIL, "docs/results.md")
     results_md = results_md[:start] + section(runs, reruns=reruns).rstrip("\n") + "\n\n" + results_md[end:]
-    start = readme.index(README_SECTION + "\n")
-    end = readme.index("\n## ", start) + 1
+    start, end = generated_pages.section_bounds(readme, README_SECTION, "\n## ", "README.md")
+    end += 1
     return results_md, readme[:start] + readme_section(runs) + "\n\n" + readme[end:]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import random
 import sys
 from pathlib import Path
@@ -248,12 +249,14 @@ def test_every_label_source_is_one_more_fspo_update_paired_with_the_same_grpo_up
         [{"args": {"labels": list(flip_effect.LABEL_SOURCES), "seeds": [0]}, "repeats": [arms]}]
     )
     header, _, *rows = flip_effect.markdown_table(merged).splitlines()
-    assert header.endswith(" | FSPO − GRPO: `lexical`, abstaining on non-claims |")
-    assert header.startswith("| rollouts measured | spans measured | spans | repeats | GRPO | FSPO − GRPO: world judge")
+    assert header == (
+        "| rollouts measured | spans measured | spans | repeats | GRPO | world judge | `lexical` | "
+        "`lexical`, abstaining on non-claims |"
+    )
     # A row per rollouts and spans measured (a group with no span in the batch has none), a cell per source.
     assert len(rows) == len({key.split("/", 1)[1] for key in merged["summary"]}) <= per_source
     assert all(row.count("|") == header.count("|") for row in rows)
-    assert rows[-1].startswith("| fresh rollouts | ")
+    assert rows[-1].startswith("| fresh | ")
 
 
 def test_the_decided_figures_are_the_preregistrations():
@@ -274,15 +277,26 @@ def test_the_decided_figures_are_the_preregistrations():
 @given(
     bounds=st.lists(st.floats(-3, 3, allow_nan=False), min_size=3, max_size=3).map(sorted),
     decided=st.sampled_from(range(len(flip_effect.DECIDED))),
+    one_repeat=st.booleans(),
 )
-def test_a_decided_figure_is_shown_only_when_its_interval_excludes_0_on_the_expected_side(bounds, decided):
+def test_a_decided_figure_is_shown_only_when_its_interval_excludes_0_on_the_expected_side(bounds, decided, one_repeat):
+    """Every decided figure gets a line: shown only when its interval excludes 0 on the side the plan expected; a
+    figure of one repeat (no interval: t_interval's NaN bounds) is not shown; one no repeat measured says so."""
     low, mean, high = bounds
+    if one_repeat:
+        low = high = math.nan
     question, source, batch, group, sign = flip_effect.DECIDED[decided]
-    figures = {"fspo_minus_grpo": mean, "lower": low, "upper": high, "grpo": 0.0, "fspo": 0.0, "spans": 9}
-    result = {"summary": {f"{source}/{batch}/{group}": figures, "judge/fresh/contradicted": figures}}
-    (line,) = flip_effect.decided_verdicts(result)
-    assert line.startswith(f"- Question {question}, ")
-    if low <= 0 <= high:
+    figures = {"fspo_minus_grpo": mean, "lower": low, "upper": high, "grpo": 0.0, "fspo": 0.0, "spans": 9,
+               "repeats": 1 if one_repeat else 5}  # fmt: skip
+    result = {"args": {"labels": ["judge", source]}, "summary": {f"{source}/{batch}/{group}": figures}}
+    lines = flip_effect.decided_verdicts(result)
+    assert len(lines) == len(flip_effect.DECIDED)
+    (line,) = [line for line in lines if not line.endswith(": not measured (no repeat had such a span).")]
+    assert line.startswith(f"- Question {question}, ") and flip_effect.GROUP_NAMES[group] in line
+    if one_repeat:
+        assert line.endswith(": not shown (1 repeat with such a span: no interval).")
+    elif low <= 0 <= high:
         assert line.endswith(": not shown (the interval spans 0).")
     else:
         assert line.endswith(": shown." if (mean > 0) == (sign > 0) else ": the other sign shown.")
+    assert flip_effect.decided_verdicts({"args": {"labels": ["judge"]}, "summary": result["summary"]}) == []

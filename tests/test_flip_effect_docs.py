@@ -65,7 +65,7 @@ def test_no_figure_of_the_plan_before_every_seed_is_in_then_the_table_and_the_de
     (run_dir / "7.json").rename(run_dir / "7.json.part")  # the last seed still running
     assert len(flip_docs.store(run_dir, folder)) == 7
     text = flip_docs.section(flip_docs.stored_runs(folder), EARLIER)
-    assert "Seeds finished and committed: 7 of 8." in text and "decided" not in text
+    assert "Seeds stored: 7 of 8." in text and "decided" not in text
     assert flip_effect.markdown_table(flip_effect.merge_results([EARLIER])) in text  # the judge's, meanwhile
 
     (run_dir / "7.json.part").rename(run_dir / "7.json")
@@ -77,12 +77,16 @@ def test_no_figure_of_the_plan_before_every_seed_is_in_then_the_table_and_the_de
     files = [str(folder / f"seed{seed}.json") for seed in flip_docs.PLAN_SEEDS]
     assert flip_effect.main(["--table", *files]) == 0
     table, verdicts = capsys.readouterr().out.strip().split("\n\n")
-    assert table in text and verdicts in text and "committed:" not in text
+    assert table in text and verdicts in text and "Seeds stored" not in text
     assert len(table.splitlines()) == 2 + 2 * len(flip_effect.GROUPS)
     assert len(verdicts.splitlines()) == len(flip_effect.DECIDED)
 
 
-@pytest.mark.parametrize("change", ["another learning rate", "one label source", "judge-only labels", "another seed"])
+CHANGES = ["another learning rate", "one label source", "judge-only labels", "another seed", "a repeat fewer",
+           "a span group missing"]  # fmt: skip
+
+
+@pytest.mark.parametrize("change", CHANGES)
 def test_a_file_the_plan_does_not_cover_is_refused_where_it_is_stored_and_where_it_is_read(tmp_path, change):
     run_dir = _run_dir(tmp_path / "run", [3])
     result = json.loads((run_dir / "3.json").read_text())
@@ -93,16 +97,36 @@ def test_a_file_the_plan_does_not_cover_is_refused_where_it_is_stored_and_where_
         args["labels"] = ["lexical"]
     elif change == "judge-only labels":
         args["labels"] = "judge"  # as files written before --labels took several sources
-    else:
+    elif change == "another seed":
         args["seeds"] = [4]
+    elif change == "a repeat fewer":
+        result["repeats"].pop()
+    else:
+        del result["repeats"][1][f"lexical/fresh/{flip_effect.RIGHT_ANSWER}"]
     (run_dir / "3.json").write_text(json.dumps(result))
-    with pytest.raises(ValueError, match="not the plan's"):
+    with pytest.raises(ValueError, match="not the plan's|repeats, not|every label source"):
         flip_docs.store(run_dir, tmp_path / "stored")
     stored = flip_docs.seed_path(3, tmp_path / "stored")
     stored.parent.mkdir()
     stored.write_text(json.dumps(result))
-    with pytest.raises(ValueError, match="not the plan's"):
+    with pytest.raises(ValueError, match="not the plan's|repeats, not|every label source"):
         flip_docs.stored_runs(tmp_path / "stored")
+
+
+def test_a_seed_stored_under_another_name_or_twice_is_refused(tmp_path):
+    folder = tmp_path / "stored"
+    flip_docs.store(_run_dir(tmp_path / "run", [0, 1]), folder)
+    (folder / "seed01.json").write_text((folder / "seed1.json").read_text())
+    with pytest.raises(ValueError, match="not a seed file of the plan"):
+        flip_docs.stored_runs(folder)
+    (folder / "seed01.json").unlink()
+    copied = json.loads((folder / "seed0.json").read_text())  # seed 0's repeats under seed 2's settings
+    copied["args"]["seeds"] = [2]
+    (folder / "seed2.json").write_text(json.dumps(copied))
+    with pytest.raises(ValueError, match="also in seed0.json"):
+        flip_docs.stored_runs(folder)
+    with pytest.raises(ValueError, match="no such folder"):
+        flip_docs.store(tmp_path / "no-such-run", folder)
 
 
 @pytest.mark.parametrize("content", ["{", "[]", '{"args": {}, "repeats": []}', "\x00\xff"])
@@ -112,6 +136,28 @@ def test_a_malformed_stored_file_is_one_line(tmp_path, monkeypatch, capsys, cont
     assert flip_docs.main(["--check"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("flip_effect_docs: ") and "seed2.json" in err
+
+
+def test_the_finished_section_keeps_the_docs_within_their_budget(tmp_path):
+    """The section grows when the last seed is stored: the page it is written into still fits the docs' budget."""
+    from fspo_testing import docs_facts
+    from fspo_testing.docs_pages import REPO, markdown_pages
+
+    folder = tmp_path / "stored"
+    flip_docs.store(_run_dir(tmp_path / "run", flip_docs.PLAN_SEEDS), folder)
+    finished = flip_docs.written(flip_docs.RESULTS_MD.read_text(), flip_docs.stored_runs(folder), EARLIER)
+    sizes = {page: (REPO / page).stat().st_size for page in markdown_pages()}
+    sizes["docs/results.md"] = len(finished.encode())
+    assert docs_facts.over_budget(sizes) == []
+
+
+def test_a_page_without_the_sections_heading_is_one_line(tmp_path, monkeypatch, capsys):
+    page = tmp_path / "results.md"
+    page.write_text(flip_docs.RESULTS_MD.read_text().replace(flip_docs.SECTION, "## The flip"))
+    monkeypatch.setattr(flip_docs, "RESULTS_MD", page)
+    assert flip_docs.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flip_docs.SECTION in err and page.read_text().startswith("# Results")
 
 
 def test_the_results_page_shows_what_the_committed_runs_give():

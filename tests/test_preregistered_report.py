@@ -44,6 +44,7 @@ def test_the_plan_is_the_committed_preregistrations():
     assert sorted(arg for arg in arguments if arg.startswith("--")) == [
         "--arms", "--output-dir", "--seeds", "--val-rows", "--world",
     ]  # fmt: skip
+    assert f"**Budget per run.** The quickstart's: {PLAN.budget}," in text
     assert "**Primary metric.** Flawed-positive share" in text and PLAN.primary == "flawed_positive_share"
     assert "- Supported-chain accuracy" in text and PLAN.secondary == "supported_chain_accuracy"
     margin = float(re.search(r"interval of FSPO - GRPO lies above (-\d+\.\d+)", text).group(1))
