@@ -665,14 +665,16 @@ DECIDED = (
 
 def decided_verdicts(result: dict) -> list[str]:
     """A line for each figure of :data:`DECIDED` (the table above it holds its interval): whether it shows the
-    expected sign, shows the other, or spans 0 (not shown, as the plan reports it); a figure without an interval (one repeat had such a span)
-    is not shown, and one no repeat measured says so. Nothing when the result holds none of the decided sources."""
+    expected sign, shows the other, or spans 0 (not shown, as the plan reports it). A figure without an interval
+    (one repeat had such a span) is not shown; one no repeat measured says so. Nothing when the result holds none
+    of the decided sources."""
     if not any(source in result["args"]["labels"] for _, source, *_ in DECIDED):
         return []
     lines = []
     for question, source, batch, group, sign in DECIDED:
         f = result["summary"].get(f"{source}/{batch}/{group}")
-        name = f"- Question {question}, {LABEL_NAMES[source]} labels, {ROLLOUTS_MEASURED[batch]} rollouts, {GROUP_NAMES[group]}"
+        rollouts = f"{ROLLOUTS_MEASURED[batch]} rollouts"
+        name = f"- Question {question}, {LABEL_NAMES[source]} labels, {rollouts}, {GROUP_NAMES[group]}"
         if f is None:
             lines.append(f"{name}: not measured (no repeat had such a span).")
             continue

@@ -8,9 +8,10 @@
 The runs live one file each in ``benchmarks/results/shortcut/<arm>/seed<N>.json`` (``fspo_vs_grpo.py``'s
 ``result.json``, as the sweep wrote it). Until every run of the plan is in, the section says how many are and
 reports no figure: the plan allows no interim look. Then it reports the primary and secondary figures against the
-plan, whatever their sign; README's Results shows the plan's figures and verdicts. :data:`PLAN` is the pre-registration's; a test holds the two equal. A planned run
-trained again at a later commit (``benchmarks/results/shortcut_reruns/``) shows whether the code changes between the
-runs changed a result: the section says on how many questions the two runs' records agree.
+plan, whatever their sign; README's Results shows the plan's figures and verdicts. :data:`PLAN` is the
+pre-registration's; a test holds the two equal. A planned run trained again at a later commit
+(``benchmarks/results/shortcut_reruns/``) shows whether the code changes between the runs changed a result: the
+section says on how many questions the two runs' records agree.
 """
 
 from __future__ import annotations
