@@ -221,6 +221,26 @@ def genrm_judge(body: dict) -> str:
     return "No error found. \\boxed{-1}"
 
 
+def test_two_responses_to_one_question_are_two_genrm_solutions(chat_server):
+    """A flat list of pairs cannot tell two samples of one question apart; score_responses and every door that
+    scores responses (evaluation's step rate, `fspo verify`, F-DPO's step verdicts) send each as its own solution,
+    so a first error in one leaves the other's steps judged."""
+    from fspo.cli.fdpo import judged_steps
+    from fspo.evaluation.pipeline import supported_step_rate
+
+    server = chat_server(genrm_judge)
+    verifier = build_verifier(verifier_config({"name": "llm_judge", "url": server.url, "reply_format": "first_error"}))
+    evidence = "Ann works for Vigio. Vigio is in Tarsk."
+    wrong, right = ["Ann works for Mars.", "Vigio is in Tarsk."], ["Ann works for Vigio.", "Vigio is in Tarsk."]
+    scores = verifier.score_responses([(evidence, wrong), (evidence, right), (evidence, [])])
+    assert scores[0][0] == 0.0 and math.isnan(scores[0][1]) and scores[1:] == [[1.0, 1.0], []]
+    assert len(server.requests) == 2
+    responses = ["<think>" + "\n\n".join(steps) + "</think> Tarsk" for steps in (wrong, right)]
+    rate = supported_step_rate([{"evidence": evidence, "responses": responses}], verifier)
+    assert (rate["supported_steps"], rate["verified_steps"], rate["unverifiable_steps"]) == (2, 3, 1)
+    assert judged_steps(verifier, 0.5, [(evidence, [wrong, right]), ("", [right])]) == [[[-1, 0], [1, 1]], [[]]]
+
+
 def test_llm_judge_as_fapo_genrm_over_a_chat_server(chat_server):
     """One request per solution (a run of pairs with one evidence), FAPO's prompt, its index read back."""
     server = chat_server(genrm_judge)

@@ -183,27 +183,17 @@ def record_samples(record: dict, verdicts_of: list[list[int]], where: str) -> li
 def judged_steps(verifier, threshold: float, items: list[tuple[str, list[list[str]]]]) -> list[list[list[int]]]:
     """Step verdicts of each item's responses, ``items`` = (evidence, each response's step texts); every step of
     every response in one verifier call, so model backends batch them. No evidence, no verdicts."""
-    pairs = [(evidence, step) for evidence, responses in items if evidence for steps in responses for step in steps]
-    if getattr(verifier, "judges_solutions", False):  # llm_judge as FAPO's GenRM: one response a call
-        scores = [
-            float(score)
-            for evidence, responses in items
+    responses = [(evidence, steps) for evidence, item_responses in items if evidence for steps in item_responses]
+    scored = iter(verifier.score_responses(responses))
+    return [
+        [
+            verdicts_from_scores([float(x) for x in next(scored)], threshold, verifier.strict_threshold)
             if evidence
-            for steps in responses
-            if steps
-            for score in verifier.score([(evidence, step) for step in steps])
+            else []
+            for _ in item_responses
         ]
-    else:
-        scores = [float(score) for score in verifier.score(pairs)] if pairs else []
-    verdicts = verdicts_from_scores(scores, threshold, verifier.strict_threshold) if scores else []
-    out, position = [], 0
-    for evidence, responses in items:
-        row = []
-        for steps in responses:
-            row.append(list(verdicts[position : position + len(steps)]) if evidence else [])
-            position += len(steps) if evidence else 0
-        out.append(row)
-    return out
+        for evidence, item_responses in items
+    ]
 
 
 def step_texts(text: str) -> list[str]:

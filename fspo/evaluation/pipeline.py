@@ -155,27 +155,21 @@ def score_records(records: Sequence[dict]) -> dict:
 def supported_step_rate(records: Sequence[dict], verifier, threshold: float = SUPPORT_THRESHOLD) -> dict:
     """Share of verifiable reasoning steps that the evidence supports, over evidence-carrying records.
 
-    Every (evidence, step) pair goes to the verifier in one `score` call so model backends can batch them.
+    Every response's steps go to the verifier in one `score_responses` call so model backends can batch them.
     A step is supported when its score is >= `threshold` (> for the backends whose authors label so); a NaN score (unverifiable) counts in neither part.
 
     Returns:
         ``{"supported_step_rate", "supported_steps", "verified_steps", "unverifiable_steps"}``; the rate is NaN
         when no step could be verified.
     """
-    pairs = []
-    for record in records:
-        evidence = record.get("evidence") or ""
-        if not evidence:
-            continue
-        for response in record["responses"]:
-            pairs += [(evidence, step.text) for step in reasoning_steps(response)]
-    verdicts = (
-        verdicts_from_scores(  # the rule training labels steps by
-            [float(s) for s in verifier.score(pairs)], threshold, verifier.strict_threshold
-        )
-        if pairs
-        else []
-    )
+    responses = [
+        (record["evidence"], [step.text for step in reasoning_steps(response)])
+        for record in records
+        if record.get("evidence")
+        for response in record["responses"]
+    ]
+    scores = [float(score) for scored in verifier.score_responses(responses) for score in scored]
+    verdicts = verdicts_from_scores(scores, threshold, verifier.strict_threshold)  # the rule training labels by
     supported, verified = verdicts.count(1), len(verdicts) - verdicts.count(0)
     return {
         "supported_step_rate": supported / verified if verified else math.nan,

@@ -386,10 +386,12 @@ def main(argv: list[str] | None = None) -> int:
 
     steps = [response_steps(response, args.claims_only) for _, response in rows]
     # Steps of a row without evidence are not verified (training labels them 0): they print as unverifiable.
-    pairs = [(evidence, step.text) for (evidence, _), row_steps in zip(rows, steps) if evidence for step in row_steps]
-    verified = iter(verifier.score(pairs))
+    responses = [(evidence, [step.text for step in row_steps]) for (evidence, _), row_steps in zip(rows, steps)]
+    checked = [response for response in responses if response[0]]
+    verified_steps = sum(len(texts) for _, texts in checked)
+    verified = iter(verifier.score_responses(checked))
     scores = iter(
-        [next(verified) if evidence else math.nan for (evidence, _), row_steps in zip(rows, steps) for _ in row_steps]
+        [score for evidence, texts in responses for score in (next(verified) if evidence else [math.nan] * len(texts))]
     )
     counts = {"SUPPORTED": 0, "UNSUPPORTED": 0, "UNVERIFIABLE": 0}
     for number, row_steps in enumerate(steps, 1):
@@ -421,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = ", ".join(f"{n} {k.lower()}" for k, n in counts.items())
     stream = sys.stderr if args.json else sys.stdout
     print(
-        f"{len(rows)} rows, {len(pairs)} steps: {summary} (verifier {args.verifier}, threshold {args.threshold})",
+        f"{len(rows)} rows, {verified_steps} steps: {summary} (verifier {args.verifier}, threshold {args.threshold})",
         file=stream,
     )
     unreasoned = sum(reasoning_span(response) is None for _, response in rows)

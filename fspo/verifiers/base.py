@@ -108,6 +108,17 @@ class Verifier(ABC):
             ±inf, as it raises on any other failed call.
         """
 
+    def score_responses(self, responses: Sequence[tuple[str, Sequence[str]]]) -> list[list[float]]:
+        """Each response's step scores, ``responses`` being ``(evidence, the response's step texts)``.
+
+        All steps go to one [`~Verifier.score`] call, so model backends batch them. A verifier that judges a
+        response's steps together (``llm_judge`` as FAPO's GenRM) overrides this: a flat list of pairs cannot tell
+        two responses to one question apart.
+        """
+        pairs = [(evidence, step) for evidence, steps in responses for step in steps]
+        scores = iter(self.score(pairs) if pairs else [])
+        return [[next(scores) for _ in steps] for _, steps in responses]
+
     coalesce_ms: float = 10.0
     # True when the process that runs the model holds a GPU that Ray assigned it (the colocated and
     # ray placements); reported per rollout so a run can see where its steps were verified.

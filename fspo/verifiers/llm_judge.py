@@ -183,7 +183,17 @@ class LLMJudgeVerifier(PairPipeline):
         reply = self.client.reply(self.solution_messages(evidence, steps))
         return first_error_scores(None if reply is None else parse_first_error(reply, len(steps)), len(steps))
 
+    def score_responses(self, responses: Sequence[tuple[str, Sequence[str]]]) -> list[list[float]]:
+        """As FAPO's GenRM, one request a response (two responses to one question are two solutions)."""
+        if not self.judges_solutions:
+            return super().score_responses(responses)
+        for evidence, steps in responses:
+            check_pairs([(evidence, step) for step in steps])
+        return list(self._pool.map(lambda response: self.judge_solution(*response) if response[1] else [], responses))
+
     def score(self, pairs: Sequence[Pair]) -> list[float]:
+        """Each pair's score. As FAPO's GenRM, a run of consecutive pairs with one evidence is one solution: give
+        several responses to one question to :meth:`score_responses`, which keeps them apart."""
         if not self.judges_solutions:
             return super().score(pairs)
         pairs = check_pairs(pairs)
