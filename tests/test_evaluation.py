@@ -429,6 +429,34 @@ def test_top_k_acts_in_the_transformers_backend(tiny_dir):
     assert vllm_sampling_options(settings)["top_k"] == 1  # and what vLLM is given
 
 
+def test_a_float32_model_generates_with_ieee_matmuls_whatever_a_verifier_turned_on(tiny_dir, tmp_path):
+    """A model verifier's GPU default (tf32) sets torch's process-wide flag; a LoRA fold, stored in float32 to keep
+    an update below bf16's resolution, must not generate through TF32's 10-bit mantissa. The flag is restored after."""
+    import shutil
+
+    import torch
+
+    from fspo.evaluation.generation import HFGenerator, keeps_float32
+    from fspo.verifiers.model_base import resolve_dtype
+
+    model_dir = shutil.copytree(tiny_dir, tmp_path / "model")
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config, "dtype": "float32", "torch_dtype": "float32"}))
+    assert keeps_float32(model_dir)
+    generator = HFGenerator(model_dir, GenerationSettings(max_new_tokens=2), device="cpu")
+    seen, generate = [], generator.model.generate
+    generator.model.generate = lambda **kw: seen.append(torch.backends.cuda.matmul.fp32_precision) or generate(**kw)
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    try:
+        resolve_dtype("tf32", torch.device("cuda"), "hhem")  # what loading HHEM on a GPU does to the process
+        assert matmul.fp32_precision == "tf32"
+        generator.generate(["Question: where is Piobrdell?"])
+        assert seen == ["ieee"] and matmul.fp32_precision == "tf32"
+    finally:
+        matmul.fp32_precision = before
+
+
 def test_resume_needs_the_same_top_k_and_a_provenance_from_before_top_k_was_recorded_means_off(tmp_path):
     from fspo.evaluation.pipeline import ProvenanceError, check_provenance
 

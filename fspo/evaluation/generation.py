@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -155,6 +156,20 @@ class VLLMGenerator:
         return [[choice.text for choice in output.outputs] for output in outputs]
 
 
+@contextmanager
+def ieee_float32_matmuls(torch):
+    """CUDA float32 matmuls in IEEE float32 for the block, then the process's setting again. A model verifier
+    loaded into this process turns TF32 on process-wide (its GPU default, ``resolve_dtype``), and TF32's 10-bit
+    mantissa would round away part of the update a float32 LoRA fold keeps."""
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = "ieee"
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = before
+
+
 class HFGenerator:
     """Batched generation with transformers (CPU or a single GPU), prompts left-padded."""
 
@@ -191,7 +206,8 @@ class HFGenerator:
             # The chat template already holds the special tokens: add none.
             inputs = self.tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
             torch.manual_seed(settings.seed + start)
-            with torch.no_grad():
+            precision = ieee_float32_matmuls(torch) if self.model.dtype == torch.float32 else nullcontext()
+            with torch.no_grad(), precision:
                 output = self.model.generate(**inputs, generation_config=self.generation_config)
             texts = self.tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
             drawn = self.generation_config.num_return_sequences

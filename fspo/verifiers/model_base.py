@@ -142,7 +142,7 @@ def resolve_dtype(dtype: str | None, device: torch.device | None = None, backend
     activations and, on CUDA only, lets cuBLAS round matmul inputs to TF32 (10-bit mantissa, float32
     accumulation); ``float32`` on CUDA sets IEEE float32 matmuls. torch's flag is process-wide, which is right for a verifier server's own process
     (``colocated``, ``ray``) and, in a process that also runs other float32 models on CUDA, applies to
-    them too. On a CPU without bf16 instructions half precision runs through torch's slow reference
+    them too (``fspo evaluate``'s transformers generator sets IEEE float32 around its own generation). On a CPU without bf16 instructions half precision runs through torch's slow reference
     kernels (:mod:`fspo.cpu.compute`), several times slower than float32: there ``bfloat16``/``float16``
     compute in float32, with a warning.
     """
