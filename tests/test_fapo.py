@@ -140,3 +140,16 @@ def test_the_overlong_penalty_shapes_training_rows_only(qwen_tokenizer):
 def test_bad_overlong_settings_are_named(reward_kwargs, message):
     with pytest.raises(ConfigError, match="^" + message.replace(".", r"\.")):
         overlong_buffer(OmegaConf.create({"reward": {"reward_kwargs": reward_kwargs}}))
+
+
+def test_an_overlong_limit_below_the_response_limit_is_refused():
+    """Past max_resp_len DAPO's penalty grows without a floor (verl dapo.py lines 108-114): a 4096-token response
+    under max_resp_len 2048 and a 1024 buffer would lose 3 x the factor. The recipe follows the data's limit."""
+    kwargs = {"max_resp_len": 2048, "overlong_buffer_cfg": {"enable": True, "len": 1024, "penalty_factor": 0.5}}
+    config = OmegaConf.create({"data": {"max_response_length": 4096}, "reward": {"reward_kwargs": kwargs}})
+    with pytest.raises(
+        ConfigError, match=r"^reward\.reward_kwargs\.max_resp_len=2048 is below data\.max_response_length=4096"
+    ):
+        overlong_buffer(config)
+    config.data.max_response_length = 2048
+    assert overlong_buffer(config).max_length == 2048

@@ -181,6 +181,9 @@ def test_fapo_recipe_trains_with_its_authors_clip_higher_and_overlong_penalty(dr
     assert (actor["clip_ratio_low"], actor["clip_ratio_high"]) == (0.2, 0.28)
     limit = config["data"]["max_response_length"]
     assert overlong_buffer(config) == OverlongBuffer(max_length=limit, length=limit // 2, factor=0.5, log=True)
+    # The penalty's limit follows a user's response limit (as the Qwen3 recipes' 4096), never below it.
+    longer = printed_config(run_recipe("run_baseline_fapo.sh", f"data.max_response_length={2 * limit}"))
+    assert overlong_buffer(longer) == OverlongBuffer(max_length=2 * limit, length=limit // 2, factor=0.5, log=True)
     for name in GPU_RECIPES:
         if name != "run_baseline_fapo.sh":
             assert dry_runs[name]["actor_rollout_ref"]["actor"]["clip_ratio_high"] == 0.2, name

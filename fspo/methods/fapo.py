@@ -137,7 +137,8 @@ def overlong_buffer(config: Optional[Mapping]) -> Optional[OverlongBuffer]:
 
     Raises:
         ConfigError: one line naming the key: ``max_resp_len`` or ``overlong_buffer_cfg.len`` unset or not a
-            positive integer, a buffer longer than ``max_resp_len``, a ``penalty_factor`` that is not a number >= 0.
+            positive integer, a buffer longer than ``max_resp_len``, a ``penalty_factor`` that is not a number >= 0,
+            a ``max_resp_len`` below ``data.max_response_length`` (the penalty would pass ``penalty_factor``).
     """
     reward = (config.get("reward") if config is not None else None) or {}
     kwargs = reward.get("reward_kwargs") or {}
@@ -151,5 +152,11 @@ def overlong_buffer(config: Optional[Mapping]) -> Optional[OverlongBuffer]:
         raise ConfigError(
             f"{OVERLONG_CFG}.len={length} must be at most {REWARD_KWARGS}.max_resp_len={max_length}: the buffer is "
             "the last part of the response limit"
+        )
+    response_limit = ((config.get("data") if config is not None else None) or {}).get("max_response_length")
+    if isinstance(response_limit, int) and max_length < response_limit:  # verl's dapo manager sets no floor either
+        raise ConfigError(
+            f"{REWARD_KWARGS}.max_resp_len={max_length} is below data.max_response_length={response_limit}: a longer "
+            f"response would lose more than penalty_factor; set {REWARD_KWARGS}.max_resp_len='${{data.max_response_length}}'"
         )
     return OverlongBuffer(int(max_length), int(length), float(factor), bool(buffer.get("log", False)))
