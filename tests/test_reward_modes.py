@@ -299,6 +299,14 @@ def test_added_reward_is_bounded_by_its_weight(supported, unsupported, correct, 
         assert -0.5 <= added <= 0.5
 
 
+@given(st.integers(0, 20), st.integers(0, 20), st.booleans(), st.booleans(), st.sampled_from(["fspo", "fapo"]))
+def test_a_held_out_row_scores_its_outcome_alone(supported, unsupported, correct, refused, mode):
+    """Validation rewards compare with a GRPO run's: FAPO's penalty and the factuality-reward ablation shape
+    training rows only (FAPO's reward function, fspo/methods/fapo.py's module doc)."""
+    config = fspo_config({"fspo": {"mode": mode, "step_reward_weight": 0.5 if mode == "fspo" else 0.0}})
+    assert added_reward(config, supported, unsupported, correct, refused, held_out=True) == 0.0
+
+
 def run_manager(tokenizer, response: str, **fspo) -> dict:
     config = OmegaConf.create({"fspo": {"enable": True, "verifier": {"name": "lexical"}, **fspo}})
     ids = tokenizer(response, add_special_tokens=False)["input_ids"]

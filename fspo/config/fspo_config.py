@@ -41,7 +41,7 @@ class FSPOConfig(BaseConfig):
     )
     step_reward_weight: float = field(
         default=0.0,
-        metadata={"help": "Adds weight x the mean step label of a rollout to its outcome reward (0 = off)."},
+        metadata={"help": "Adds weight x the mean step label of a training rollout to its outcome reward (0 = off)."},
     )
     mode: str = field(
         default="fspo",

@@ -41,7 +41,9 @@ def added_reward(
 ) -> float:
     """What ``settings.mode`` (an :class:`fspo.config.fspo_config.FSPOConfig`) adds to :func:`base_reward` for a
     rollout with these judged step counts, answer correctness, refusal (mode knowrl only) and whether its row is
-    held out (mode fapo only: :func:`fspo.methods.fapo.is_held_out`)."""
+    held out (:func:`fspo.methods.fapo.is_held_out`). A held-out row gets no flawed-positive penalty (mode fapo) and
+    no factuality reward (mode fspo), so validation scores the outcome as a GRPO run does; KnowRL's reward is its
+    whole reward, held out or not."""
     if settings.mode == "knowrl":
         return knowrl_reward(
             supported,
@@ -55,7 +57,9 @@ def added_reward(
     if settings.mode == "fapo":
         return fapo_reward(correct, unsupported, settings.fapo_penalty, held_out)
     judged = supported + unsupported
-    return settings.step_reward_weight * (supported - unsupported) / judged if judged else 0.0
+    if held_out or not judged:
+        return 0.0
+    return settings.step_reward_weight * (supported - unsupported) / judged
 
 
 def rollout_reward(

@@ -204,7 +204,7 @@ class FSPORewardManager(RewardManagerBase):
         stats.correct = float(correct)
         stats.flawed_positive = float(is_flawed_positive(correct, stats.unsupported))
         reward = score
-        held_out = is_held_out(extra_info)  # penalties shape training only: validation rewards stay comparable
+        held_out = is_held_out(extra_info)  # penalties and the factuality reward shape training rows only
         if self.settings.enable:
             refused = self.settings.mode == "knowrl" and is_refusal(extract_answer(texts[-1]))
             counts = (int(stats.supported), int(stats.unsupported))
