@@ -10,8 +10,8 @@
 # - clip_ratio_high 0.28 (line 15);
 # - the overlong penalty (lines 18-21, 128-133): FAPO's last 4096 of 8192 response tokens at factor 1.0 on +-1
 #   rewards become the last 1024 of this recipe's 2048 (data.max_response_length in common.sh) at 0.5 on 0-1
-#   rewards. It shapes training rows only (fspo/training/reward.py). max_resp_len follows data.max_response_length
-#   (verl's dapo manager reads it apart, as here); a run refuses one below it (fspo/methods/fapo.py).
+#   rewards. It shapes training rows only (fspo/training/reward.py). Set max_resp_len and the buffer with
+#   data.max_response_length (verl's dapo manager reads them apart, as here): a run refuses a max_resp_len below it.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-7B-Instruct}
 EXPERIMENT=${EXPERIMENT:-baseline_fapo}
@@ -19,7 +19,7 @@ fspo_launch "${FSPO_GPU_OVERRIDES[@]}" \
     fspo.mode=fapo \
     fspo.fapo_penalty="${FAPO_PENALTY:-0.5}" \
     actor_rollout_ref.actor.clip_ratio_high=0.28 \
-    '+reward.reward_kwargs.max_resp_len=${data.max_response_length}' \
+    +reward.reward_kwargs.max_resp_len=2048 \
     +reward.reward_kwargs.overlong_buffer_cfg.enable=true \
     +reward.reward_kwargs.overlong_buffer_cfg.len=1024 \
     +reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=0.5 \

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+from fspo.config.calibrated_thresholds import calibrated_threshold
 from fspo.config.fspo_config import FSPOConfig, fspo_config
 from fspo.config.verifier import VerifierConfig, verifier_config
 from fspo.config.vocabulary import ConfigError
@@ -92,6 +93,9 @@ def test_the_yaml_shows_the_dataclass_defaults():
     for values in (defaults, verifier_defaults):
         values.pop("_target_")
     assert block == defaults
+    # The threshold follows the backend (fspo.config.calibrated_thresholds); the default backend's is the default.
+    assert verifier.pop("threshold") == "${fspo_calibrated_threshold:${fspo.verifier.name}}"
+    assert verifier_defaults.pop("threshold") == calibrated_threshold(verifier_defaults["name"])
     assert verifier == verifier_defaults
 
 

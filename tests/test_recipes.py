@@ -181,9 +181,13 @@ def test_fapo_recipe_trains_with_its_authors_clip_higher_and_overlong_penalty(dr
     assert (actor["clip_ratio_low"], actor["clip_ratio_high"]) == (0.2, 0.28)
     limit = config["data"]["max_response_length"]
     assert overlong_buffer(config) == OverlongBuffer(max_length=limit, length=limit // 2, factor=0.5, log=True)
-    # The penalty's limit follows a user's response limit (as the Qwen3 recipes' 4096), never below it.
-    longer = printed_config(run_recipe("run_baseline_fapo.sh", f"data.max_response_length={2 * limit}"))
-    assert overlong_buffer(longer) == OverlongBuffer(max_length=2 * limit, length=limit // 2, factor=0.5, log=True)
+    # A user's longer response limit (the Qwen3 recipes' 4096) without the penalty's is refused in one line: past
+    # max_resp_len the penalty would grow beyond its factor.
+    longer = run_recipe("run_baseline_fapo.sh", f"data.max_response_length={2 * limit}")
+    assert longer.returncode == 2 and longer.stderr.strip().splitlines()[-1] == (
+        f"fspo: reward.reward_kwargs.max_resp_len={limit} is below data.max_response_length={2 * limit}: a longer "
+        "response would lose more than penalty_factor; set reward.reward_kwargs.max_resp_len='${data.max_response_length}'"
+    )
     for name in GPU_RECIPES:
         if name != "run_baseline_fapo.sh":
             assert dry_runs[name]["actor_rollout_ref"]["actor"]["clip_ratio_high"] == 0.2, name
@@ -206,6 +210,9 @@ def test_cpu_recipe_uses_the_cpu_preset(dry_runs):
     assert config["trainer"]["max_actor_ckpt_to_keep"] == 2  # every recipe, run_cpu.sh too (common.sh)
     # calibrated on held-out synthetic facts: the threshold `fspo verify` and the quickstart use for lexical
     assert config["fspo"]["verifier"]["threshold"] == calibrated_threshold("lexical") == 1.0
+    # and so does a GPU recipe told to verify with lexical: one threshold per backend whatever the platform
+    lexical = printed_config(run_recipe("run_qwen2.5_7b_instruct.sh", "fspo.verifier.name=lexical"))
+    assert lexical["fspo"]["verifier"]["threshold"] == 1.0
     # each clause of a step in its own evidence sentence, as the quickstart trains
     assert config["fspo"]["verifier"]["evidence_unit"] == "sentence"
     assert config["data"]["train_batch_size"] == 2
