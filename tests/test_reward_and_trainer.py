@@ -26,6 +26,7 @@ from fspo.training.reward_extra_info import encode_labels, rows_labels_and_stats
 from fspo.training.trainer import (
     FSPOAdvantageMixin,
     FSPOTrainer,
+    PromptDrawOrder,
     canonical_row_order,
     fspo_trainer_class,
     labels_tensor,
@@ -69,6 +70,25 @@ def test_canonical_row_order_puts_unknown_prompts_last_by_uid():
     keys = ["zz_0_0", "b_1_0", "aa_0_0", "b_0_0", "b_10_0", "b_2_0"]
     order = canonical_row_order(keys, {"b": 0})
     assert [keys[i] for i in order] == ["b_0_0", "b_1_0", "b_2_0", "b_10_0", "aa_0_0", "zz_0_0"]
+
+
+@given(st.lists(st.tuples(st.integers(1, 5), st.integers(0, 5)), min_size=1, max_size=8), st.randoms())
+def test_prompts_drawn_later_sort_later_while_earlier_ones_wait(rounds, random):
+    """The async modes draw a batch while prompts of earlier ones wait for their update: every prompt drawn keeps
+    a position above all those drawn before it, whichever were released meanwhile (a reused position ties two
+    prompts, and the random uids would order them)."""
+    order, waiting, drawn = PromptDrawOrder(), [], []
+    for round_number, (size, released) in enumerate(rounds):
+        uids = [f"{random.getrandbits(64):016x}-{round_number}-{i}" for i in range(size)]
+        order.draw(uids)
+        drawn += uids
+        waiting += uids
+        random.shuffle(waiting)
+        order.release(waiting[:released])
+        waiting = waiting[released:]
+        keys = [f"{uid}_0_0" for uid in waiting]
+        ordered = [keys[i].partition("_")[0] for i in canonical_row_order(keys, order.positions)]
+        assert ordered == sorted(waiting, key=drawn.index)
 
 
 class _StoringBuffer:

@@ -9,7 +9,9 @@ to :mod:`fspo.training.batch_dump`.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,9 +64,30 @@ def canonical_row_order(keys: Sequence[str], prompt_order: dict[str, int]) -> li
         uid, _, rest = keys[index].partition("_")
         rollout, _, turn = rest.partition("_")
         numbers = tuple(int(part) if part.isdigit() else -1 for part in (rollout, turn))
-        return (prompt_order.get(uid, len(prompt_order)), uid, *numbers, keys[index])
+        return (prompt_order.get(uid, math.inf), uid, *numbers, keys[index])
 
     return sorted(range(len(keys)), key=position)
+
+
+class PromptDrawOrder:
+    """Each prompt's position in the order the data loader drew them (uid -> position, what
+    :func:`canonical_row_order` reads), for the prompts still waiting for their update.
+
+    Positions only grow: in the async modes a new batch is drawn while prompts of an earlier one still wait, and
+    a position given again would tie two prompts, whose order the random uids would then decide."""
+
+    def __init__(self):
+        self.positions: dict[str, int] = {}
+        self._next = itertools.count()
+
+    def draw(self, uids) -> None:
+        for uid in uids:
+            self.positions[uid] = next(self._next)
+
+    def release(self, uids) -> None:
+        """Forget prompts whose rows went to an update."""
+        for uid in uids:
+            self.positions.pop(uid, None)
 
 
 # verl 0.9.1's advantage estimators that read nothing but the rewards, the response mask and the prompt groups
@@ -198,7 +221,7 @@ class FSPOAdvantageMixin:
         self.fspo = fspo_config(self.config)
         self.fspo_dump_dir: Optional[Path] = Path(self.fspo.dump_dir) if self.fspo.dump_dir else None
         self._fspo_step_record: Optional[dict[str, torch.Tensor]] = None
-        self._fspo_prompt_order: dict[str, int] = {}  # uid -> when the prompt was drawn (canonical_row_order)
+        self._fspo_prompt_order = PromptDrawOrder()
         verifier = self.fspo.verifier
         self.fspo_verifier_loss = VerifierLossGuard(verifier.max_failed_share, verifier.max_failed_steps)
         # fspo.skip_dead_steps: the advantage runs before the old-policy pass, and a dead update is skipped.
@@ -225,16 +248,14 @@ class FSPOAdvantageMixin:
 
     def _fetch_one_gen_batch(self):
         batch = super()._fetch_one_gen_batch()
-        for uid in list(batch["uid"]):
-            self._fspo_prompt_order[uid] = len(self._fspo_prompt_order)
+        self._fspo_prompt_order.draw(list(batch["uid"]))
         return batch
 
     def _balance_batch(self, batch, metrics, *args, **kwargs):
         # Same seed, same run: the rows go to the actor in the order their prompts were drawn, not in the
         # order their rollouts happened to be stored (which changes the sums of log-probs and gradients).
-        batch.reorder(canonical_row_order(batch.keys, self._fspo_prompt_order))
-        for uid in {key.partition("_")[0] for key in batch.keys}:
-            self._fspo_prompt_order.pop(uid, None)
+        batch.reorder(canonical_row_order(batch.keys, self._fspo_prompt_order.positions))
+        self._fspo_prompt_order.release({key.partition("_")[0] for key in batch.keys})
         return super()._balance_batch(batch, metrics, *args, **kwargs)
 
     def _validate(self, *args, **kwargs):
