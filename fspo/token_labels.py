@@ -271,11 +271,11 @@ def _byte_level_pieces(
     vocabulary = _byte_level_vocabulary(tokenizer, ids)
     if vocabulary is None:
         return None
-    if skip_special_tokens:
-        special = _special_ids(tokenizer)
-        chunks = [b"" if i in special else vocabulary[i] for i in ids]
-    else:
-        chunks = [vocabulary[i] for i in ids]
+    # An id past the vocabulary (vLLM can sample the embedding's padding rows: Qwen2.5 has 151,665 tokens and
+    # 152,064 rows) decodes to nothing, as in `decode`; the alignment below checks the text either way.
+    size = len(vocabulary)
+    special = _special_ids(tokenizer) if skip_special_tokens else ()
+    chunks = [b"" if i >= size or i in special else vocabulary[i] for i in ids]
     data = b"".join(chunks)
     token_bytes = [len(c) for c in chunks]
     decoded = _utf8_with_byte_map(data)
@@ -304,12 +304,13 @@ _VOCABULARY_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _byte_level_vocabulary(tokenizer, ids: list[int]) -> list[bytes | None] | None:
-    """The bytes each token id stands for, as the `tokenizers` ByteLevel decoder turns it into bytes."""
+    """The bytes each token id stands for, as the `tokenizers` ByteLevel decoder turns it into bytes; None where
+    an id is negative or falls in a gap of the vocabulary. Built once per tokenizer, again if tokens were added."""
     try:
         vocabulary = _VOCABULARY_CACHE.get(tokenizer)
     except TypeError:  # not weakly referenceable: build every time
         vocabulary = None
-    if vocabulary is not None and _covers(vocabulary, ids):
+    if vocabulary is not None and _covers(vocabulary, ids, tokenizer):
         return vocabulary
     token_to_id = tokenizer.backend_tokenizer.get_vocab(with_added_tokens=True)
     vocabulary = [None] * (max(token_to_id.values(), default=-1) + 1)
@@ -320,11 +321,19 @@ def _byte_level_vocabulary(tokenizer, ids: list[int]) -> list[bytes | None] | No
         _VOCABULARY_CACHE[tokenizer] = vocabulary
     except TypeError:
         pass
-    return vocabulary if _covers(vocabulary, ids) else None
+    return vocabulary if _covers(vocabulary, ids, tokenizer) else None
 
 
-def _covers(vocabulary: list[bytes | None], ids: list[int]) -> bool:
-    return min(ids) >= 0 and max(ids) < len(vocabulary) and all(vocabulary[i] is not None for i in ids)
+def _covers(vocabulary: list[bytes | None], ids: list[int], tokenizer) -> bool:
+    """Whether ``vocabulary`` gives every id its bytes: an id past the tokenizer's vocabulary has none to give
+    (it decodes to nothing), one past ``vocabulary`` but inside the tokenizer's was added since it was built."""
+    if min(ids) < 0:
+        return False
+    if max(ids) >= len(vocabulary):
+        added = tokenizer.added_tokens_decoder  # (the tokenizer's vocabulary size takes ~30 ms to read)
+        if any(i in added for i in ids if i >= len(vocabulary)):
+            return False
+    return all(vocabulary[i] is not None for i in ids if i < len(vocabulary))
 
 
 def _special_ids(tokenizer) -> set[int]:
