@@ -305,35 +305,35 @@ _VOCABULARY_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _byte_level_vocabulary(tokenizer, ids: list[int]) -> list[bytes | None] | None:
     """The bytes each token id stands for, as the `tokenizers` ByteLevel decoder turns it into bytes; None where
-    an id is negative or falls in a gap of the vocabulary. Built once per tokenizer, again if tokens were added."""
+    an id is negative or falls in a gap of the vocabulary (the prefix decode then labels). Built once per
+    tokenizer, and again if tokens were added since. An id past it has no bytes: it decodes to nothing."""
+    if min(ids) < 0:
+        return None
     try:
         vocabulary = _VOCABULARY_CACHE.get(tokenizer)
     except TypeError:  # not weakly referenceable: build every time
         vocabulary = None
-    if vocabulary is not None and _covers(vocabulary, ids, tokenizer):
-        return vocabulary
-    token_to_id = tokenizer.backend_tokenizer.get_vocab(with_added_tokens=True)
-    vocabulary = [None] * (max(token_to_id.values(), default=-1) + 1)
-    table = _byte_level_table()
-    for token, index in token_to_id.items():
-        vocabulary[index] = _token_bytes(token, table)
-    try:
-        _VOCABULARY_CACHE[tokenizer] = vocabulary
-    except TypeError:
-        pass
-    return vocabulary if _covers(vocabulary, ids, tokenizer) else None
+    if vocabulary is None or _added_since(vocabulary, ids, tokenizer):
+        token_to_id = tokenizer.backend_tokenizer.get_vocab(with_added_tokens=True)
+        vocabulary = [None] * (max(token_to_id.values(), default=-1) + 1)
+        table = _byte_level_table()
+        for token, index in token_to_id.items():
+            vocabulary[index] = _token_bytes(token, table)
+        try:
+            _VOCABULARY_CACHE[tokenizer] = vocabulary
+        except TypeError:
+            pass
+    if any(vocabulary[i] is None for i in ids if i < len(vocabulary)):
+        return None
+    return vocabulary
 
 
-def _covers(vocabulary: list[bytes | None], ids: list[int], tokenizer) -> bool:
-    """Whether ``vocabulary`` gives every id its bytes: an id past the tokenizer's vocabulary has none to give
-    (it decodes to nothing), one past ``vocabulary`` but inside the tokenizer's was added since it was built."""
-    if min(ids) < 0:
+def _added_since(vocabulary: list[bytes | None], ids: list[int], tokenizer) -> bool:
+    """Whether an id past ``vocabulary`` is a token added to the tokenizer after it was built."""
+    if max(ids) < len(vocabulary):
         return False
-    if max(ids) >= len(vocabulary):
-        added = tokenizer.added_tokens_decoder  # (the tokenizer's vocabulary size takes ~30 ms to read)
-        if any(i in added for i in ids if i >= len(vocabulary)):
-            return False
-    return all(vocabulary[i] is not None for i in ids if i < len(vocabulary))
+    added = tokenizer.added_tokens_decoder  # (reading the tokenizer's vocabulary size takes ~30 ms)
+    return any(i in added for i in ids if i >= len(vocabulary))
 
 
 def _special_ids(tokenizer) -> set[int]:

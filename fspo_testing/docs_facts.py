@@ -21,6 +21,7 @@ from functools import cache
 
 import yaml
 
+from fspo.config.calibrated_thresholds import calibrated_threshold
 from fspo_testing.docs_pages import REPO
 
 # ---------------------------------------------------------------------------------------------------------- blocks
@@ -95,7 +96,9 @@ def config_defaults() -> dict[str, object]:
     (tests/test_config.py::test_the_yaml_shows_the_dataclass_defaults); the yaml spares verl's import."""
     block = yaml.safe_load((REPO / "fspo" / "config" / "fspo_trainer.yaml").read_text(encoding="utf-8"))["fspo"]
     flat = {f"fspo.{k}": v for k, v in block.items() if k not in ("_target_", "verifier")}
-    return flat | {f"fspo.verifier.{k}": v for k, v in block["verifier"].items() if k != "_target_"}
+    verifier = {k: v for k, v in block["verifier"].items() if k != "_target_"}
+    verifier["threshold"] = calibrated_threshold(verifier["name"])  # the yaml's ${fspo_calibrated_threshold:...}
+    return flat | {f"fspo.verifier.{k}": v for k, v in verifier.items()}
 
 
 SCRIPTS = ("recipes/*.sh", "evaluate/*.sh", "scripts/*.sh")

@@ -6,7 +6,7 @@
 #     recipes/run_cpu.sh trainer.total_training_steps=2
 # MODEL_PATH defaults to the SmolLM2-135M-Instruct that `fspo quickstart` converted, when it is there.
 # The lexical verifier checks each clause of a step against its own best evidence sentence
-# (evidence_unit=sentence), as the quickstart does. The CPU preset sets its calibrated threshold (lexical: 1.0, the
+# (evidence_unit=sentence), as the quickstart does. It trains at its calibrated threshold (lexical: 1.0, the
 # best balanced accuracy on held-out synthetic facts, `fspo verify --labelled synthetic --verifier lexical
 # --evidence-unit sentence`, and on judge-labelled quickstart steps, benchmarks/judged_steps.py).
 # In float32 the old-policy log-probs are the rollout's (on-policy, the same numbers: fspo.cpu.compute), not a forward.

@@ -102,9 +102,13 @@ def hydra_value(value) -> str:
 @pytest.fixture(scope="module")
 def composed(tmp_path_factory):
     """(launching directory, the config before, the config after with_absolute_paths, the keys it changed): one
-    composition of fspo_trainer.yaml over verl's ppo_trainer.yaml for every test below (platform=gpu, which needs
-    none of fspo's resolvers; platform=cpu adds no path-like key)."""
+    composition of fspo_trainer.yaml over verl's ppo_trainer.yaml for every test below (platform=gpu; platform=cpu
+    adds no path-like key)."""
     from hydra import compose, initialize_config_module
+
+    from fspo.config.calibrated_thresholds import register_threshold_resolver
+
+    register_threshold_resolver()  # the base config's verifier threshold, as fspo.training.main registers it
 
     launch = tmp_path_factory.mktemp("repo")
     for value, exists in RELATIVE.values():

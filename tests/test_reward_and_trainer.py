@@ -91,6 +91,35 @@ def test_prompts_drawn_later_sort_later_while_earlier_ones_wait(rounds, random):
         assert ordered == sorted(waiting, key=drawn.index)
 
 
+def test_the_trainer_hands_rows_over_in_draw_order_while_batches_overlap():
+    """The async modes draw batch C while batch B's prompts wait; B's and C's rollouts, stored C first, reach the
+    actor B first, whatever their uids (C's sort before B's here), through the trainer's own two hooks."""
+
+    class _Loop:  # verl's steps around the hooks: draw a batch of prompts; hand a batch of rows to balancing
+        def _fetch_one_gen_batch(self):
+            return {"uid": np.array(next(self.draws), dtype=object)}
+
+        def _balance_batch(self, batch, metrics):
+            return list(batch.keys)
+
+    class Trainer(FSPOAdvantageMixin, _Loop):
+        def __init__(self):  # the mixin's own __init__ reads a config; this test needs only the draw order
+            self._fspo_prompt_order = PromptDrawOrder()
+
+    def rows(*uids):
+        return KVBatchMeta(
+            partition_id="train", keys=[f"{u}_{r}_0" for u in uids for r in range(2)], tags=[{}] * 2 * len(uids)
+        )
+
+    trainer = Trainer()
+    trainer.draws = iter([["f-a1", "f-a2"], ["f-b1", "f-b2"], ["0-c1", "0-c2"]])
+    trainer._fetch_one_gen_batch(), trainer._fetch_one_gen_batch()  # A and B drawn
+    assert trainer._balance_batch(rows("f-a2", "f-a1"), {}) == [f"f-a{i}_{r}_0" for i in (1, 2) for r in range(2)]
+    trainer._fetch_one_gen_batch()  # C drawn while B waits
+    handed = trainer._balance_batch(rows("0-c2", "f-b1", "0-c1", "f-b2"), {})
+    assert [key.split("_")[0] for key in handed[::2]] == ["f-b1", "f-b2", "0-c1", "0-c2"]
+
+
 class _StoringBuffer:
     """A replay buffer that hands back each batch's rollouts in the order they were stored (given)."""
 

@@ -21,8 +21,8 @@ def calibrated_threshold(verifier_name: str) -> float:
     return CALIBRATED_THRESHOLDS.get(verifier_name, DEFAULT_THRESHOLD)
 
 
-# ``${fspo_calibrated_threshold:${fspo.verifier.name}}`` in a config (the CPU preset): the backend's calibrated
-# threshold, so the preset, the quickstart and recipes/run_cpu.sh train at the one figure above.
+# ``${fspo_calibrated_threshold:${fspo.verifier.name}}`` in fspo_trainer.yaml: the backend's calibrated threshold, so
+# every run (both presets, the quickstart, every recipe) trains at the one figure above.
 THRESHOLD_RESOLVER = "fspo_calibrated_threshold"
 
 

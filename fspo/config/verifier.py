@@ -55,9 +55,9 @@ class VerifierConfig(BaseConfig):
     threshold: float = _option(
         0.5,
         "A step is supported (+1) when its score >= threshold (minicheck, factcg: > threshold, as their "
-        "authors label), else -1; a NaN score (unverifiable) labels 0. Part of the verifier's calibration: "
-        "measure it with `fspo verify --labelled`. The trainer's config sets the backend's calibrated threshold "
-        "(fspo.config.calibrated_thresholds: lexical 1.0, the others 0.5).",
+        "authors label), else -1; a NaN score (unverifiable) labels 0; training's default is the backend's "
+        "calibrated threshold (lexical 1.0, the others 0.5: fspo.config.calibrated_thresholds). Measure it "
+        "with `fspo verify --labelled`.",
     )
     evidence_top_k: Optional[int] = _option(
         None,

@@ -286,7 +286,7 @@ def register_config_resolvers() -> None:
     register_chat_template_resolver()  # ${fspo_chat_template:qwen-base} in configs
     register_dtype_resolver()  # ${fspo_cpu_dtype:} in the CPU preset
     register_preload_resolver()  # ${fspo_cpu_preload:} in the CPU preset
-    register_threshold_resolver()  # ${fspo_calibrated_threshold:...} in the CPU preset
+    register_threshold_resolver()  # ${fspo_calibrated_threshold:...} in fspo_trainer.yaml
 
 
 def main(argv: list[str] | None = None) -> int:

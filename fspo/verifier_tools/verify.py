@@ -293,7 +293,10 @@ def run_labelled(args) -> int:
         print(f"fspo verify: {error}", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    scores = verifier.score([(p.evidence, p.claim) for p in pairs])
+    # Each claim on its own: llm_judge as FAPO's GenRM would read consecutive claims of one evidence as one solution.
+    scores = [
+        score for scored in verifier.score_responses([(p.evidence, [p.claim]) for p in pairs]) for score in scored
+    ]
     seconds = time.perf_counter() - started
     verifier.close()
     judged = {label for score, label in zip(scores, labels) if not math.isnan(score)}

@@ -140,9 +140,10 @@ def resolve_dtype(dtype: str | None, device: torch.device | None = None, backend
     ``None`` (``fspo.verifier.dtype: null``) is ``backend``'s GPU default on a CUDA device
     (:data:`fspo.config.vocabulary.GPU_DTYPES`) and float32 elsewhere. ``tf32`` keeps float32 weights and
     activations and, on CUDA only, lets cuBLAS round matmul inputs to TF32 (10-bit mantissa, float32
-    accumulation); ``float32`` on CUDA sets IEEE float32 matmuls. torch's flag is process-wide, which is right for a verifier server's own process
-    (``colocated``, ``ray``) and, in a process that also runs other float32 models on CUDA, applies to
-    them too (``fspo evaluate``'s transformers generator sets IEEE float32 around its own generation). On a CPU without bf16 instructions half precision runs through torch's slow reference
+    accumulation); ``float32`` on CUDA sets IEEE float32 matmuls. torch's flag is process-wide, which is right
+    for a verifier server's own process (``colocated``, ``ray``) and, in a process that also runs other float32
+    models on CUDA, applies to them too (``fspo evaluate``'s transformers generator sets IEEE float32 around its
+    own generation). On a CPU without bf16 instructions half precision runs through torch's slow reference
     kernels (:mod:`fspo.cpu.compute`), several times slower than float32: there ``bfloat16``/``float16``
     compute in float32, with a warning.
     """
