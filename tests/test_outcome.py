@@ -63,6 +63,14 @@ CASES = [
     ("aime2024", answer("\\boxed{070}"), "70", None, 1.0, 1.0),
     ("aime2025", answer("The answer is 588."), "588", None, 1.0, 1.0),
     ("aime2025", answer("587"), "588", None, 0.0, 0.0),
+    ("aime2025", answer("3.3"), "3", None, 0.0, 0.0),  # not an integer: its last digits are not the answer
+    ("aime2025", answer("\\frac{1}{3}"), "3", None, 0.0, 0.0),
+    ("aime2024", answer("33.0"), "33", None, 1.0, 1.0),
+    ("math500", answer("5 dollars"), "5", None, 1.0, 1.0),  # a unit in plain words, as the MATH graders strip it
+    ("math500", answer("18.50 dollars"), "18.5", None, 1.0, 1.0),
+    ("math500", answer("5 dollars"), "6", None, 0.0, 0.0),
+    ("math500", answer("5 pi"), "5", None, 0.0, 0.0),  # a word of two letters may be math: kept
+    ("truthfulqa_mc1", answer("Option A is incorrect. The answer is B."), "B", None, 1.0, 1.0),
     ("truthfulqa_mc1", answer("(B)"), "B", None, 1.0, 1.0),
     ("truthfulqa_mc1", answer("The answer is C"), "B", None, 0.0, 0.0),
     ("truthfulqa_mc2", answer("D. Nothing happens"), ["A", "D"], None, 1.0, 1.0),
@@ -135,7 +143,17 @@ def test_empty_ground_truth_scores_zero():
 
 @pytest.mark.parametrize(
     "text, letter",
-    [("B", "B"), ("(C)", "C"), ("B. Paris", "B"), ("I think the answer is D", "D"), ("I pick E.", "E"), ("none", None)],
+    [
+        ("B", "B"),
+        ("(C)", "C"),
+        ("B. Paris", "B"),
+        ("I think the answer is D", "D"),
+        ("I pick E.", "E"),
+        ("none", None),
+        ("Option A is incorrect. The answer is B.", "B"),
+        ("The answer is not A. The answer is C.", "C"),
+        ("答案是B", "B"),
+    ],
 )
 def test_chosen_letter(text, letter):
     assert chosen_letter(text) == letter

@@ -207,10 +207,11 @@ def _integer(digits: str) -> int | None:
 
 
 def score_aime(answer: str, ground_truth, extra_info=None) -> dict:
-    integers = re.findall(r"-?\d+", unbox(answer).replace(",", ""))
-    predicted = _integer(integers[-1]) if integers else None
+    """Right when the answer's last number is an integer equal to the gold: 3.3, 33.5 or \\frac{1}{3} are not 3
+    or 33 (their last run of digits was), 33.0 is 33."""
+    predicted = last_number(answer)
     golds = {_integer(g) for g in (re.sub(r"\D", "", gold) for gold in gold_list(ground_truth)) if g} - {None}
-    return _binary(predicted is not None and predicted in golds)
+    return _binary(predicted is not None and predicted.is_integer() and int(predicted) in golds)
 
 
 def _math_verify_timeout() -> int | None:
@@ -239,13 +240,20 @@ def math_equal(answer: str, gold: str) -> bool:
         return False
 
 
+# A number and a unit in plain words ("5 dollars", "18.50 dollars", "12 people"): math_verify reads the words as
+# variables, so the number is compared on its own too, as the MATH graders strip units (Qwen2.5-Math's strip_string).
+# Words of 3+ letters: "5 pi" or "5 x" keep their meaning.
+_NUMBER_AND_UNIT = re.compile(r"^\s*(-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))\s+[A-Za-z]{3,}(?:\s+[A-Za-z]{3,})*\s*\.?\s*$")
+
+
 def score_math(answer: str, ground_truth, extra_info=None) -> dict:
-    return _binary(any(math_equal(answer, gold) for gold in gold_list(ground_truth)))
+    unit = _NUMBER_AND_UNIT.match(unbox(answer))
+    answers = [answer, unit.group(1)] if unit else [answer]
+    return _binary(any(math_equal(a, gold) for a in answers for gold in gold_list(ground_truth)))
 
 
-_NAMED_LETTER = re.compile(
-    r"(?:answer|option|choice|答案)\s*(?:is|是|为)?\s*[:：]?\s*\(?([A-Z])(?![A-Za-z])", re.IGNORECASE
-)
+_ANSWER_LETTER = re.compile(r"(?:answer|答案)\s*(?:is|是|为)?\s*[:：]?\s*\(?([A-Z])(?![A-Za-z])", re.IGNORECASE)
+_OPTION_LETTER = re.compile(r"(?:option|choice)\s*(?:is|是|为)?\s*[:：]?\s*\(?([A-Z])(?![A-Za-z])", re.IGNORECASE)
 _LEADING_LETTER = re.compile(r"^\(?([A-Z])(?:[.:)：]|$|\s+(?![a-z]))")
 _LONE_LETTER = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
 
@@ -253,11 +261,15 @@ _LONE_LETTER = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
 def chosen_letter(answer: str) -> str | None:
     """The option letter an answer picks: "B", "(B)", "B. Paris", "The answer is B", "答案是B".
 
-    Tried in order: a letter named as the answer/option, a letter opening the answer, then the last
-    lone capital letter other than the pronoun "I".
+    Tried in order: the last letter named as the answer ("Option A is wrong; the answer is B" is B), the first
+    named as an option or choice, a letter opening the answer, then the last lone capital letter other than the
+    pronoun "I".
     """
     text = unbox(answer).strip()
-    for pattern in (_NAMED_LETTER, _LEADING_LETTER):
+    named = [m.group(1) for m in _ANSWER_LETTER.finditer(text) if m.group(1).isupper()]
+    if named:
+        return named[-1]
+    for pattern in (_OPTION_LETTER, _LEADING_LETTER):
         match = pattern.search(text)
         if match and match.group(1).isupper():
             return match.group(1)
