@@ -7,6 +7,8 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fspo.data.builder import run_cli
 from fspo.data.io import SourceFieldError, read_rows, write_parquet
@@ -168,8 +170,81 @@ def test_missing_field_names_file_row_and_field(tmp_path, capsys):
     with pytest.raises(SourceFieldError, match=r"bad\.jsonl, row 1: missing field 'supporting_facts'"):
         run_cli(DATASETS["hotpotqa"], ["--input", str(source), "--output-dir", str(tmp_path), "--split", "test"])
     # The `fspo data` command prints the same message without a traceback.
-    assert data_main(["hotpotqa", "--input", str(source), "--output-dir", str(tmp_path)]) == 2
+    assert data_main(["hotpotqa", "--input", str(source), "--output-dir", str(tmp_path), "--split", "train"]) == 2
     assert "bad.jsonl, row 1: missing field 'supporting_facts'" in capsys.readouterr().err
+
+
+def test_one_source_file_never_serves_two_splits(tmp_path, capsys):
+    """`--input FILE` without --split would build train and test from the same questions; so would a folder
+    whose files do not say their split. Refused in one line before anything is written."""
+    source = write_jsonl(tmp_path / "hotpot.jsonl", [HOTPOT_HUB])
+    unnamed = tmp_path / "unnamed"
+    unnamed.mkdir()
+    write_jsonl(unnamed / "rows.jsonl", [HOTPOT_HUB])
+    for input_path in (source, unnamed):
+        assert data_main(["hotpotqa", "--input", str(input_path), "--output-dir", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "would serve both train and test; give --split" in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_official_2wiki_folder_holds_out_its_labelled_dev_file(tmp_path):
+    """2WikiMultiHopQA's release: train.json, dev.json and a test.json without answers; test is built from dev."""
+    folder = tmp_path / "2wikimultihopqa"
+    folder.mkdir()
+    dev = {**HOTPOT_HUB, "question": "A dev question?"}
+    (folder / "train.json").write_text(json.dumps([HOTPOT_HUB]), encoding="utf-8")
+    (folder / "dev.json").write_text(json.dumps([dev]), encoding="utf-8")
+    (folder / "test.json").write_text(json.dumps([{k: v for k, v in dev.items() if k != "answer"}]), encoding="utf-8")
+    assert data_main(["2wikimultihopqa", "--input", str(folder), "--output-dir", str(tmp_path / "out")]) == 0
+    questions = {split: [r["extra_info"]["question"] for r in read_rows(tmp_path / "out" / f"{split}.parquet")]
+                 for split in ("train", "test")}  # fmt: skip
+    assert questions == {"train": [HOTPOT_HUB["question"]], "test": ["A dev question?"]}
+
+
+def test_every_text_field_goes_through_the_one_door():
+    """A record's text is read by fspo.data.io.get_text / field_text, which refuse a list or a mapping in one line;
+    str() of a list would be a gold answer no response matches."""
+    sources = (Path(__file__).resolve().parents[1] / "fspo" / "data").glob("*.py")
+    around = [path.name for path in sources if "clean_text(get_field(" in path.read_text(encoding="utf-8")]
+    assert around == []
+
+
+ORIGINAL_LAYOUT_ROW = {
+    "question": "Which magazine started in 1989?",
+    "answer": "First for Women",
+    "supporting_facts": [["First for Women", 1]],
+    "context": [
+        ["Radio City", ["Radio City is a station."]],
+        ["First for Women", ["A magazine.", "It started in 1989."]],
+    ],
+}
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    field=st.sampled_from(sorted(ORIGINAL_LAYOUT_ROW)), value=JSON_VALUES, layout=st.sampled_from(["original", "hub"])
+)
+def test_any_value_of_a_multihop_field_builds_or_is_refused_in_one_line(tmp_path_factory, capsys, field, value, layout):
+    """Whatever JSON a source row holds in a field (a list answer, a number for a sentence, a bare title for a
+    supporting fact), `fspo data` writes rows or refuses with one line naming the file and row: no traceback, and
+    no list written as a gold answer's text."""
+    folder = tmp_path_factory.mktemp("multihop")
+    record = {**(ORIGINAL_LAYOUT_ROW if layout == "original" else HOTPOT_HUB), field: value}
+    source = write_jsonl(folder / "rows.jsonl", [ORIGINAL_LAYOUT_ROW, record])
+    code = data_main(["hotpotqa", "--input", str(source), "--output-dir", str(folder), "--split", "test"])
+    err = capsys.readouterr().err.strip().splitlines()
+    if code == 2:
+        assert len(err) == 1 and f"{source}, row 1" in err[0], err
+    else:
+        assert code == 0
+        golds = [row["reward_model"]["ground_truth"] for row in read_rows(folder / "test.parquet")]
+        assert all(isinstance(gold, str) and not gold.startswith(("[", "{")) for gold in golds), golds
 
 
 def test_misnamed_field_in_gsm8k(tmp_path, capsys):

@@ -128,6 +128,19 @@ def build_rows(
     return rows
 
 
+def check_splits_apart(input_path, splits: Sequence[str]) -> None:
+    """Refuse ``--input`` that would give two splits one file (a train question held out again as a test one)."""
+    seen: dict[Path, str] = {}
+    for split in splits:
+        for path in source_files(input_path, split):
+            if path in seen:
+                raise UsageError(
+                    f"--input {input_path}: {path.name} would serve both {seen[path]} and {split}; give --split with "
+                    "the file of that split, or a folder whose file names say their split (train, dev or test)"
+                )
+            seen[path] = split
+
+
 def load_split(spec: DatasetSpec, split: str, args: argparse.Namespace) -> list[tuple[str, dict]]:
     """The source records of `split`: `--input`, else an installed offline package, else the hub."""
     if args.input is not None:
@@ -197,6 +210,8 @@ def run_cli(spec: DatasetSpec, argv: list[str] | None = None) -> int:
         tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
     except Exception as error:  # noqa: BLE001 - transformers raises TypeError, KeyError... on a file it cannot read
         raise UsageError(f"cannot load the tokenizer {args.tokenizer!r}: {error}") from None
+    if args.input is not None and len(splits) > 1:
+        check_splits_apart(args.input, splits)
     # Every split is built before any is written: a failure leaves the output folder as it was.
     built = {}
     for split in splits:

@@ -16,7 +16,7 @@ import re
 
 from fspo.data.builder import Example
 from fspo.data.choices import MC_INSTRUCTION
-from fspo.data.io import SourceFieldError, dedupe, get_field
+from fspo.data.io import SourceFieldError, dedupe, get_text
 from fspo.data.math_sets import package_dir
 from fspo.utils.field_text import clean_text
 
@@ -32,7 +32,7 @@ def numbered(record: dict, prefix: str) -> list[str]:
 
 
 def convert_generation(record: dict, where: str, args, rng) -> Example | None:
-    question = clean_text(get_field(record, "Question", where))
+    question = get_text(record, "Question", where)
     best = numbered(record, "Best Answer")
     if not best:
         raise SourceFieldError(f"{where}: missing field 'Best Answer1' (fields present: {sorted(record)})")
@@ -42,8 +42,8 @@ def convert_generation(record: dict, where: str, args, rng) -> Example | None:
 
 
 def convert_multiple_choice(record: dict, where: str, args, rng) -> Example | None:
-    text = clean_text(get_field(record, "question", where))
-    answer = clean_text(get_field(record, "answer", where))
+    text = get_text(record, "question", where)
+    answer = get_text(record, "answer", where)
     match = re.fullmatch(r"(?:Answer:)?\s*([A-Z])", answer)
     if match is None:
         raise SourceFieldError(f"{where}: field 'answer' {answer!r} is not 'Answer: <letter>'")

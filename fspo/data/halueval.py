@@ -9,16 +9,15 @@ Asked as open QA: ground truth = ``right_answer``, ``extra_info["incorrect_answe
 from __future__ import annotations
 
 from fspo.data.builder import Example
-from fspo.data.io import get_field
+from fspo.data.io import get_text
 from fspo.data.math_sets import package_dir
-from fspo.utils.field_text import clean_text
 
 
 def convert(record: dict, where: str, args, rng) -> Example | None:
-    question = clean_text(get_field(record, "question", where))
-    right = clean_text(get_field(record, "right_answer", where))
-    hallucinated = clean_text(get_field(record, "hallucinated_answer", where))
-    knowledge = clean_text(get_field(record, "knowledge", where))
+    question = get_text(record, "question", where)
+    right = get_text(record, "right_answer", where)
+    hallucinated = get_text(record, "hallucinated_answer", where)
+    knowledge = get_text(record, "knowledge", where)
     if not question or not right:
         return None
     return Example(

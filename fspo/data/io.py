@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import csv
 import io
+import numbers
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from fspo.launch.hub_deadline import hub_timeout_s, no_answer
 from fspo.utils.atomic_file import replacing
+from fspo.utils.field_text import clean_text
 from fspo.utils.input_files import InputFileError, jsonl_lines, parse_json, parse_jsonl, read_parquet_rows, read_text
 
 SOURCE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
@@ -44,6 +46,22 @@ def get_field(record: dict, names: str | Sequence[str], where: str, *, required:
         return None
     wanted = " or ".join(repr(name) for name in names)
     raise SourceFieldError(f"{where}: missing field {wanted} (fields present: {sorted(record)})")
+
+
+def field_text(value: Any, where: str, name: str) -> str:
+    """A text field's value as a clean string (a number is its text; None/NaN is ""). A list, a mapping or any
+    other value is one error naming the file, row and field: ``str()`` of it would be a gold answer or question
+    no response could match."""
+    if value is not None and not isinstance(value, (str, bytes, numbers.Number)):
+        raise SourceFieldError(f"{where}: field {name!r} must be text, got a {type(value).__name__}")
+    return clean_text(value)
+
+
+def get_text(record: dict, names: str | Sequence[str], where: str) -> str:
+    """:func:`get_field` of a text field, through :func:`field_text` (the one door for a record's text)."""
+    names = (names,) if isinstance(names, str) else tuple(names)
+    name = next((name for name in names if name in record), names[0])
+    return field_text(get_field(record, names, where), where, name)
 
 
 def dedupe(items: Iterable[str]) -> list[str]:
@@ -161,8 +179,9 @@ def _json_records(path: Path, text: str) -> list:
 def source_files(input_path: str | Path, split: str | None = None) -> list[Path]:
     """The source files behind `--input`: the file itself, or a folder's data files.
 
-    In a folder, files whose name mentions `split` (or its usual alias: dev/validation for test) are
-    preferred when there are any.
+    In a folder, files whose name mentions `split` are preferred when there are any. For test, a file naming
+    dev or val comes before one naming test: the official HotpotQA and 2WikiMultiHopQA releases hold their test
+    questions without answers, and their dev files are the labelled held-out split.
     """
     input_path = Path(input_path)
     if not input_path.exists():
@@ -173,10 +192,10 @@ def source_files(input_path: str | Path, split: str | None = None) -> list[Path]
     if not files:
         raise FileNotFoundError(f"--input {input_path} has no {'/'.join(SOURCE_SUFFIXES)} files")
     if split is not None:
-        aliases = {"train": ("train",), "test": ("test", "dev", "val")}.get(split, (split,))
-        matching = [p for p in files if any(alias in p.name.lower() for alias in aliases)]
-        if matching:
-            return matching
+        for aliases in {"train": [("train",)], "test": [("dev", "val"), ("test",)]}.get(split, [(split,)]):
+            matching = [p for p in files if any(alias in p.name.lower() for alias in aliases)]
+            if matching:
+                return matching
     return files
 
 

@@ -7,7 +7,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from fspo.data.builder import Example
-from fspo.data.io import SourceFieldError, get_field
+from fspo.data.io import SourceFieldError, field_text, get_field, get_text
 from fspo.utils.field_text import clean_text
 
 QUESTION_FIELDS = ("problem", "Problem", "question", "Question")
@@ -35,8 +35,8 @@ def _question_text(record: dict, where: str) -> str:
 def _answer_text(record: dict, where: str) -> str:
     reward_model = record.get("reward_model")
     if isinstance(reward_model, dict) and "ground_truth" in reward_model:
-        return clean_text(reward_model["ground_truth"])
-    return clean_text(get_field(record, ANSWER_FIELDS, where))
+        return field_text(reward_model["ground_truth"], where, "reward_model.ground_truth")
+    return get_text(record, ANSWER_FIELDS, where)
 
 
 def convert_math(record: dict, where: str, args, rng) -> Example | None:
@@ -55,8 +55,8 @@ def gsm8k_final_answer(solution: str) -> str:
 
 
 def convert_gsm8k(record: dict, where: str, args, rng) -> Example | None:
-    question = clean_text(get_field(record, "question", where))
-    solution = clean_text(get_field(record, "answer", where))
+    question = get_text(record, "question", where)
+    solution = get_text(record, "answer", where)
     answer = gsm8k_final_answer(solution)
     if solution and not answer:
         raise SourceFieldError(f"{where}: field 'answer' has no '#### <number>' final answer")

@@ -14,8 +14,7 @@ the order first named, each written ``"<title>: <sentences>"`` and joined by a b
 from __future__ import annotations
 
 from fspo.data.builder import Example
-from fspo.data.io import SourceFieldError, dedupe, get_field
-from fspo.utils.field_text import clean_text
+from fspo.data.io import SourceFieldError, dedupe, field_text, get_field, get_text
 from fspo.utils.input_files import InputFileError, parse_json, parse_json_bytes
 
 
@@ -31,25 +30,36 @@ def _decoded(value, where: str, name: str):
     return value
 
 
+def _entries(value, where: str, name: str):
+    """A list-like field part (a list, tuple or numpy array), or one error naming the field."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        raise SourceFieldError(f"{where}: field {name!r} must hold a list, got a {type(value).__name__}")
+    return value
+
+
 def paragraphs_by_title(context, where: str) -> dict[str, list[str]]:
     """{title: sentences} from either context layout; None/NaN context -> {}."""
     context = _decoded(context, where, "context")
     if context is None or isinstance(context, float):
         return {}
     if isinstance(context, dict):
-        titles = get_field(context, "title", where + ", field 'context'")
-        sentences = get_field(context, ("sentences", "content"), where + ", field 'context'")
+        titles = _entries(get_field(context, "title", where + ", field 'context'"), where, "context")
+        sentences = _entries(
+            get_field(context, ("sentences", "content"), where + ", field 'context'"), where, "context"
+        )
         pairs = zip(titles, sentences)
     else:
-        pairs = context
+        pairs = _entries(context, where, "context")
     paragraphs: dict[str, list[str]] = {}
     for pair in pairs:
-        if len(pair) != 2:
+        if isinstance(pair, (str, bytes, dict)) or not hasattr(pair, "__len__") or len(pair) != 2:
             raise SourceFieldError(f"{where}: field 'context' entries must be [title, sentences]")
         title, sentences = pair
-        if isinstance(sentences, (str, bytes)):
+        if sentences is None or isinstance(sentences, (str, bytes)):
             sentences = [sentences]
-        paragraphs.setdefault(clean_text(title), [clean_text(s) for s in (sentences if sentences is not None else [])])
+        elif not hasattr(sentences, "__iter__"):
+            raise SourceFieldError(f"{where}: field 'context' entries must be [title, sentences]")
+        paragraphs.setdefault(field_text(title, where, "context"), [field_text(s, where, "context") for s in sentences])
     return paragraphs
 
 
@@ -59,10 +69,13 @@ def supporting_titles(supporting_facts, where: str) -> list[str]:
     if facts is None or isinstance(facts, float):
         return []
     if isinstance(facts, dict):
-        titles = get_field(facts, "title", where + ", field 'supporting_facts'")
+        titles = _entries(get_field(facts, "title", where + ", field 'supporting_facts'"), where, "supporting_facts")
     else:
+        facts = _entries(facts, where, "supporting_facts")
+        if any(isinstance(fact, (str, bytes, dict)) or not hasattr(fact, "__len__") or len(fact) < 1 for fact in facts):
+            raise SourceFieldError(f"{where}: field 'supporting_facts' entries must be [title, sentence_id]")
         titles = [fact[0] for fact in facts]
-    return dedupe(clean_text(title) for title in titles)
+    return dedupe(field_text(title, where, "supporting_facts") for title in titles)
 
 
 def gold_evidence(record: dict, where: str) -> str:
@@ -79,8 +92,8 @@ def gold_evidence(record: dict, where: str) -> str:
 
 def convert_multihop(record: dict, where: str, args, rng) -> Example | None:
     """A HotpotQA/2Wiki record as an Example; records without an answer or any evidence are skipped."""
-    question = clean_text(get_field(record, "question", where))
-    answer = clean_text(get_field(record, "answer", where))
+    question = get_text(record, "question", where)
+    answer = get_text(record, "answer", where)
     evidence = gold_evidence(record, where)
     if not question or not answer or not evidence:
         return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from fspo.data.builder import Example
 from fspo.data.choices import multiple_choice_body, option_letters
-from fspo.data.io import SourceFieldError, dedupe, get_field
+from fspo.data.io import SourceFieldError, dedupe, get_field, get_text
 from fspo.utils.field_text import clean_text, text_list
 
 FORMS = ("generation", "mc1", "mc2")
@@ -29,8 +29,8 @@ def answer_list(value) -> list[str]:
 
 
 def convert_generation(record: dict, where: str, args, rng) -> Example | None:
-    question = clean_text(get_field(record, ("question", "Question"), where))
-    best = clean_text(get_field(record, ("best_answer", "Best Answer"), where))
+    question = get_text(record, ("question", "Question"), where)
+    best = get_text(record, ("best_answer", "Best Answer"), where)
     correct = answer_list(get_field(record, ("correct_answers", "Correct Answers"), where))
     incorrect = answer_list(get_field(record, ("incorrect_answers", "Incorrect Answers"), where))
     truths = dedupe(([best] if best else []) + correct)
@@ -53,7 +53,7 @@ def targets(record: dict, name: str, where: str) -> list[tuple[str, int]]:
 
 
 def convert_multiple_choice(record: dict, where: str, args, rng) -> Example | None:
-    question = clean_text(get_field(record, ("question", "Question"), where))
+    question = get_text(record, ("question", "Question"), where)
     pairs = [(choice, label) for choice, label in targets(record, f"{args.form}_targets", where) if choice]
     if not question or not any(label for _, label in pairs):
         return None
