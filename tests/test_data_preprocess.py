@@ -202,6 +202,29 @@ def test_the_official_2wiki_folder_holds_out_its_labelled_dev_file(tmp_path):
     assert questions == {"train": [HOTPOT_HUB["question"]], "test": ["A dev question?"]}
 
 
+def test_a_folder_with_two_sets_for_a_split_is_refused_and_shards_are_read(tmp_path, capsys):
+    """HotpotQA's release has dev_distractor and dev_fullwiki, the same questions twice; the hub's parquet shards
+    (train-00000-of-00002, ...) are one set."""
+    import pandas as pd
+
+    hotpot = tmp_path / "hotpot"
+    hotpot.mkdir()
+    for name in ("hotpot_train_v1.1.json", "hotpot_dev_distractor_v1.json", "hotpot_dev_fullwiki_v1.json"):
+        (hotpot / name).write_text(json.dumps([HOTPOT_HUB]), encoding="utf-8")
+    assert data_main(["hotpotqa", "--input", str(hotpot), "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1 and "several files for split test (hotpot_dev_distractor_v1.json, hotpot_dev_fullwiki" in err[0]
+    )
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for index in range(2):
+        record = {**HOTPOT_HUB, "question": f"Q{index}?"}
+        pd.DataFrame([record]).to_parquet(shards / f"test-0000{index}-of-00002.parquet")
+    rows = build(tmp_path, "hotpotqa", shards)
+    assert [row["extra_info"]["question"] for row in rows] == ["Q0?", "Q1?"]
+
+
 def test_every_text_field_goes_through_the_one_door():
     """A record's text is read by fspo.data.io.get_text / field_text, which refuse a list or a mapping in one line;
     str() of a list would be a gold answer no response matches."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import numbers
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -195,7 +196,19 @@ def source_files(input_path: str | Path, split: str | None = None) -> list[Path]
         for aliases in {"train": [("train",)], "test": [("dev", "val"), ("test",)]}.get(split, [(split,)]):
             matching = [p for p in files if any(alias in p.name.lower() for alias in aliases)]
             if matching:
-                return matching
+                return _one_set(matching, input_path, split)
+    return _one_set(files, input_path, split)
+
+
+def _one_set(files: list[Path], folder: Path, split: str | None) -> list[Path]:
+    """``files`` when they are shards of one set (names that differ only in digits), else one error: HotpotQA's
+    dev_distractor and dev_fullwiki hold the same questions, and reading both would hold each out twice."""
+    if len({re.sub(r"\d+", "#", path.name) for path in files}) > 1:
+        names = ", ".join(path.name for path in files)
+        raise SourceFileError(
+            f"--input {folder} has several files for {f'split {split}' if split else 'its rows'} ({names}): give the "
+            "one to read as --input, with --split"
+        )
     return files
 
 
