@@ -42,12 +42,12 @@ generated_pages = importlib.util.module_from_spec(_pages_spec)
 _pages_spec.loader.exec_module(generated_pages)
 
 # The pre-registered command, one process a seed (``--seeds S --out S.json``); a test holds it to the plan's.
-PLAN_ARGUMENTS = ("--model", "smollm2", "--rollouts", "sampled", "--batches", "3",
-                  "--labels", "judge", "lexical", "lexical-abstain")  # fmt: skip
+PLAN_LABELS = ("judge", "lexical", "lexical-abstain")
+PLAN_ARGUMENTS = ("--model", "smollm2", "--rollouts", "sampled", "--batches", "3", "--labels", *PLAN_LABELS)
 PLAN_SEEDS = tuple(range(8))
 # A file records its settings, not its date, CPU or commit: from the run (the clone it ran in, its log).
 # At cafb8a7, `flip_effect.py` and `fspo/` are as at the plan's commit (git diff 6c9d812 cafb8a7 is empty for both).
-MEASURED = "2026-11-30 on 2 cores of an Intel Xeon held to AVX2 kernels, at code cafb8a7 (measuring as at the plan)"
+MEASURED = "2026-11-30 on 2 cores of an Intel Xeon held to AVX2 kernels, 21–42 minutes a seed, at code cafb8a7 (measuring as at the plan)"
 
 
 def seed_path(seed: int, folder: Path = RUNS) -> Path:
@@ -155,8 +155,32 @@ def section(runs: dict[int, dict], earlier: dict) -> str:
             "The figures the plan decided:",
             "",
             *flip_effect.decided_verdicts(merged),
+            *answer_reading(merged),
         ]
     )
+
+
+LABELS_OF = {"judge": "the world judge's", "lexical": "`lexical`'s", "lexical-abstain": "abstaining `lexical`'s"}
+
+
+def answer_reading(merged: dict) -> list[str]:
+    """A line on where a right answer's drop comes from, read from the table's fresh-rollout rows: the label
+    sources whose update lowers it against GRPO's (interval below 0). With the judge's labels among them, the drop
+    comes with the flip itself; with only `lexical`'s, with its labels. Nothing when no source lowers it."""
+    summary = merged["summary"]
+    answer = {source: summary[f"{source}/fresh/{flip_effect.RIGHT_ANSWER}"] for source in PLAN_LABELS}
+    grpo = answer["judge"]["grpo"]  # one GRPO update pairs with every source
+    lowering = [source for source in PLAN_LABELS if answer[source]["upper"] < 0]
+    if not lowering:
+        return []
+    names = [LABELS_OF[source] for source in lowering]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    cause = "the flip itself, whatever labels it follows" if "judge" in lowering else "`lexical`'s labels"
+    return [
+        "",
+        f"On fresh rollouts FSPO's update lowers a right answer's log-probability against GRPO's, which "
+        f"{'raises' if grpo > 0 else 'lowers'} it, with {listed} labels: the answer's cost comes with {cause}.",
+    ]
 
 
 def written(results_md: str, runs: dict[int, dict], earlier: dict) -> str:

@@ -162,3 +162,24 @@ def test_a_page_without_the_sections_heading_is_one_line(tmp_path, monkeypatch, 
 
 def test_the_results_page_shows_what_the_committed_runs_give():
     assert flip_docs.main(["--check"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("uppers", "said"),
+    [
+        ({"judge": -0.1, "lexical": -0.1, "lexical-abstain": -0.1}, "the flip itself, whatever labels it follows"),
+        ({"judge": 0.1, "lexical": -0.1, "lexical-abstain": 0.1}, "`lexical`'s labels"),
+        ({"judge": 0.1, "lexical": 0.1, "lexical-abstain": 0.0}, None),
+    ],
+)
+def test_the_answers_drop_is_read_from_the_table(uppers, said):
+    """Whether the drop of a right answer comes with the flip or with `lexical`'s labels is read from the sources
+    whose interval lies below 0, never written by hand."""
+    summary = {
+        f"{source}/fresh/{flip_effect.RIGHT_ANSWER}": {"upper": upper, "grpo": 0.3} for source, upper in uppers.items()
+    }
+    lines = flip_docs.answer_reading({"summary": summary})
+    if said is None:
+        assert lines == []
+    else:
+        assert lines[-1].endswith(f"comes with {said}.") and "which raises it" in lines[-1]
