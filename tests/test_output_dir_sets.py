@@ -45,8 +45,10 @@ def synthetic(folder: Path, version: int) -> None:
 
 def gsm8k(folder: Path, version: int) -> None:
     """Every `fspo data <builder>` writes its splits through builder.run_cli: gsm8k with both splits stands for them."""
-    source = folder.parent / f"gsm8k-{version}.jsonl"
-    source.write_text("".join(json.dumps(row) + "\n" for row in GSM8K_ROWS[: version + 1]))
+    source = folder.parent / f"gsm8k-{version}"  # one file a split: one file never serves two
+    source.mkdir(exist_ok=True)
+    for split in ("train", "test"):
+        (source / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in GSM8K_ROWS[: version + 1]))
     argv = ["data", "gsm8k", "--input", str(source), "--split", "train", "--split", "test", "--output-dir", str(folder)]
     assert fspo_main(argv) == 0
 
