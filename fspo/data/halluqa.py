@@ -16,29 +16,28 @@ import re
 
 from fspo.data.builder import Example
 from fspo.data.choices import MC_INSTRUCTION
-from fspo.data.io import SourceFieldError, dedupe, get_text
+from fspo.data.io import SourceFieldError, dedupe, field_text, get_text
 from fspo.data.math_sets import package_dir
-from fspo.utils.field_text import clean_text
 
 FORMS = ("generation", "mc")
 
 
-def numbered(record: dict, prefix: str) -> list[str]:
+def numbered(record: dict, prefix: str, where: str) -> list[str]:
     """Values of ``<prefix>1``, ``<prefix>2``, ... present in the record, non-empty, no repeats."""
     keys = sorted(
         (k for k in record if re.fullmatch(re.escape(prefix) + r"\d+", k)), key=lambda k: int(k[len(prefix) :])
     )
-    return dedupe(text for text in (clean_text(record[k]) for k in keys) if text)
+    return dedupe(text for text in (field_text(record[k], where, k) for k in keys) if text)
 
 
 def convert_generation(record: dict, where: str, args, rng) -> Example | None:
     question = get_text(record, "Question", where)
-    best = numbered(record, "Best Answer")
+    best = numbered(record, "Best Answer", where)
     if not best:
         raise SourceFieldError(f"{where}: missing field 'Best Answer1' (fields present: {sorted(record)})")
     if not question:
         return None
-    return Example(question=question, ground_truth=best, incorrect_answers=numbered(record, "Wrong_Answer"))
+    return Example(question=question, ground_truth=best, incorrect_answers=numbered(record, "Wrong_Answer", where))
 
 
 def convert_multiple_choice(record: dict, where: str, args, rng) -> Example | None:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from fspo.data.builder import Example
 from fspo.data.io import SourceFieldError, field_text, get_field, get_text
-from fspo.utils.field_text import clean_text
 
 QUESTION_FIELDS = ("problem", "Problem", "question", "Question")
 ANSWER_FIELDS = ("answer", "Answer", "gt_answer", "ground_truth", "final_answer")
@@ -29,7 +28,7 @@ def _question_text(record: dict, where: str) -> str:
         if not users:
             raise SourceFieldError(f"{where}: field 'prompt' has no user message")
         value = users[-1].get("content")
-    return clean_text(value)
+    return field_text(value, where, "prompt")
 
 
 def _answer_text(record: dict, where: str) -> str:

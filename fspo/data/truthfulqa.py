@@ -13,26 +13,29 @@ Both the hub layout and the original files (TruthfulQA.csv, mc_task.json) are re
 
 from __future__ import annotations
 
+import numbers
+
 from fspo.data.builder import Example
 from fspo.data.choices import multiple_choice_body, option_letters
-from fspo.data.io import SourceFieldError, dedupe, get_field, get_text
-from fspo.utils.field_text import clean_text, text_list
+from fspo.data.io import SourceFieldError, dedupe, field_text, get_field, get_text
 
 FORMS = ("generation", "mc1", "mc2")
 
 
-def answer_list(value) -> list[str]:
+def answer_list(value, where: str, name: str) -> list[str]:
     """Answers from a list, or from the original CSV's "a; b; c" string."""
-    if isinstance(value, (str, bytes)):
-        return [part for part in (clean_text(p) for p in clean_text(value).split(";")) if part]
-    return text_list(value)
+    if value is None or isinstance(value, (str, bytes, numbers.Number)):
+        return [part.strip() for part in field_text(value, where, name).split(";") if part.strip()]
+    return [text for text in (field_text(item, where, name) for item in value) if text]
 
 
 def convert_generation(record: dict, where: str, args, rng) -> Example | None:
     question = get_text(record, ("question", "Question"), where)
     best = get_text(record, ("best_answer", "Best Answer"), where)
-    correct = answer_list(get_field(record, ("correct_answers", "Correct Answers"), where))
-    incorrect = answer_list(get_field(record, ("incorrect_answers", "Incorrect Answers"), where))
+    correct = answer_list(get_field(record, ("correct_answers", "Correct Answers"), where), where, "correct_answers")
+    incorrect = answer_list(
+        get_field(record, ("incorrect_answers", "Incorrect Answers"), where), where, "incorrect_answers"
+    )
     truths = dedupe(([best] if best else []) + correct)
     if not question or not truths:
         return None
@@ -46,9 +49,9 @@ def targets(record: dict, name: str, where: str) -> list[tuple[str, int]]:
         choices, labels = list(value["choices"]), list(get_field(value, "labels", f"{where}, field {name!r}"))
         if len(choices) != len(labels):
             raise SourceFieldError(f"{where}: field {name!r} has {len(choices)} choices but {len(labels)} labels")
-        return [(clean_text(choice), int(label)) for choice, label in zip(choices, labels)]
+        return [(field_text(choice, where, name), int(label)) for choice, label in zip(choices, labels)]
     if isinstance(value, dict):  # original mc_task.json: {choice: label}
-        return [(clean_text(choice), int(label)) for choice, label in value.items()]
+        return [(field_text(choice, where, name), int(label)) for choice, label in value.items()]
     raise SourceFieldError(f"{where}: field {name!r} must be {{'choices', 'labels'}} or {{choice: label}}")
 
 
